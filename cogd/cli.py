@@ -1,0 +1,390 @@
+"""``cogd``: the command line.
+
+Every command works on the repository that contains the current directory
+(or ``--root``) and initialises ``.cogd/`` there if it is missing. Commands
+talk to the repository's daemon when one runs; when none does, they take the
+daemon lock and do the same work in-process (DESIGN.md §2, single writer).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from cogd.config import ConfigError, load_config
+from cogd.daemon import control
+from cogd.daemon.client import DaemonUnavailable, RemoteError, call
+from cogd.paths import Layout, find_root
+
+console = Console(highlight=False)
+err = Console(stderr=True, highlight=False)
+
+
+class LocalBackend:
+    """The daemon's service run in this process, under the daemon lock."""
+
+    def __init__(self, layout: Layout, lock_fd: int):
+        from cogd.daemon.service import Service  # heavy: only when no daemon runs
+
+        self.lock_fd = lock_fd
+        try:
+            config = load_config(layout.config_file)
+        except ConfigError as exc:
+            raise click.ClickException(str(exc)) from exc
+        self.service = Service(layout, config, start_index=False)
+
+    def call(self, method: str, params: dict | None = None, timeout: float = 0) -> object:
+        from cogd.daemon.protocol import RpcError
+
+        try:
+            return self.service.call(method, params or {})
+        except RpcError as exc:
+            raise RemoteError(exc.to_json()) from exc
+
+    def close(self) -> None:
+        self.service.close()
+        os.close(self.lock_fd)
+
+
+class RemoteBackend:
+    def __init__(self, layout: Layout):
+        self.layout = layout
+
+    def call(self, method: str, params: dict | None = None, timeout: float = 30.0) -> object:
+        return call(self.layout.socket_path, method, params or {}, timeout=timeout)
+
+    def close(self) -> None:
+        pass
+
+
+def _layout(root: str | None) -> Layout:
+    start = Path(root) if root else Path.cwd()
+    found = find_root(start)
+    if found is None:
+        if root:
+            found = Path(root).resolve()
+        else:
+            raise click.ClickException(f"{start} is not inside a git repository (use --root to pick a folder)")
+    return Layout(found).ensure()
+
+
+@contextmanager
+def backend(layout: Layout, *, fresh: bool = True):
+    """A backend for this command: the running daemon, or an in-process service.
+
+    ``fresh``: with an in-process service, bring the index up to date first
+    (a running daemon keeps its own index current).
+    """
+    if control.is_running(layout) and control.wait_ready(layout, timeout=30):
+        yield RemoteBackend(layout)
+        return
+    fd = control.try_lock(layout)
+    if fd is None:  # a daemon started meanwhile
+        if not control.wait_ready(layout, timeout=30):
+            raise click.ClickException("the daemon holds the lock but does not answer; see `cogd logs`")
+        yield RemoteBackend(layout)
+        return
+    local = LocalBackend(layout, fd)
+    try:
+        if fresh:
+            local.call("index.refresh", {"wait": True})
+        yield local
+    finally:
+        local.close()
+
+
+def _call(be, method: str, params: dict | None = None, timeout: float = 30.0):
+    try:
+        return be.call(method, params, timeout=timeout)
+    except RemoteError as exc:
+        raise click.ClickException(f"{exc} ({exc.kind})") from exc
+    except DaemonUnavailable as exc:
+        raise click.ClickException(f"the daemon did not answer: {exc}") from exc
+
+
+def _index_with_progress(be, quiet: bool = False) -> dict:
+    """Ask for a full refresh and draw a progress bar until it has committed."""
+    ticket = _call(be, "index.refresh", {"wait": False})["ticket"]
+    columns = (SpinnerColumn(), TextColumn("[bold]indexing"), BarColumn(), MofNCompleteColumn(),
+               TextColumn("{task.fields[path]}", style="dim"), TimeElapsedColumn())
+    with Progress(*columns, console=err, transient=True, disable=quiet) as progress:
+        task = progress.add_task("index", total=None, path="")
+        while True:
+            status = _call(be, "status")
+            index = status["index"]
+            p = index["progress"]
+            if p["total"]:
+                progress.update(task, total=p["total"], completed=p["done"], path=p["path"][-50:])
+            if index["completed_ticket"] >= ticket:
+                break
+            time.sleep(0.1)
+    return status
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--root", type=click.Path(file_okay=False), default=None, help="Repository root (default: the one around the current directory).")
+@click.version_option(package_name="cogd")
+@click.pass_context
+def main(ctx: click.Context, root: str | None) -> None:
+    """cogd: a local memory and context daemon for AI coding agents."""
+    ctx.obj = {"root": root}
+
+
+def _layout_from(ctx: click.Context) -> Layout:
+    return _layout(ctx.obj.get("root"))
+
+
+@main.command()
+@click.option("--no-hooks", is_flag=True, help="Do not touch .claude/settings.json.")
+@click.pass_context
+def up(ctx: click.Context, no_hooks: bool) -> None:
+    """Set up this repository: start the daemon, index, wire Claude Code hooks, show a pack."""
+    layout = _layout_from(ctx)
+    console.print(f"[bold]cogd[/] for [cyan]{layout.root}[/]")
+    started = control.spawn(layout)
+    if not control.wait_ready(layout, timeout=60):
+        raise click.ClickException("the daemon did not come up; see .cogd/logs/daemon.log")
+    console.print(f"daemon {'started' if started else 'already running'} (pid {control.read_pid(layout)['pid']})")
+    be = RemoteBackend(layout)
+    t0 = time.monotonic()
+    status = _index_with_progress(be)
+    index = status["index"]
+    console.print(
+        f"index: {index['files']} files, {index['entities']} entities, {index['edges']} edges "
+        f"at commit {(index['commit'] or 'none')[:12]} ({time.monotonic() - t0:.1f} s)"
+    )
+    if not no_hooks:
+        _install_hooks(layout)
+    pack = _call(be, "context.session_start", {"session_id": "cogd-up", "source": "startup", "record": False})
+    console.rule("sample context pack (what SessionStart injects)")
+    click.echo(pack["text"] or "(empty: no entities indexed yet)")
+    console.rule()
+    console.print("Try [bold]cogd context \"your question\"[/] to see a prompt pack.")
+
+
+def _install_hooks(layout: Layout) -> None:
+    from cogd.install import SettingsError, install_claude_hooks
+
+    try:
+        result = install_claude_hooks(layout.root)
+    except SettingsError as exc:
+        raise click.ClickException(str(exc)) from exc
+    if result["changed"]:
+        backup = f" (backup: {result['backup']})" if result["backup"] else ""
+        console.print(f"hooks written to {result['path']}{backup}")
+    else:
+        console.print(f"hooks already in {result['path']}")
+
+
+@main.command("install-hooks")
+@click.pass_context
+def install_hooks(ctx: click.Context) -> None:
+    """Merge cogd's hooks into .claude/settings.json (backup first; idempotent)."""
+    _install_hooks(_layout_from(ctx))
+
+
+@main.command()
+@click.pass_context
+def start(ctx: click.Context) -> None:
+    """Start the daemon in the background and wait until it answers."""
+    layout = _layout_from(ctx)
+    started = control.spawn(layout)
+    if not control.wait_ready(layout, timeout=60):
+        raise click.ClickException("the daemon did not come up; see `cogd logs`")
+    pid = (control.read_pid(layout) or {}).get("pid")
+    console.print(f"daemon {'started' if started else 'already running'} (pid {pid})")
+
+
+@main.command()
+@click.pass_context
+def stop(ctx: click.Context) -> None:
+    """Stop the daemon (SIGTERM; it finishes the current write first)."""
+    layout = _layout_from(ctx)
+    if not control.is_running(layout):
+        console.print("no daemon running")
+        return
+    if not control.stop(layout):
+        raise click.ClickException("the daemon did not stop")
+    console.print("daemon stopped")
+
+
+@main.command()
+@click.pass_context
+def daemon(ctx: click.Context) -> None:
+    """Run the daemon in the foreground (logs to stderr too), for debugging."""
+    from cogd.daemon.server import run
+
+    sys.exit(run(_layout_from(ctx).root, None, foreground=True))
+
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.pass_context
+def status(ctx: click.Context, as_json: bool) -> None:
+    """Show whether the daemon runs, and the state of the index."""
+    layout = _layout_from(ctx)
+    result: dict = {"running": False, "root": str(layout.root)}
+    if control.is_running(layout):
+        try:
+            result = {"running": True, **call(layout.socket_path, "status", {}, timeout=5)}
+        except (DaemonUnavailable, RemoteError) as exc:
+            result = {"running": True, "answering": False, "error": str(exc), "root": str(layout.root),
+                      **(control.read_pid(layout) or {})}
+    if as_json:
+        click.echo(json.dumps(result, indent=2))
+        return
+    if not result.get("running"):
+        console.print(f"no daemon runs for {layout.root} (start one with [bold]cogd start[/])")
+        return
+    if "index" not in result:
+        console.print(f"daemon pid {result.get('pid')} holds the lock but does not answer: {result.get('error')}")
+        return
+    index = result["index"]
+    table = Table(show_header=False, box=None)
+    for key, value in (
+        ("root", result["root"]), ("pid", result["pid"]), ("uptime", f"{result['uptime_s']:.0f} s"),
+        ("socket", result["socket"]),
+        ("index", f"{index['files']} files, {index['entities']} entities, {index['edges']} edges"),
+        ("commit", index["commit"] or "-"), ("worker", f"{index['state']} (queue {index['queue_depth']})"),
+        ("last error", result.get("last_error") or "-"),
+    ):
+        table.add_row(f"[bold]{key}[/]", str(value))
+    console.print(table)
+
+
+@main.command()
+@click.option("--full", is_flag=True, help="Re-parse every file, not just changed ones.")
+@click.pass_context
+def index(ctx: click.Context, full: bool) -> None:
+    """Bring the code index up to date; returns when it is current."""
+    layout = _layout_from(ctx)
+    if full:
+        # The index is a projection: dropping it is always safe.
+        if control.is_running(layout):
+            control.stop(layout)
+        for suffix in ("", "-wal", "-shm"):
+            Path(str(layout.index_db) + suffix).unlink(missing_ok=True)
+    with backend(layout, fresh=False) as be:
+        status = _index_with_progress(be)
+    index_state = status["index"]
+    result = index_state.get("last_refresh") or {}
+    console.print(
+        f"index current: {index_state['files']} files, {index_state['entities']} entities "
+        f"(parsed {result.get('parsed', 0)}, unchanged {result.get('unchanged', 0)}, removed {result.get('removed', 0)}) "
+        f"at {(index_state['commit'] or 'no commit')[:12]}"
+    )
+
+
+@main.command()
+@click.argument("query")
+@click.option("--kind", default=None, help="Only entities of this kind (file, class, function, method).")
+@click.option("--limit", default=20, show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def search(ctx: click.Context, query: str, kind: str | None, limit: int, as_json: bool) -> None:
+    """BM25 search over the code index."""
+    with backend(_layout_from(ctx)) as be:
+        hits = _call(be, "search", {"query": query, "kind": kind, "limit": limit})["hits"]
+    if as_json:
+        click.echo(json.dumps(hits, indent=2))
+        return
+    table = Table("score", "kind", "id", "lines")
+    for hit in hits:
+        table.add_row(f"{hit['score']:.2f}", hit["kind"], hit["id"], f"{hit['start_line']}-{hit['end_line']}")
+    console.print(table)
+
+
+@main.command()
+@click.argument("entity_id")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def show(ctx: click.Context, entity_id: str, as_json: bool) -> None:
+    """Show one entity: where it is, its signature, doc, edges both ways, usage."""
+    with backend(_layout_from(ctx)) as be:
+        result = _call(be, "entity.get", {"id": entity_id})
+    if as_json:
+        flat = {**result["entity"], **result["usage"], "edges": result["edges"]}
+        click.echo(json.dumps(flat, indent=2))
+        return
+    e = result["entity"]
+    console.print(f"[bold]{e['id']}[/]  {e['kind']}{' ' + e['subkind'] if e['subkind'] else ''}")
+    console.print(f"{e['path']}:{e['start_line']}-{e['end_line']}  ({e['language']}, hash {e['hash']})")
+    if e["signature"]:
+        console.print(e["signature"], markup=False)
+    if e["doc"]:
+        console.print(e["doc"], markup=False, style="dim")
+    for direction, label in (("out", "→"), ("in", "←")):
+        for edge in result["edges"][direction]:
+            console.print(f"  {label} {edge['kind']:9} {edge['id']}", markup=False)
+    u = result["usage"]
+    console.print(f"delivered {u['retrieval_count']}×, hits {u['used_count']}, misses {u['ignored_count']}")
+
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def stats(ctx: click.Context, as_json: bool) -> None:
+    """Index contents by language and kind, edges by kind, and ledger totals."""
+    with backend(_layout_from(ctx)) as be:
+        result = _call(be, "stats")
+    if as_json:
+        click.echo(json.dumps(result, indent=2))
+        return
+    table = Table("language", "kind", "entities", title="entities")
+    for row in result["entities"]:
+        table.add_row(row["language"], row["kind"], str(row["n"]))
+    console.print(table)
+    files = Table("language", "status", "files", title="files")
+    for row in result["files"]:
+        files.add_row(row["language"], row["status"], str(row["n"]))
+    console.print(files)
+    edges = Table("kind", "edges", title="edges")
+    for row in result["edges"]:
+        edges.add_row(row["kind"], str(row["n"]))
+    console.print(edges)
+    ledger = Table("ledger", "count", title="usage ledger")
+    for key, value in result["ledger"].items():
+        ledger.add_row(key, str(value))
+    console.print(ledger)
+
+
+@main.command()
+@click.argument("prompt")
+@click.option("--json", "as_json", is_flag=True, help="The pack with its items and scores.")
+@click.pass_context
+def context(ctx: click.Context, prompt: str, as_json: bool) -> None:
+    """Print the context pack for PROMPT exactly as the prompt hook would inject it."""
+    with backend(_layout_from(ctx)) as be:
+        pack = _call(be, "context.prompt", {"prompt": prompt, "session_id": "cli", "record": False})
+    if as_json:
+        click.echo(json.dumps(pack, indent=2))
+    else:
+        click.echo(pack["text"], nl=False)
+
+
+@main.command()
+@click.option("-n", "lines", default=40, show_default=True, help="How many lines from the end.")
+@click.option("--hook", is_flag=True, help="The hook client's log instead of the daemon's.")
+@click.pass_context
+def logs(ctx: click.Context, lines: int, hook: bool) -> None:
+    """Show the end of the daemon's (or the hook client's) log."""
+    layout = _layout_from(ctx)
+    path = layout.hook_log if hook else layout.daemon_log
+    if not path.exists():
+        console.print(f"no log yet at {path}")
+        return
+    tail = path.read_text(encoding="utf-8", errors="replace").splitlines()[-lines:]
+    click.echo("\n".join(tail))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,91 @@
+"""Configuration: ``.cogd/config.toml`` over built-in defaults.
+
+Standard library only (``tomllib``), because the hook client reads its deadline
+from here. Unknown keys are ignored so a newer config never breaks an older
+cogd; a malformed file raises :class:`ConfigError` with the parser's line and
+column, and callers on the hook path fall back to the defaults.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+# The pack must stay under Claude Code's 10,000-character limit on injected
+# text: beyond it the client swaps the pack for a 2 KB preview (clients.md).
+PACK_HARD_CAP_CHARS = 9_500
+
+
+class ConfigError(ValueError):
+    """The config file exists but cannot be parsed or holds a bad value."""
+
+
+@dataclass
+class HookConfig:
+    deadline_ms: int = 1500  # wall-clock budget of one hook process, start to exit
+
+
+@dataclass
+class PackConfig:
+    max_chars: int = 8000  # whole pack, rendered; capped at PACK_HARD_CAP_CHARS
+    max_items: int = 12  # full items; further candidates become one-line pointers
+    max_pointers: int = 8
+    excerpt_items: int = 3  # how many top items carry a body excerpt
+    excerpt_lines: int = 14
+    per_file_cap: int = 3  # diversity: at most this many items from one file
+
+
+@dataclass
+class IndexConfig:
+    max_file_bytes: int = 1 << 20  # files larger than this keep no code entities
+    refresh_debounce_ms: int = 1500  # minimum gap between freshness scans
+
+
+@dataclass
+class DaemonConfig:
+    idle_exit_s: int = 6 * 3600  # exit after this long without a request; 0 = never
+
+
+@dataclass
+class Config:
+    hook: HookConfig = field(default_factory=HookConfig)
+    pack: PackConfig = field(default_factory=PackConfig)
+    index: IndexConfig = field(default_factory=IndexConfig)
+    daemon: DaemonConfig = field(default_factory=DaemonConfig)
+
+
+def _apply(section: object, values: dict, where: str) -> None:
+    known = {f.name: f for f in fields(section)}  # type: ignore[arg-type]
+    for key, value in values.items():
+        if key not in known:
+            continue
+        current = getattr(section, key)
+        if type(current) is int and (type(value) is not int or value < 0):
+            raise ConfigError(f"{where}.{key} must be a non-negative integer, got {value!r}")
+        setattr(section, key, value)
+
+
+def load_config(path: Path | None) -> Config:
+    """Read ``path`` (a ``config.toml``) over the defaults.
+
+    A missing file gives the defaults. Raises ConfigError on a TOML syntax
+    error (message includes line and column) or a value of the wrong type.
+    ``COGD_HOOK_DEADLINE_MS`` in the environment overrides ``hook.deadline_ms``.
+    """
+    config = Config()
+    if path is not None and path.is_file():
+        try:
+            data = tomllib.loads(path.read_text(encoding="utf-8"))
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"{path}: {exc}") from exc
+        for name in ("hook", "pack", "index", "daemon"):
+            section = data.get(name)
+            if isinstance(section, dict):
+                _apply(getattr(config, name), section, name)
+    env = os.environ.get("COGD_HOOK_DEADLINE_MS")
+    if env and env.isdigit():
+        config.hook.deadline_ms = int(env)
+    config.pack.max_chars = min(config.pack.max_chars, PACK_HARD_CAP_CHARS)
+    return config

@@ -1,0 +1,133 @@
+"""Daemon lifecycle from the outside: is it running, start it, stop it.
+
+Standard library only (the hook client starts the daemon from here).
+
+Liveness is the lock, never a ping: the daemon holds an exclusive ``flock`` on
+``.cogd/run/daemon.lock`` for its whole life, so a daemon busy in a long
+reindex is still alive, and a crashed one (even ``kill -9``) releases it. To
+start a daemon, the starter takes that lock itself and hands the locked file
+descriptor to the child it spawns: the lock is held across the spawn, so many
+hooks racing to start the daemon yield exactly one.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from cogd.paths import Layout
+
+
+def try_lock(layout: Layout) -> int | None:
+    """Take the daemon lock without waiting; return the locked fd, or None if held.
+
+    The caller owns the fd: closing it (or exiting) releases the lock.
+    Raises OSError when ``.cogd/run`` cannot be created.
+    """
+    layout.run_dir.mkdir(parents=True, exist_ok=True)
+    fd = os.open(layout.lock_file, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def read_pid(layout: Layout) -> dict | None:
+    """The daemon's pid file (``pid``, ``started_at``, ``socket``), or None."""
+    try:
+        return json.loads(layout.pid_file.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def is_running(layout: Layout) -> bool:
+    """True when some process holds the daemon lock."""
+    if not layout.lock_file.exists():
+        return False
+    fd = try_lock(layout)
+    if fd is None:
+        return True
+    os.close(fd)
+    return False
+
+
+def spawn(layout: Layout, python: str | None = None) -> bool:
+    """Start the daemon in the background unless one runs. Returns True if started.
+
+    Does not wait for the socket: callers that need it use :func:`wait_ready`.
+    The child runs in its own session with stdio on /dev/null, so it survives
+    the hook or terminal that started it.
+    """
+    layout.ensure()
+    fd = try_lock(layout)
+    if fd is None:
+        return False
+    try:
+        os.set_inheritable(fd, True)
+        subprocess.Popen(
+            [python or sys.executable, "-m", "cogd.daemon", "--root", str(layout.root), "--lock-fd", str(fd)],
+            pass_fds=(fd,),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+            cwd=str(layout.root),
+        )
+    finally:
+        os.close(fd)  # the child holds its own copy of the locked descriptor
+    return True
+
+
+def wait_ready(layout: Layout, timeout: float = 30.0) -> bool:
+    """Wait until the daemon answers ``status`` (True) or ``timeout`` seconds pass."""
+    from cogd.daemon.client import DaemonUnavailable, call
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            call(layout.socket_path, "status", {}, timeout=2.0)
+            return True
+        except DaemonUnavailable:
+            if not is_running(layout):
+                time.sleep(0.05)
+                if not is_running(layout):
+                    return False  # the daemon died (see .cogd/logs/daemon.log)
+            time.sleep(0.05)
+    return False
+
+
+def stop(layout: Layout, timeout: float = 15.0) -> bool:
+    """Stop the running daemon: SIGTERM, then wait for the lock to be released.
+
+    Returns True when no daemon runs afterwards. Falls back to SIGKILL after
+    ``timeout`` seconds.
+    """
+    info = read_pid(layout)
+    if not is_running(layout):
+        return True
+    pid = info.get("pid") if info else None
+    if not isinstance(pid, int):
+        return False
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        pass
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not is_running(layout):
+            return True
+        time.sleep(0.05)
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    time.sleep(0.2)
+    return not is_running(layout)

@@ -1,0 +1,211 @@
+"""The daemon process: lock, socket, JSON-RPC loop, shutdown.
+
+``run(root, lock_fd)`` is the whole life of one daemon: hold the lock, clean
+up what a crashed predecessor left (stale socket and pid file), bind the
+socket with mode 0600, serve requests on a thread pool, and leave on SIGTERM,
+SIGINT, ``daemon.shutdown``, idle timeout, or when ``.cogd/`` is deleted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import json
+import logging
+import logging.handlers
+import os
+import signal
+import time
+from pathlib import Path
+
+from cogd.config import Config, ConfigError, load_config
+from cogd.daemon import control
+from cogd.daemon.protocol import (
+    INVALID_REQUEST,
+    MAX_LINE_BYTES,
+    PARSE_ERROR,
+    RpcError,
+    encode,
+    error_response,
+    response,
+)
+from cogd.daemon.service import Service
+from cogd.paths import Layout
+
+log = logging.getLogger("cogd.daemon")
+
+HOUSEKEEPING_S = 1.0
+
+
+def _setup_logging(layout: Layout, foreground: bool) -> None:
+    root_logger = logging.getLogger("cogd")
+    root_logger.setLevel(logging.INFO)
+    handler = logging.handlers.RotatingFileHandler(layout.daemon_log, maxBytes=1 << 20, backupCount=3, encoding="utf-8")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(process)d %(levelname)s %(name)s: %(message)s"))
+    root_logger.addHandler(handler)
+    if foreground:
+        root_logger.addHandler(logging.StreamHandler())
+
+
+class Daemon:
+    def __init__(self, layout: Layout, config: Config, lock_fd: int):
+        self.layout = layout
+        self.config = config
+        self.lock_fd = lock_fd
+        self.lock_ino = os.fstat(lock_fd).st_ino
+        self.socket_path = layout.socket_path
+        self.service: Service | None = None
+        self.pool = concurrent.futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix="cogd-req")
+        self.stop_event: asyncio.Event | None = None
+        self.stop_reason = ""
+
+    def request_stop(self, reason: str) -> None:
+        if self.stop_event is not None and not self.stop_event.is_set():
+            self.stop_reason = reason
+            log.info("stopping: %s", reason)
+            self.stop_event.set()
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            while True:
+                try:
+                    line = await reader.readline()
+                except (asyncio.LimitOverrunError, ValueError):
+                    writer.write(encode(error_response(None, RpcError("bad_request", "request line too long", INVALID_REQUEST))))
+                    break
+                if not line:
+                    break
+                answer = await loop.run_in_executor(self.pool, self._answer, line)
+                if answer is not None:
+                    writer.write(encode(answer))
+                    await writer.drain()
+        except (ConnectionError, BrokenPipeError):
+            pass
+        finally:
+            try:
+                writer.close()
+            except Exception:
+                pass
+
+    def _answer(self, line: bytes) -> dict | None:
+        """One request line → one response object (None for a notification)."""
+        try:
+            message = json.loads(line)
+        except (ValueError, UnicodeDecodeError) as exc:
+            return error_response(None, RpcError("bad_request", f"parse error: {exc}", PARSE_ERROR))
+        if not isinstance(message, dict) or message.get("jsonrpc") != "2.0" or not isinstance(message.get("method"), str):
+            return error_response(
+                message.get("id") if isinstance(message, dict) else None,
+                RpcError("bad_request", "not a JSON-RPC 2.0 request", INVALID_REQUEST),
+            )
+        request_id = message.get("id")
+        method = message["method"]
+        params = message.get("params", {})
+        try:
+            if method == "daemon.shutdown":
+                asyncio.run_coroutine_threadsafe(self._stop_soon("daemon.shutdown"), self.loop)
+                result: object = {"ok": True}
+            else:
+                assert self.service is not None
+                result = self.service.call(method, params)
+        except RpcError as exc:
+            return error_response(request_id, exc)
+        if "id" not in message:
+            return None
+        return response(request_id, result)
+
+    async def _stop_soon(self, reason: str) -> None:
+        self.request_stop(reason)
+
+    def _lock_file_still_ours(self) -> bool:
+        try:
+            return os.stat(self.layout.lock_file).st_ino == self.lock_ino
+        except OSError:
+            return False
+
+    async def _housekeeping(self) -> None:
+        idle = self.config.daemon.idle_exit_s
+        while not self.stop_event.is_set():
+            await asyncio.sleep(HOUSEKEEPING_S)
+            if not self._lock_file_still_ours():
+                self.request_stop(".cogd/ was removed or replaced")
+            elif not self.socket_path.exists():
+                self.request_stop("socket file was removed")
+            elif idle and self.service and time.monotonic() - self.service.last_request_at > idle:
+                if self.service.worker.state == "idle":
+                    self.request_stop(f"idle for {idle} s")
+
+    def _write_pid(self) -> None:
+        info = {"pid": os.getpid(), "started_at": time.time(), "socket": str(self.socket_path), "root": str(self.layout.root)}
+        tmp = self.layout.pid_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(info), encoding="utf-8")
+        os.replace(tmp, self.layout.pid_file)
+
+    async def main(self) -> None:
+        self.loop = asyncio.get_running_loop()
+        self.stop_event = asyncio.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            self.loop.add_signal_handler(sig, self.request_stop, signal.Signals(sig).name)
+        # We hold the lock, so whatever socket is there belongs to a dead daemon.
+        try:
+            self.socket_path.unlink()
+        except FileNotFoundError:
+            pass
+        old_umask = os.umask(0o177)  # the socket is born 0600: no window where others can connect
+        try:
+            server = await asyncio.start_unix_server(self._handle, path=str(self.socket_path), limit=MAX_LINE_BYTES)
+        finally:
+            os.umask(old_umask)
+        os.chmod(self.socket_path, 0o600)
+        self._write_pid()
+        self.service = Service(self.layout, self.config)
+        log.info("serving %s on %s (pid %d)", self.layout.root, self.socket_path, os.getpid())
+        housekeeping = asyncio.create_task(self._housekeeping())
+        async with server:
+            await self.stop_event.wait()
+        housekeeping.cancel()
+        server.close()
+
+    def cleanup(self) -> None:
+        if self.service is not None:
+            self.service.close()  # finishes the file being written, commits
+        self.pool.shutdown(wait=True, cancel_futures=True)
+        if self._lock_file_still_ours():
+            for path in (self.socket_path, self.layout.pid_file):
+                try:
+                    path.unlink()
+                except FileNotFoundError:
+                    pass
+        log.info("stopped (%s)", self.stop_reason or "exit")
+
+
+def run(root: Path, lock_fd: int | None = None, foreground: bool = False) -> int:
+    """Run the daemon for ``root`` until stopped. Returns a process exit code.
+
+    ``lock_fd``: an already-locked descriptor of the daemon lock handed over
+    by :func:`cogd.daemon.control.spawn`; None takes the lock here. Returns 3
+    when another daemon holds the lock.
+    """
+    layout = Layout(root.resolve()).ensure()
+    if lock_fd is None:
+        lock_fd = control.try_lock(layout)
+        if lock_fd is None:
+            print(f"cogd: a daemon already runs for {layout.root}")
+            return 3
+    _setup_logging(layout, foreground)
+    try:
+        config = load_config(layout.config_file)
+    except ConfigError as exc:
+        log.error("bad config, using defaults: %s", exc)
+        config = Config()
+    daemon = Daemon(layout, config, lock_fd)
+    try:
+        asyncio.run(daemon.main())
+    except Exception:
+        log.exception("daemon crashed")
+        return 1
+    finally:
+        daemon.cleanup()
+        os.close(lock_fd)
+    return 0

@@ -1,0 +1,258 @@
+"""The daemon's methods, independent of the socket: one object, thread-safe.
+
+The server runs each request on a thread pool and calls :meth:`Service.call`.
+Reads use one SQLite connection per thread and see the last committed index;
+index writes happen on the index worker's thread; ledger writes go through
+the ledger's own lock. Every payload from a client is untrusted: methods
+validate shapes and raise :class:`RpcError` (``bad_request``) rather than fail.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sqlite3
+import threading
+import time
+from pathlib import Path
+
+from cogd import __version__
+from cogd.config import Config
+from cogd.daemon.protocol import INVALID_PARAMS, METHOD_NOT_FOUND, PROTOCOL_VERSION, RpcError
+from cogd.daemon.worker import IndexWorker
+from cogd.index import store
+from cogd.index.sources import recently_changed_files
+from cogd.paths import Layout
+from cogd.retrieve.lexical import bm25_search
+from cogd.retrieve.pack import overview_pack, prompt_pack
+from cogd.usage.ledger import Ledger
+from cogd.usage.touches import touches_from_tool_use
+
+log = logging.getLogger("cogd.service")
+
+SESSION_ID_MAX = 200
+
+
+def _clean_text(value: object, name: str, *, required: bool = False, limit: int = 2_000_000) -> str:
+    """A client string made safe for SQLite: lone surrogates replaced, length capped."""
+    if value is None and not required:
+        return ""
+    if not isinstance(value, str):
+        raise RpcError("bad_request", f"{name} must be a string", INVALID_PARAMS)
+    return value[:limit].encode("utf-8", errors="replace").decode("utf-8")
+
+
+def _session_id(params: dict) -> str:
+    return _clean_text(params.get("session_id"), "session_id")[:SESSION_ID_MAX] or "unknown"
+
+
+class Service:
+    """All daemon methods. ``call(method, params)`` is the single entry point."""
+
+    def __init__(self, layout: Layout, config: Config, *, start_index: bool = True):
+        self.layout = layout
+        self.config = config
+        self.started_at = time.time()
+        self.last_request_at = time.monotonic()
+        self.last_error: str | None = None
+        self.requests = 0
+        self._local = threading.local()
+        store.connect(layout.index_db).close()  # schema exists before any reader opens it
+        self.ledger = Ledger(layout.state_db)
+        self.worker = IndexWorker(layout.root, layout.index_db, config.index.max_file_bytes)
+        self._methods = {
+            "status": self.status,
+            "context.session_start": self.context_session_start,
+            "context.prompt": self.context_prompt,
+            "usage.tool_use": self.usage_tool_use,
+            "session.end": self.session_end,
+            "index.touch": self.index_touch,
+            "index.refresh": self.index_refresh,
+            "search": self.search,
+            "entity.get": self.entity_get,
+            "stats": self.stats,
+        }
+        if start_index:
+            self.worker.request(None)
+
+    def close(self) -> None:
+        self.worker.stop()
+        self.ledger.close()
+
+    # ---- plumbing -------------------------------------------------------
+    def call(self, method: str, params: dict) -> object:
+        """Dispatch one request. Raises RpcError (never anything else)."""
+        handler = self._methods.get(method)
+        if handler is None:
+            raise RpcError("not_found", f"unknown method {method!r}", METHOD_NOT_FOUND)
+        if not isinstance(params, dict):
+            raise RpcError("bad_request", "params must be an object", INVALID_PARAMS)
+        self.requests += 1
+        self.last_request_at = time.monotonic()
+        try:
+            return handler(params)
+        except RpcError:
+            raise
+        except sqlite3.Error as exc:
+            self.last_error = f"{method}: {exc}"
+            log.exception("database error in %s", method)
+            raise RpcError("internal", f"database error: {exc}") from exc
+        except Exception as exc:
+            self.last_error = f"{method}: {exc.__class__.__name__}: {exc}"
+            log.exception("error in %s", method)
+            raise RpcError("internal", f"{exc.__class__.__name__}: {exc}") from exc
+
+    def _reader(self) -> sqlite3.Connection:
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = store.connect(self.layout.index_db, readonly=True)
+            self._local.conn = conn
+        return conn
+
+    def _keep_fresh(self) -> None:
+        """Queue a cheap stat-scan refresh if none ran recently (no waiting).
+
+        Until the file watcher lands this is what carries edits into the
+        index: the next pack sees what the agent saved before this one.
+        """
+        gap = self.config.index.refresh_debounce_ms / 1000
+        if self.worker.queue_depth == 0 and time.monotonic() - self.worker.last_refresh_started > gap:
+            self.worker.request(None)
+
+    # ---- methods ----------------------------------------------------------
+    def status(self, params: dict) -> dict:
+        conn = self._reader()
+        counts = store.counts(conn)
+        result = self.worker.last_result
+        return {
+            "version": __version__,
+            "protocol": PROTOCOL_VERSION,
+            "pid": os.getpid(),
+            "root": str(self.layout.root),
+            "socket": str(self.layout.socket_path),
+            "uptime_s": round(time.time() - self.started_at, 3),
+            "requests": self.requests,
+            "last_error": self.last_error or self.worker.last_error,
+            "index": {
+                **counts,
+                "commit": store.get_meta(conn, "commit") or None,
+                "indexed_at": float(store.get_meta(conn, "indexed_at") or 0) or None,
+                "state": self.worker.state,
+                "progress": dict(self.worker.progress),
+                "queue_depth": self.worker.queue_depth,
+                "completed_ticket": self.worker.completed,
+                "refreshes": self.worker.refreshes,
+                "last_refresh": result.as_dict() if result else None,
+            },
+        }
+
+    def _deliver(self, params: dict, event: str, source: str, query: str, pack) -> dict:
+        record = params.get("record", True) is not False
+        delivery_id = None
+        if record and pack.text:
+            delivery_id = self.ledger.record_delivery(
+                _session_id(params), event, source, query, pack.text, [i.as_dict() for i in pack.items]
+            )
+        return {**pack.as_dict(), "delivery_id": delivery_id}
+
+    def context_session_start(self, params: dict) -> dict:
+        source = _clean_text(params.get("source"), "source")[:40] or "startup"
+        self._keep_fresh()
+        recent = recently_changed_files(self.layout.root)
+        pack = overview_pack(self._reader(), self.layout.root, recent, self.config.pack)
+        return self._deliver(params, "session_start", source, "", pack)
+
+    def context_prompt(self, params: dict) -> dict:
+        prompt = _clean_text(params.get("prompt"), "prompt", required=True)
+        self._keep_fresh()
+        pack = prompt_pack(self._reader(), self.layout.root, prompt, self.config.pack)
+        return self._deliver(params, "prompt", "", prompt, pack)
+
+    def usage_tool_use(self, params: dict) -> dict:
+        payload = params.get("payload")
+        if not isinstance(payload, dict):
+            raise RpcError("bad_request", "payload must be the PostToolUse object", INVALID_PARAMS)
+        tool = _clean_text(payload.get("tool_name"), "tool_name")[:200] or "unknown"
+        touches = touches_from_tool_use(payload, self.layout.root)
+        tool_use_id = payload.get("tool_use_id") if isinstance(payload.get("tool_use_id"), str) else ""
+        row = self.ledger.record_tool_use(_session_id(payload), tool, tool_use_id[:200], touches)
+        if tool in ("Edit", "MultiEdit", "Write", "NotebookEdit") and touches:
+            self.worker.request(sorted({t.path for t in touches}))
+        return {"tool_use": row, "touches": [t.as_dict() for t in touches]}
+
+    def session_end(self, params: dict) -> dict:
+        reason = _clean_text(params.get("reason"), "reason")[:80] or "other"
+        self.ledger.end_session(_session_id(params), reason)
+        return {"ok": True}
+
+    def index_touch(self, params: dict) -> dict:
+        paths = params.get("paths")
+        if not isinstance(paths, list) or not all(isinstance(p, str) for p in paths):
+            raise RpcError("bad_request", "paths must be a list of strings", INVALID_PARAMS)
+        rel = []
+        for raw in paths[:10_000]:
+            full = os.path.normpath(os.path.join(self.layout.root, raw))
+            relative = os.path.relpath(full, self.layout.root)
+            if not relative.startswith(".."):
+                rel.append(relative.replace(os.sep, "/"))
+        ticket = self.worker.request(rel)
+        if params.get("wait"):
+            self.worker.wait(ticket, timeout=float(params.get("timeout_s", 60)))
+        return {"queued": rel, "ticket": ticket}
+
+    def index_refresh(self, params: dict) -> dict:
+        ticket = self.worker.request(None)
+        if params.get("wait", True):
+            done = self.worker.wait(ticket, timeout=float(params.get("timeout_s", 3600)))
+            result = self.worker.last_result
+            return {"ticket": ticket, "done": done, "result": result.as_dict() if result else None}
+        return {"ticket": ticket, "done": False, "result": None}
+
+    def search(self, params: dict) -> dict:
+        query = _clean_text(params.get("query"), "query", required=True)
+        kind = params.get("kind")
+        kinds = (kind,) if isinstance(kind, str) and kind else None
+        limit = params.get("limit", 20)
+        if not isinstance(limit, int) or not 0 < limit <= 1000:
+            raise RpcError("bad_request", "limit must be an integer in 1..1000", INVALID_PARAMS)
+        hits = bm25_search(self._reader(), query, limit=limit, kinds=kinds)
+        return {"hits": [{**h.__dict__, "score": round(h.score, 4)} for h in hits]}
+
+    def entity_get(self, params: dict) -> dict:
+        entity_id = _clean_text(params.get("id"), "id", required=True)
+        conn = self._reader()
+        row = conn.execute("SELECT * FROM entities WHERE id = ?", (entity_id,)).fetchone()
+        if row is None:
+            raise RpcError("not_found", f"no entity {entity_id!r}", data={"id": entity_id})
+        entity = {k: row[k] for k in row.keys() if k != "rowid"}
+        outgoing = [dict(r) for r in conn.execute("SELECT dst AS id, kind FROM edges WHERE src = ? ORDER BY kind, dst", (entity_id,))]
+        incoming = [dict(r) for r in conn.execute("SELECT src AS id, kind FROM edges WHERE dst = ? ORDER BY kind, src", (entity_id,))]
+        body = conn.execute("SELECT body FROM entities_fts WHERE rowid = ?", (row["rowid"],)).fetchone()
+        return {
+            "entity": entity,
+            "edges": {"out": outgoing, "in": incoming},
+            "body": body[0] if body else "",
+            "usage": self.ledger.entity_usage(entity_id),
+        }
+
+    def stats(self, params: dict) -> dict:
+        conn = self._reader()
+        by_lang_kind = [dict(r) for r in conn.execute(
+            "SELECT language, kind, count(*) AS n FROM entities GROUP BY language, kind ORDER BY language, kind")]
+        edges = [dict(r) for r in conn.execute("SELECT kind, count(*) AS n FROM edges GROUP BY kind ORDER BY kind")]
+        files = [dict(r) for r in conn.execute(
+            "SELECT language, status, count(*) AS n FROM files GROUP BY language, status ORDER BY language, status")]
+        indexed_at = float(store.get_meta(conn, "indexed_at") or 0)
+        return {
+            "index": {**store.counts(conn), "commit": store.get_meta(conn, "commit") or None,
+                      "indexed_at": indexed_at or None},
+            "entities": by_lang_kind,
+            "edges": edges,
+            "files": files,
+            "ledger": self.ledger.totals(),
+        }
+
+
+def open_service(root: Path, config: Config, *, start_index: bool = True) -> Service:
+    """A Service for ``root`` (used in-process by the CLI when no daemon runs)."""
+    return Service(Layout(root).ensure(), config, start_index=start_index)

@@ -1,0 +1,123 @@
+"""The index worker: one thread that owns the index writer and runs refreshes.
+
+Requests coalesce: any number of "refresh these paths" and "refresh all"
+requests made while a refresh runs become one next refresh. Each request gets
+a ticket; :meth:`IndexWorker.wait` returns once a refresh that started after
+the request has committed, which is what "return only when the index is
+current" means for ``cogd index``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from pathlib import Path
+
+from cogd.index.indexer import Indexer, RefreshResult
+
+log = logging.getLogger("cogd.worker")
+
+
+class _Stopping(Exception):
+    """Raised inside a refresh to abandon it between files at shutdown."""
+
+
+class IndexWorker:
+    """Runs :class:`Indexer` refreshes on a private thread."""
+
+    def __init__(self, root: Path, db_path: Path, max_file_bytes: int):
+        self._root, self._db_path, self._max_file_bytes = root, db_path, max_file_bytes
+        self._cond = threading.Condition()
+        self._pending_all = False
+        self._pending_paths: set[str] = set()
+        self._requested = 0  # last ticket handed out
+        self._completed = 0  # every ticket <= this has been served
+        self._stopping = False
+        self.state = "idle"  # idle | indexing
+        self.progress = {"done": 0, "total": 0, "path": ""}
+        self.last_result: RefreshResult | None = None
+        self.last_error: str | None = None
+        self.last_refresh_started = 0.0  # monotonic seconds
+        self.refreshes = 0
+        self._thread = threading.Thread(target=self._run, name="cogd-index", daemon=True)
+        self._thread.start()
+
+    def request(self, paths: list[str] | None = None) -> int:
+        """Queue a refresh of ``paths`` (None = whole tree). Returns a ticket for :meth:`wait`."""
+        with self._cond:
+            if paths is None:
+                self._pending_all = True
+            else:
+                self._pending_paths.update(paths)
+            self._requested += 1
+            self._cond.notify_all()
+            return self._requested
+
+    def wait(self, ticket: int, timeout: float | None = None) -> bool:
+        """Block until ``ticket`` is served; False on timeout or shutdown."""
+        with self._cond:
+            return self._cond.wait_for(lambda: self._completed >= ticket or self._stopping, timeout) and not (
+                self._completed < ticket
+            )
+
+    @property
+    def completed(self) -> int:
+        """The highest ticket served so far."""
+        with self._cond:
+            return self._completed
+
+    @property
+    def queue_depth(self) -> int:
+        with self._cond:
+            return self._requested - self._completed
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Finish the file being written, commit, and end the thread."""
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
+        self._thread.join(timeout)
+
+    def _progress(self, done: int, total: int, path: str) -> None:
+        self.progress = {"done": done, "total": total, "path": path}
+        if self._stopping:
+            raise _Stopping
+
+    def _run(self) -> None:
+        indexer = Indexer(self._root, self._db_path, self._max_file_bytes)
+        try:
+            while True:
+                with self._cond:
+                    self._cond.wait_for(lambda: self._stopping or self._pending_all or self._pending_paths)
+                    if self._stopping:
+                        return
+                    paths = None if self._pending_all else sorted(self._pending_paths)
+                    self._pending_all, self._pending_paths = False, set()
+                    ticket = self._requested
+                    self.state = "indexing"
+                    self.progress = {"done": 0, "total": 0, "path": ""}
+                self.last_refresh_started = time.monotonic()
+                try:
+                    result = indexer.refresh(paths, progress=self._progress)
+                    self.last_result = result
+                    self.last_error = None
+                    self.refreshes += 1
+                    if result.parsed or result.removed:
+                        log.info("refresh: %s", result.as_dict())
+                except _Stopping:
+                    indexer.conn.commit()  # keep the files already written
+                    return
+                except Exception as exc:  # keep serving the last committed index
+                    log.exception("refresh failed")
+                    self.last_error = f"{exc.__class__.__name__}: {exc}"
+                    indexer.conn.rollback()
+                with self._cond:
+                    self._completed = ticket
+                    self.state = "idle"
+                    self._cond.notify_all()
+        finally:
+            with self._cond:
+                self.state = "stopped"
+                self._cond.notify_all()
+            indexer.close()

@@ -1,0 +1,215 @@
+"""``cogd-hook EVENT``: the process a client (Claude Code, an editor) runs per hook.
+
+Reads the client's JSON payload on stdin, finds the repository from its
+``cwd``, makes one JSON-RPC call to the repository's daemon and prints the
+answer in Claude Code's form. Events: ``session-start``, ``prompt-submit``,
+``post-tool-use``, ``session-end``, ``file-save PATH...`` (no stdin).
+
+It must never break the agent's session. Whatever happens — no daemon, a
+malformed payload, a timeout, a bug — it prints nothing, exits 0 within its
+deadline (default 1.5 s; ``[hook] deadline_ms`` in ``.cogd/config.toml`` or
+``COGD_HOOK_DEADLINE_MS``), and logs why in ``.cogd/logs/hook.log``. For the
+two context events it also starts the daemon in the background, so the next
+hook finds one.
+
+Standard library only, and only light modules: this is the hot path.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+
+from cogd.daemon.client import DaemonUnavailable, RemoteError, call
+from cogd.paths import Layout, find_root
+
+DEFAULT_DEADLINE_MS = 1500
+SOCKET_MARGIN_S = 0.05  # left for printing and exiting after the call
+MAX_STDIN_BYTES = 256 * 1024 * 1024
+LOG_MAX_BYTES = 1 << 20
+
+# event → (JSON-RPC method, Claude Code hookEventName when the event injects context)
+EVENTS: dict[str, tuple[str, str | None]] = {
+    "session-start": ("context.session_start", "SessionStart"),
+    "prompt-submit": ("context.prompt", "UserPromptSubmit"),
+    "post-tool-use": ("usage.tool_use", None),
+    "session-end": ("session.end", None),
+    "file-save": ("index.touch", None),
+}
+
+# PostToolUse fields that can be megabytes and that touch parsing never reads.
+_BULKY_INPUT = ("content", "old_string", "new_string", "edits", "new_source")
+_BULKY_RESPONSE = ("originalFile", "originalFileContents", "oldString", "newString", "stdout", "stderr", "edits", "usage")
+
+
+class _Log:
+    """Appends one line per notable outcome to ``.cogd/logs/hook.log`` (or the user log)."""
+
+    def __init__(self) -> None:
+        self.path: str | None = None
+        self.event = "?"
+        self.started = time.monotonic()
+
+    def __call__(self, message: str) -> None:
+        path = self.path or os.path.join(
+            os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state"), "cogd", "hook.log"
+        )
+        try:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            if os.path.exists(path) and os.path.getsize(path) > LOG_MAX_BYTES:
+                os.replace(path, path + ".1")
+            elapsed = (time.monotonic() - self.started) * 1000
+            stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
+            with open(path, "a", encoding="utf-8", errors="replace") as fh:
+                fh.write(f"{stamp} pid={os.getpid()} event={self.event} {elapsed:.0f}ms {message}\n")
+        except OSError:
+            pass
+
+
+log = _Log()
+
+
+def _deadline_ms(layout: Layout | None) -> int:
+    env = os.environ.get("COGD_HOOK_DEADLINE_MS", "")
+    if env.isdigit():
+        return int(env)
+    if layout is not None and layout.config_file.is_file():
+        try:
+            import tomllib  # only when a config exists
+
+            value = tomllib.loads(layout.config_file.read_text(encoding="utf-8")).get("hook", {}).get("deadline_ms")
+            if isinstance(value, int) and value > 0:
+                return value
+        except Exception as exc:  # a broken config must not break the hook
+            log(f"config ignored: {exc}")
+    return DEFAULT_DEADLINE_MS
+
+
+def _arm(deadline_s: float) -> None:
+    def expire(signum, frame):  # noqa: ARG001
+        log("deadline reached: exit 0 with no output")
+        os._exit(0)
+
+    signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, max(deadline_s, 0.001))
+
+
+def _read_payload() -> dict:
+    raw = sys.stdin.buffer.read(MAX_STDIN_BYTES)
+    if not raw.strip():
+        raise ValueError("empty stdin")
+    data = json.loads(raw.decode("utf-8", errors="replace"))
+    if not isinstance(data, dict):
+        raise ValueError(f"payload is a JSON {type(data).__name__}, not an object")
+    return data
+
+
+def _slim_tool_payload(payload: dict) -> dict:
+    """Drop the bulky fields of a PostToolUse payload before sending it."""
+    slim = dict(payload)
+    tool_input = payload.get("tool_input")
+    if isinstance(tool_input, dict):
+        slim["tool_input"] = {k: v for k, v in tool_input.items() if k not in _BULKY_INPUT}
+    response = payload.get("tool_response")
+    if isinstance(response, dict):
+        response = {k: v for k, v in response.items() if k not in _BULKY_RESPONSE}
+        if isinstance(response.get("file"), dict):
+            response["file"] = {k: v for k, v in response["file"].items() if k != "content"}
+        if isinstance(response.get("structuredPatch"), list):
+            response["structuredPatch"] = [
+                {k: v for k, v in h.items() if k != "lines"} if isinstance(h, dict) else h
+                for h in response["structuredPatch"]
+            ]
+        slim["tool_response"] = response
+    return slim
+
+
+def _params(event: str, payload: dict, argv: list[str]) -> dict:
+    session = payload.get("session_id")
+    if event == "session-start":
+        return {"session_id": session, "source": payload.get("source")}
+    if event == "prompt-submit":
+        return {"session_id": session, "prompt": payload.get("prompt")}
+    if event == "post-tool-use":
+        return {"payload": _slim_tool_payload(payload)}
+    if event == "session-end":
+        return {"session_id": session, "reason": payload.get("reason")}
+    return {"paths": [os.path.abspath(p) for p in argv]}
+
+
+def _spawn_daemon(layout: Layout) -> None:
+    try:
+        from cogd.daemon.control import spawn
+
+        if spawn(layout):
+            log("no daemon answered: started one in the background for next time")
+    except Exception as exc:
+        log(f"could not start the daemon: {exc.__class__.__name__}: {exc}")
+
+
+def run(argv: list[str]) -> str | None:
+    """Do the hook's work; return what to print (None for nothing). May raise."""
+    event = argv[0] if argv else ""
+    log.event = event or "?"
+    if event not in EVENTS:
+        raise ValueError(f"unknown event {event!r}; expected one of {', '.join(EVENTS)}")
+    method, hook_event_name = EVENTS[event]
+    if event == "file-save":
+        payload: dict = {}
+        where = argv[1] if len(argv) > 1 else os.getcwd()
+    else:
+        payload = _read_payload()
+        cwd = payload.get("cwd")
+        where = cwd if isinstance(cwd, str) and cwd else os.environ.get("CLAUDE_PROJECT_DIR") or os.getcwd()
+    root = find_root(where)
+    if root is None:
+        raise LookupError(f"{where!r} is not inside a repository")
+    layout = Layout(root)
+    if layout.logs_dir.is_dir():
+        log.path = str(layout.hook_log)
+    deadline_s = _deadline_ms(layout) / 1000
+    remaining = deadline_s - (time.monotonic() - log.started)
+    _arm(remaining)
+    try:
+        result = call(layout.socket_path, method, _params(event, payload, argv[1:]), timeout=max(remaining - SOCKET_MARGIN_S, 0.01))
+    except DaemonUnavailable as exc:
+        log(f"daemon unavailable: {exc}")
+        if hook_event_name is not None:
+            _spawn_daemon(layout)
+        return None
+    except RemoteError as exc:
+        log(f"daemon refused the request ({exc.kind}): {exc}")
+        return None
+    if hook_event_name is None or not isinstance(result, dict):
+        return None
+    text = result.get("text")
+    if not isinstance(text, str) or not text:
+        return None
+    return json.dumps({"hookSpecificOutput": {"hookEventName": hook_event_name, "additionalContext": text}})
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Console entry point. Always returns 0."""
+    argv = sys.argv[1:] if argv is None else argv
+    env = os.environ.get("COGD_HOOK_DEADLINE_MS", "")
+    _arm((int(env) if env.isdigit() else DEFAULT_DEADLINE_MS) / 1000)  # covers reading stdin too
+    try:
+        output = run(argv)
+    except BaseException as exc:  # noqa: BLE001 — nothing may escape to the agent
+        log(f"no context: {exc.__class__.__name__}: {str(exc)[:300]}")
+        output = None
+    signal.setitimer(signal.ITIMER_REAL, 0)
+    if output:
+        try:
+            sys.stdout.write(output + "\n")
+            sys.stdout.flush()
+        except OSError:
+            pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,172 @@
+"""The code index projection: SQLite tables for files, entities, edges and FTS5.
+
+``.cogd/index/index.db`` is a projection (DESIGN.md §1): it can be deleted and
+rebuilt from the work tree at any time. One writer (the indexer); any number of
+readers, which WAL mode serves from the last committed state while a write is
+under way.
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+from pathlib import Path
+
+from cogd.index.extract import Entity, ParsedFile
+
+SCHEMA_VERSION = "1"
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS files (
+    path TEXT PRIMARY KEY,
+    language TEXT NOT NULL,
+    hash TEXT NOT NULL,
+    size INTEGER NOT NULL,
+    mtime_ns INTEGER NOT NULL,   -- 0 when too recent to trust (racy clean check)
+    status TEXT NOT NULL,        -- ok | too_large | binary | unreadable
+    indexed_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS entities (
+    rowid INTEGER PRIMARY KEY,
+    id TEXT NOT NULL UNIQUE,
+    kind TEXT NOT NULL,
+    subkind TEXT NOT NULL DEFAULT '',
+    path TEXT NOT NULL,
+    name TEXT NOT NULL,
+    qualname TEXT NOT NULL,
+    start_line INTEGER NOT NULL,
+    end_line INTEGER NOT NULL,
+    language TEXT NOT NULL,
+    signature TEXT NOT NULL DEFAULT '',
+    doc TEXT NOT NULL DEFAULT '',
+    hash TEXT NOT NULL,
+    parent_id TEXT
+);
+CREATE INDEX IF NOT EXISTS entities_path ON entities(path);
+CREATE INDEX IF NOT EXISTS entities_kind ON entities(kind);
+CREATE TABLE IF NOT EXISTS edges (
+    src TEXT NOT NULL,
+    dst TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    path TEXT NOT NULL,          -- the file whose parse produced the edge
+    PRIMARY KEY (src, dst, kind)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS edges_dst ON edges(dst, kind);
+CREATE INDEX IF NOT EXISTS edges_path ON edges(path);
+CREATE VIRTUAL TABLE IF NOT EXISTS entities_fts USING fts5(
+    path, name, signature, doc, body,
+    tokenize = 'porter unicode61 remove_diacritics 2'
+);
+"""
+
+ENTITY_COLUMNS = (
+    "id", "kind", "subkind", "path", "name", "qualname", "start_line", "end_line",
+    "language", "signature", "doc", "hash", "parent_id",
+)
+
+_CAMEL = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|\d+")
+
+
+def split_identifier(text: str) -> str:
+    """Words of every identifier in ``text``: ``getHTTPResponse_code`` → ``get HTTP Response code``.
+
+    FTS5's unicode61 tokenizer already splits on ``_`` and ``.``; this adds the
+    camelCase boundaries it cannot see, so "email message" finds ``EmailMessage``.
+    """
+    return " ".join(_CAMEL.findall(text))
+
+
+def connect(path: Path, *, readonly: bool = False) -> sqlite3.Connection:
+    """Open the index database in WAL mode (creating the schema unless ``readonly``).
+
+    ``check_same_thread`` stays on: give each thread its own connection.
+    Raises sqlite3.Error when the file is not a database.
+    """
+    if readonly:
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5.0)
+    else:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(path, timeout=5.0)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")
+        conn.executescript(SCHEMA)
+        conn.execute("INSERT OR IGNORE INTO meta(key, value) VALUES ('schema_version', ?)", (SCHEMA_VERSION,))
+        conn.commit()
+    conn.row_factory = sqlite3.Row
+    conn.execute("PRAGMA busy_timeout=5000")
+    return conn
+
+
+def get_meta(conn: sqlite3.Connection, key: str, default: str | None = None) -> str | None:
+    row = conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+    return row[0] if row else default
+
+
+def set_meta(conn: sqlite3.Connection, key: str, value: str) -> None:
+    conn.execute("INSERT INTO meta(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value", (key, value))
+
+
+def known_files(conn: sqlite3.Connection) -> dict[str, sqlite3.Row]:
+    """Every indexed file's row, keyed by path."""
+    return {row["path"]: row for row in conn.execute("SELECT * FROM files")}
+
+
+def delete_file(conn: sqlite3.Connection, path: str) -> None:
+    """Remove a file and everything its parse produced (entities, FTS rows, edges)."""
+    rowids = [r[0] for r in conn.execute("SELECT rowid FROM entities WHERE path = ?", (path,))]
+    conn.executemany("DELETE FROM entities_fts WHERE rowid = ?", [(r,) for r in rowids])
+    conn.execute("DELETE FROM entities WHERE path = ?", (path,))
+    conn.execute("DELETE FROM edges WHERE path = ?", (path,))
+    conn.execute("DELETE FROM files WHERE path = ?", (path,))
+
+
+def _fts_row(entity: Entity) -> tuple[str, str, str, str, str]:
+    name_words = f"{entity.qualname} {split_identifier(entity.qualname)}"
+    path_words = f"{entity.path} {split_identifier(entity.path)}"
+    return (path_words, name_words, entity.signature, entity.doc, entity.body)
+
+
+def write_file(
+    conn: sqlite3.Connection,
+    parsed: ParsedFile,
+    *,
+    size: int,
+    mtime_ns: int,
+    status: str,
+    now: float,
+) -> None:
+    """Replace everything stored for ``parsed.path`` with ``parsed`` (no commit)."""
+    delete_file(conn, parsed.path)
+    file_hash = parsed.entities[0].hash if parsed.entities else ""
+    conn.execute(
+        "INSERT INTO files(path, language, hash, size, mtime_ns, status, indexed_at) VALUES (?,?,?,?,?,?,?)",
+        (parsed.path, parsed.language, file_hash, size, mtime_ns, status, now),
+    )
+    for entity in parsed.entities:
+        cur = conn.execute(
+            f"INSERT INTO entities({', '.join(ENTITY_COLUMNS)}) VALUES ({', '.join('?' * len(ENTITY_COLUMNS))})",
+            tuple(getattr(entity, column) for column in ENTITY_COLUMNS),
+        )
+        conn.execute(
+            "INSERT INTO entities_fts(rowid, path, name, signature, doc, body) VALUES (?,?,?,?,?,?)",
+            (cur.lastrowid, *_fts_row(entity)),
+        )
+    conn.executemany(
+        "INSERT OR IGNORE INTO edges(src, dst, kind, path) VALUES (?,?,?,?)",
+        [(edge.src, edge.dst, edge.kind, parsed.path) for edge in parsed.edges],
+    )
+
+
+def update_file_stat(conn: sqlite3.Connection, path: str, size: int, mtime_ns: int) -> None:
+    """Record a new size/mtime for a file whose content hash did not change."""
+    conn.execute("UPDATE files SET size = ?, mtime_ns = ? WHERE path = ?", (size, mtime_ns, path))
+
+
+def counts(conn: sqlite3.Connection) -> dict[str, int]:
+    """``files``, ``entities`` and ``edges`` row counts."""
+    return {
+        "files": conn.execute("SELECT count(*) FROM files").fetchone()[0],
+        "entities": conn.execute("SELECT count(*) FROM entities WHERE kind != 'file'").fetchone()[0],
+        "edges": conn.execute("SELECT count(*) FROM edges").fetchone()[0],
+    }

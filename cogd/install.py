@@ -1,0 +1,111 @@
+"""Wiring cogd's hooks into Claude Code's project settings (``.claude/settings.json``).
+
+The merge keeps every key and every other hook already there, replaces only
+cogd's own entries (recognised by their command), writes a timestamped backup
+before changing anything, writes atomically, and is idempotent: a second run
+with the same command changes nothing and writes no backup.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import sys
+import time
+from pathlib import Path
+
+# Claude Code event → (cogd-hook event, matcher or None, timeout in seconds)
+CLAUDE_EVENTS: dict[str, tuple[str, str | None, int]] = {
+    "SessionStart": ("session-start", None, 10),
+    "UserPromptSubmit": ("prompt-submit", None, 10),
+    "PostToolUse": ("post-tool-use", "Read|Edit|MultiEdit|Write|NotebookEdit|Grep|Glob|Bash|Task", 10),
+    "SessionEnd": ("session-end", None, 5),
+}
+_MARKERS = ("cogd-hook", "cogd.hookclient")
+
+
+class SettingsError(ValueError):
+    """The existing settings file cannot be merged safely (left untouched)."""
+
+
+def hook_command() -> str:
+    """The command prefix hooks run: the absolute ``cogd-hook`` of this installation.
+
+    Absolute, because a ``python3`` shim (pyenv) on PATH costs ~90 ms per call
+    and a hook may run where the virtual environment is not activated.
+    """
+    script = Path(sys.executable).parent / "cogd-hook"
+    if script.is_file() and os.access(script, os.X_OK):
+        return shlex.quote(str(script))
+    return f"{shlex.quote(sys.executable)} -m cogd.hookclient"
+
+
+def _is_cogd(handler: object) -> bool:
+    return isinstance(handler, dict) and any(m in str(handler.get("command", "")) for m in _MARKERS)
+
+
+def merged_settings(existing: dict, command: str) -> dict:
+    """``existing`` settings with cogd's hook entries set to run ``command EVENT``.
+
+    Other hooks, matchers and keys are preserved in order. Raises
+    SettingsError when ``hooks`` (or an event's list) has an unexpected type.
+    """
+    settings = json.loads(json.dumps(existing))  # deep copy
+    hooks = settings.setdefault("hooks", {})
+    if not isinstance(hooks, dict):
+        raise SettingsError('"hooks" is not an object')
+    for claude_event, (cogd_event, matcher, timeout) in CLAUDE_EVENTS.items():
+        groups = hooks.setdefault(claude_event, [])
+        if not isinstance(groups, list):
+            raise SettingsError(f'"hooks.{claude_event}" is not a list')
+        kept = []
+        for group in groups:
+            if isinstance(group, dict) and isinstance(group.get("hooks"), list):
+                handlers = [h for h in group["hooks"] if not _is_cogd(h)]
+                if not handlers and any(_is_cogd(h) for h in group["hooks"]):
+                    continue  # a group that held only cogd's handler
+                group = {**group, "hooks": handlers}
+            kept.append(group)
+        entry: dict = {"hooks": [{"type": "command", "command": f"{command} {cogd_event}", "timeout": timeout}]}
+        if matcher:
+            entry = {"matcher": matcher, **entry}
+        kept.append(entry)
+        hooks[claude_event] = kept
+    return settings
+
+
+def install_claude_hooks(root: Path, command: str | None = None) -> dict:
+    """Merge cogd's hooks into ``root/.claude/settings.json``.
+
+    Returns ``{"path", "changed", "backup"}`` (backup is None when nothing
+    changed or the file did not exist). Raises SettingsError when the existing
+    file is not valid JSON or not an object — it is then left untouched.
+    """
+    path = root / ".claude" / "settings.json"
+    existing: dict = {}
+    original = None
+    if path.exists():
+        original = path.read_text(encoding="utf-8")
+        try:
+            existing = json.loads(original) if original.strip() else {}
+        except ValueError as exc:
+            raise SettingsError(f"{path} is not valid JSON ({exc}); fix it or move it away, then run again") from exc
+        if not isinstance(existing, dict):
+            raise SettingsError(f"{path} holds a JSON {type(existing).__name__}, not an object")
+    updated = merged_settings(existing, command or hook_command())
+    text = json.dumps(updated, indent=2, ensure_ascii=False) + "\n"
+    if original is not None and json.loads(original or "{}") == updated:
+        return {"path": str(path), "changed": False, "backup": None}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    backup = None
+    if original is not None:
+        backup = path.with_name(f"settings.json.cogd-backup-{time.strftime('%Y%m%d-%H%M%S')}")
+        backup.write_text(original, encoding="utf-8")
+    tmp = path.with_name(".settings.json.cogd-tmp")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write(text)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+    return {"path": str(path), "changed": True, "backup": str(backup) if backup else None}

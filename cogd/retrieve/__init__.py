@@ -1,0 +1,1 @@
+"""Retrieval and context packs: BM25 candidates, selection, budgeted rendering."""

@@ -1,0 +1,1 @@
+"""The usage loop's raw material: deliveries, delivery items, tool-use touches."""

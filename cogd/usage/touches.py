@@ -1,0 +1,145 @@
+"""What a tool call touched: PostToolUse payloads → repo-relative paths and line ranges.
+
+Claude Code's payload facts this relies on (see the shared hook-payload notes):
+``file_path`` and Glob results are absolute; Grep ``filenames`` and ``content``
+lines (``relpath:line:text``) are relative to ``cwd``; partial reads carry
+``offset``/``limit`` and ``startLine``/``numLines``; Edit responses carry
+``structuredPatch`` hunks (``newStart``/``newLines``); paths in Bash commands
+and subagent summaries are free text and count only as weak mentions.
+
+Standard library only, and tolerant: any field may be missing or of the wrong
+type; a malformed payload yields fewer touches, never an exception.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+# Strength of the evidence, strongest first. Later issues weigh hits by it.
+ACTIONS = ("edit", "write", "read", "search", "mention")
+
+_PATHISH = re.compile(r"[\w./\\-]+\.[A-Za-z0-9]{1,8}\b")
+_GREP_LINE = re.compile(r"^(?P<path>[^:\n]+):(?P<line>\d+)(?::|$)")
+_GREP_LINE_NO_PATH = re.compile(r"^(?P<line>\d+)[:-]")
+
+
+@dataclass(frozen=True)
+class Touch:
+    """One touched file. ``start_line``/``end_line`` are 1-based inclusive, or None for the whole file."""
+
+    path: str
+    action: str
+    start_line: int | None = None
+    end_line: int | None = None
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def _relative(root: Path, cwd: Path, raw: object) -> str | None:
+    """``raw`` (absolute, or relative to ``cwd``) as a POSIX path inside ``root``, or None."""
+    if not isinstance(raw, str) or not raw or "\0" in raw or len(raw) > 4096:
+        return None
+    full = os.path.normpath(os.path.join(cwd, raw))
+    try:
+        rel = os.path.relpath(full, root)
+    except ValueError:
+        return None
+    if rel == "." or rel.startswith(".."):
+        return None
+    return rel.replace(os.sep, "/")
+
+
+def _int(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def _dict(value: object) -> dict:
+    return value if isinstance(value, dict) else {}
+
+
+def touches_from_tool_use(payload: dict, root: Path) -> list[Touch]:
+    """Parse one PostToolUse payload (a dict as Claude Code sends it) into touches.
+
+    ``root`` is the repository root; paths outside it are dropped. Unknown
+    tools (MCP tools included) yield []. Duplicates are removed, order kept.
+    """
+    tool = payload.get("tool_name")
+    tool_input = _dict(payload.get("tool_input"))
+    response = _dict(payload.get("tool_response"))
+    cwd_raw = payload.get("cwd")
+    cwd = Path(cwd_raw) if isinstance(cwd_raw, str) and cwd_raw else root
+    found: list[Touch] = []
+
+    def add(raw: object, action: str, start: int | None = None, end: int | None = None) -> None:
+        rel = _relative(root, cwd, raw)
+        if rel is not None:
+            found.append(Touch(rel, action, start, end))
+
+    if tool == "Read":
+        info = _dict(response.get("file"))
+        start = _int(info.get("startLine")) or _int(tool_input.get("offset"))
+        count = _int(info.get("numLines")) or _int(tool_input.get("limit"))
+        partial = tool_input.get("offset") is not None or tool_input.get("limit") is not None
+        if partial and start and count:
+            add(tool_input.get("file_path"), "read", start, start + count - 1)
+        else:
+            add(tool_input.get("file_path"), "read")
+    elif tool in ("Edit", "MultiEdit", "Write"):
+        path = tool_input.get("file_path") or response.get("filePath")
+        hunks = response.get("structuredPatch")
+        ranges = []
+        if isinstance(hunks, list):
+            for hunk in hunks:
+                hunk = _dict(hunk)
+                start, lines = _int(hunk.get("newStart")), hunk.get("newLines")
+                if start and isinstance(lines, int) and lines >= 0:
+                    ranges.append((start, start + max(lines, 1) - 1))
+        action = "write" if tool == "Write" else "edit"
+        if ranges and tool != "Write":
+            for start, end in ranges:
+                add(path, action, start, end)
+        else:
+            add(path, action)
+    elif tool == "NotebookEdit":
+        add(tool_input.get("notebook_path"), "edit")
+    elif tool == "Grep":
+        base = tool_input.get("path")
+        base_rel = _relative(root, cwd, base) if isinstance(base, str) else None
+        base_is_file = base_rel is not None and (root / base_rel).is_file()
+        for name in response.get("filenames") or []:
+            add(name, "search")
+        content = response.get("content")
+        if isinstance(content, str):
+            for line in content.splitlines()[:2000]:
+                if base_is_file:
+                    match = _GREP_LINE_NO_PATH.match(line)
+                    if match:
+                        n = int(match.group("line"))
+                        add(base, "search", n, n)
+                    continue
+                match = _GREP_LINE.match(line)
+                if match:
+                    # `count` mode prints path:count, not path:line.
+                    n = int(match.group("line")) if response.get("mode") == "content" else None
+                    add(match.group("path"), "search", n, n)
+        if base_is_file and not found:
+            add(base, "search")
+    elif tool == "Glob":
+        for name in response.get("filenames") or []:
+            add(name, "search")
+    elif tool in ("Bash", "Task"):
+        texts = [tool_input.get("command"), tool_input.get("prompt")]
+        for part in response.get("content") or []:
+            if isinstance(part, dict):
+                texts.append(part.get("text"))
+        for text in texts:
+            if isinstance(text, str):
+                for token in _PATHISH.findall(text[:20_000]):
+                    rel = _relative(root, cwd, token)
+                    if rel is not None and (root / rel).is_file():
+                        found.append(Touch(rel, "mention"))
+    return list(dict.fromkeys(found))
