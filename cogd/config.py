@@ -40,7 +40,8 @@ class PackConfig:
 @dataclass
 class IndexConfig:
     max_file_bytes: int = 1 << 20  # files larger than this keep no code entities
-    refresh_debounce_ms: int = 1500  # minimum gap between freshness scans
+    refresh_debounce_ms: int = 1500  # minimum gap between freshness scans before packs
+    fresh_wait_ms: int = 200  # how long a pack waits for that scan
 
 
 @dataclass

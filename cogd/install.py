@@ -95,7 +95,7 @@ def install_claude_hooks(root: Path, command: str | None = None) -> dict:
             raise SettingsError(f"{path} holds a JSON {type(existing).__name__}, not an object")
     updated = merged_settings(existing, command or hook_command())
     text = json.dumps(updated, indent=2, ensure_ascii=False) + "\n"
-    if original is not None and json.loads(original or "{}") == updated:
+    if original is not None and existing == updated:
         return {"path": str(path), "changed": False, "backup": None}
     path.parent.mkdir(parents=True, exist_ok=True)
     backup = None

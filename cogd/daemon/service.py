@@ -110,14 +110,17 @@ class Service:
         return conn
 
     def _keep_fresh(self) -> None:
-        """Queue a cheap stat-scan refresh if none ran recently (no waiting).
+        """Run a cheap stat-scan refresh before a pack, waiting a bounded time.
 
-        Until the file watcher lands this is what carries edits into the
-        index: the next pack sees what the agent saved before this one.
+        Until the file watcher lands this is what carries unreported edits into
+        the index. At most one scan per ``refresh_debounce_ms``; the pack waits
+        at most ``fresh_wait_ms`` for it (a long reindex is not waited for: the
+        pack is then served from the last committed index).
         """
         gap = self.config.index.refresh_debounce_ms / 1000
         if self.worker.queue_depth == 0 and time.monotonic() - self.worker.last_refresh_started > gap:
-            self.worker.request(None)
+            ticket = self.worker.request(None)
+            self.worker.wait(ticket, timeout=self.config.index.fresh_wait_ms / 1000)
 
     # ---- methods ----------------------------------------------------------
     def status(self, params: dict) -> dict:

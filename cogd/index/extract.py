@@ -75,6 +75,11 @@ def content_hash(data: bytes) -> str:
     return xxhash.xxh3_64_hexdigest(data)
 
 
+def line_count(data: bytes) -> int:
+    """Lines in ``data``; a last line without a newline still counts."""
+    return data.count(b"\n") + (0 if data.endswith(b"\n") or not data else 1)
+
+
 def _text(src: bytes, start: int, end: int) -> str:
     return src[start:end].decode("utf-8", errors="replace")
 
@@ -130,6 +135,21 @@ def _outer(node: tree_sitter.Node) -> tree_sitter.Node:
     """The outermost wrapper (decorators, export, const) of a definition node."""
     while node.parent is not None and node.parent.type in _WRAPPERS:
         node = node.parent
+    return node
+
+
+def _code_end(node: tree_sitter.Node) -> tree_sitter.Node:
+    """The last token of ``node`` that is not a comment.
+
+    tree-sitter-python puts comments that trail an indented block inside that
+    block; they are not part of the definition (Python's ``ast`` agrees), so
+    spans and hashed text end at the last code token.
+    """
+    while node.child_count:
+        code = [child for child in node.children if child.type != "comment"]
+        if not code:
+            break
+        node = code[-1]
     return node
 
 
@@ -196,7 +216,6 @@ def extract(path: str, source: bytes, language: str) -> ParsedFile:
     gram = grammar(language)
     tree = gram.parser.parse(source)
     root = tree.root_node
-    line_count = source.count(b"\n") + (0 if source.endswith(b"\n") or not source else 1)
     if language == "python":
         file_doc = _python_docstring(root, source)
     else:
@@ -214,7 +233,7 @@ def extract(path: str, source: bytes, language: str) -> ParsedFile:
         name=path.rsplit("/", 1)[-1],
         qualname=path,
         start_line=1,
-        end_line=max(line_count, 1),
+        end_line=max(line_count(source), 1),
         language=language,
         doc=file_doc,
         hash=content_hash(source),
@@ -248,7 +267,8 @@ def extract(path: str, source: bytes, language: str) -> ParsedFile:
             doc = _python_docstring(body, source)
         else:
             doc = _leading_comments(outer, source)
-        text_bytes = source[outer.start_byte : node.end_byte]
+        last = _code_end(node)
+        text_bytes = source[outer.start_byte : last.end_byte]
         entity = Entity(
             id=entity_id,
             kind=kind,
@@ -257,7 +277,7 @@ def extract(path: str, source: bytes, language: str) -> ParsedFile:
             name=definition.name,
             qualname=qualname,
             start_line=outer.start_point.row + 1,
-            end_line=node.end_point.row + 1,
+            end_line=last.end_point.row + 1,
             language=language,
             signature=_signature(node, body, source),
             doc=doc,

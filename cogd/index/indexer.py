@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cogd.index import store
-from cogd.index.extract import Entity, ParsedFile, content_hash, extract
+from cogd.index.extract import Entity, ParsedFile, content_hash, extract, line_count
 from cogd.index.languages import language_for_path
 from cogd.index.sources import git_head, list_source_files
 
@@ -78,14 +78,14 @@ class Indexer:
     def _parse(self, path: str, data: bytes) -> tuple[ParsedFile, str]:
         language = language_for_path(path) or "text"
         if len(data) > self.max_file_bytes:
-            return _file_only(path, language, data, data.count(b"\n")), "too_large"
+            return _file_only(path, language, data, line_count(data)), "too_large"
         if b"\0" in data[:BINARY_SNIFF_BYTES]:
             return _file_only(path, language, data, 0), "binary"
         try:
             return extract(path, data, language), "ok"
         except Exception:  # one bad file must never stop the index
             log.exception("parse failed: %s", path)
-            return _file_only(path, language, data, data.count(b"\n")), "unreadable"
+            return _file_only(path, language, data, line_count(data)), "unreadable"
 
     def refresh(self, paths: Iterable[str] | None = None, progress: ProgressFn | None = None) -> RefreshResult:
         """Bring the index up to date; returns what changed.

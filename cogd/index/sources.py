@@ -59,8 +59,9 @@ def _walk_files(root: Path) -> list[str]:
 def list_source_files(root: Path) -> list[str]:
     """Repo-relative POSIX paths of existing files in a language cogd parses.
 
-    Sorted, de-duplicated; excludes ``.cogd/`` and paths git lists that are
-    gone from the work tree (deleted but not yet staged).
+    Sorted, de-duplicated; excludes ``.cogd/``, paths git lists that are
+    gone from the work tree (deleted but not yet staged), and names that are
+    not valid UTF-8.
     """
     names = _git_files(root)
     if names is None:
@@ -68,6 +69,10 @@ def list_source_files(root: Path) -> list[str]:
     result = []
     for name in names:
         if name.startswith(COGD_DIR + "/") or language_for_path(name) is None:
+            continue
+        try:
+            name.encode("utf-8")
+        except UnicodeEncodeError:  # a non-UTF-8 name cannot be stored or reported
             continue
         if (root / name).is_file():
             result.append(name)

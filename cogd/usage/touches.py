@@ -22,8 +22,9 @@ from pathlib import Path
 ACTIONS = ("edit", "write", "read", "search", "mention")
 
 _PATHISH = re.compile(r"[\w./\\-]+\.[A-Za-z0-9]{1,8}\b")
-_GREP_LINE = re.compile(r"^(?P<path>[^:\n]+):(?P<line>\d+)(?::|$)")
-_GREP_LINE_NO_PATH = re.compile(r"^(?P<line>\d+)[:-]")
+# Line numbers are capped at 9 digits: int() of a 5,000-digit string raises.
+_GREP_LINE = re.compile(r"^(?P<path>[^:\n]+):(?P<line>\d{1,9})(?::|$)")
+_GREP_LINE_NO_PATH = re.compile(r"^(?P<line>\d{1,9})[:-]")
 
 
 @dataclass(frozen=True)
@@ -48,7 +49,7 @@ def _relative(root: Path, cwd: Path, raw: object) -> str | None:
         rel = os.path.relpath(full, root)
     except ValueError:
         return None
-    if rel == "." or rel.startswith(".."):
+    if rel == "." or rel == ".." or rel.startswith(".." + os.sep):
         return None
     return rel.replace(os.sep, "/")
 
@@ -59,6 +60,17 @@ def _int(value: object) -> int | None:
 
 def _dict(value: object) -> dict:
     return value if isinstance(value, dict) else {}
+
+
+def _list(value: object) -> list:
+    return value if isinstance(value, list) else []
+
+
+def _is_file(path: Path) -> bool:
+    try:
+        return path.is_file()
+    except (OSError, ValueError):  # e.g. a name longer than the file system allows
+        return False
 
 
 def touches_from_tool_use(payload: dict, root: Path) -> list[Touch]:
@@ -109,8 +121,8 @@ def touches_from_tool_use(payload: dict, root: Path) -> list[Touch]:
     elif tool == "Grep":
         base = tool_input.get("path")
         base_rel = _relative(root, cwd, base) if isinstance(base, str) else None
-        base_is_file = base_rel is not None and (root / base_rel).is_file()
-        for name in response.get("filenames") or []:
+        base_is_file = base_rel is not None and _is_file(root / base_rel)
+        for name in _list(response.get("filenames")):
             add(name, "search")
         content = response.get("content")
         if isinstance(content, str):
@@ -129,17 +141,17 @@ def touches_from_tool_use(payload: dict, root: Path) -> list[Touch]:
         if base_is_file and not found:
             add(base, "search")
     elif tool == "Glob":
-        for name in response.get("filenames") or []:
+        for name in _list(response.get("filenames")):
             add(name, "search")
     elif tool in ("Bash", "Task"):
         texts = [tool_input.get("command"), tool_input.get("prompt")]
-        for part in response.get("content") or []:
+        for part in _list(response.get("content")):
             if isinstance(part, dict):
                 texts.append(part.get("text"))
         for text in texts:
             if isinstance(text, str):
                 for token in _PATHISH.findall(text[:20_000]):
                     rel = _relative(root, cwd, token)
-                    if rel is not None and (root / rel).is_file():
+                    if rel is not None and _is_file(root / rel):
                         found.append(Touch(rel, "mention"))
     return list(dict.fromkeys(found))

@@ -1,0 +1,479 @@
+#!/usr/bin/env python3
+"""Benchmark the end-to-end latency of the real ``cogd-hook`` processes.
+
+What it measures
+----------------
+The wall-clock time (``time.perf_counter``) from starting a ``cogd-hook``
+process to its exit, with its stdin fed and its stdout drained, exactly as a
+client such as Claude Code pays it on every prompt:
+
+* ``cogd-hook prompt-submit`` with real-shaped UserPromptSubmit payloads
+  (``tests/fixtures/hook-payloads/user_prompt_submit.json``), rotating through
+  ten prompts about the code in the repository;
+* ``cogd-hook post-tool-use`` with the Read fixture pointed at real files of
+  the repository (real content, real line counts);
+* ``cogd-hook session-start`` with the startup fixture;
+* the floor, with the hook's own interpreter: ``python -c pass`` and
+  ``python -S -c pass``; and, for reference, ``python -c "import
+  cogd.hookclient"`` (start-up plus the hook client's imports, no socket).
+
+The repository is a temporary git repository holding copies of the running
+interpreter's standard-library packages json, email, http, logging and
+asyncio, committed, with a warm daemon (``cogd start`` then ``cogd index``).
+Each command gets 10 unmeasured warm-up runs; measured runs are interleaved
+round-robin (the order rotates every round) so that load drift hits every
+command alike. Every context hook run must exit 0 and print a JSON object
+with ``hookSpecificOutput.additionalContext``; anything else (including
+printing nothing) counts as a failure. ``post-tool-use`` must exit 0 and
+print nothing (that event injects no context); any line the runs add to
+``.cogd/logs/hook.log`` is reported, since the hook logs only what went wrong.
+
+The daemon is stopped and the temporary directory removed at the end, also on
+Ctrl-C or an error (``--keep`` keeps the directory and leaves the daemon up).
+
+How to run
+----------
+    python scripts/bench_hooks.py [--runs 200] [--json]
+
+Other options: ``--other-runs N`` (post-tool-use and session-start; default
+the same as ``--runs``), ``--warmup 10``, ``--goal-ms 80``, ``--keep``,
+``--cogd PATH``, ``--cogd-hook PATH`` (default: the console scripts next to
+``sys.executable``), ``--python PATH`` (the floor's interpreter; default: the
+one in the ``cogd-hook`` script's ``#!`` line). Standard library only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import time
+from pathlib import Path
+
+STDLIB_PACKAGES = ("json", "email", "http", "logging", "asyncio")
+DEFAULT_FIXTURES = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "hook-payloads"
+RUN_TIMEOUT_S = 10.0
+
+PROMPTS = (
+    "Why does json.loads raise JSONDecodeError with the wrong column for an unterminated string? Look at py_scanstring.",
+    "Add a sort_keys-aware fast path to JSONEncoder.iterencode and make sure _make_iterencode still handles circular references.",
+    "email.message.Message.get_payload(decode=True) returns None for a multipart message; explain why and fix it.",
+    "The header folding in email._header_value_parser breaks long encoded words; where is the fold policy applied?",
+    "http.client.HTTPConnection hangs when the server sends a chunked response without a final chunk. Where is _read_chunked?",
+    "Make http.server.SimpleHTTPRequestHandler send a Last-Modified header for directory listings.",
+    "logging.handlers.RotatingFileHandler loses records when two processes rotate at once; how does shouldRollover decide?",
+    "Why does logging.config.dictConfig ignore the 'disable_existing_loggers' key for child loggers?",
+    "asyncio.wait_for leaves the inner task running after a timeout in some cases; trace the cancellation path in tasks.py.",
+    "Explain how BaseEventLoop.create_connection staggers happy-eyeballs attempts and where the sockets are closed on error.",
+)
+
+READ_FILES = ("json/decoder.py", "email/message.py", "http/client.py", "logging/__init__.py", "asyncio/tasks.py")
+
+
+class BenchError(RuntimeError):
+    pass
+
+
+def log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def git(root: Path, *args: str) -> None:
+    env = {**os.environ, "GIT_AUTHOR_NAME": "bench", "GIT_AUTHOR_EMAIL": "bench@example.com",
+           "GIT_COMMITTER_NAME": "bench", "GIT_COMMITTER_EMAIL": "bench@example.com"}
+    subprocess.run(["git", "-C", str(root), "-c", "commit.gpgsign=false", *args],
+                   check=True, capture_output=True, text=True, env=env)
+
+
+def build_repo(root: Path) -> int:
+    """Copy the standard-library packages into ``root`` and commit them; returns the file count."""
+    stdlib = Path(sysconfig.get_paths()["stdlib"])
+    root.mkdir(parents=True)
+    for name in STDLIB_PACKAGES:
+        shutil.copytree(stdlib / name, root / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    git(root, "init", "-q", "-b", "main")
+    git(root, "add", "-A")
+    git(root, "commit", "-q", "-m", "standard-library packages for the hook benchmark")
+    return sum(1 for p in root.rglob("*") if p.is_file() and ".git" not in p.parts)
+
+
+def run_cogd(cogd: str, root: Path, *args: str, timeout: float = 600) -> str:
+    proc = subprocess.run([cogd, *args], cwd=root, capture_output=True, text=True, timeout=timeout)
+    if proc.returncode != 0:
+        raise BenchError(f"cogd {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+    return proc.stdout.strip()
+
+
+def hook_interpreter(cogd_hook: str) -> str:
+    """The interpreter named by the console script's ``#!`` line (else sys.executable)."""
+    try:
+        with open(cogd_hook, "rb") as fh:
+            first = fh.readline().decode("utf-8", "replace").strip()
+        if first.startswith("#!"):
+            parts = first[2:].split()
+            if parts and os.path.basename(parts[0]) != "env" and os.access(parts[0], os.X_OK):
+                return parts[0]
+    except OSError:
+        pass
+    return sys.executable
+
+
+def load_fixture(fixtures: Path, name: str, cwd: Path) -> dict:
+    text = (fixtures / name).read_text(encoding="utf-8")
+    text = (text.replace("{{CWD}}", str(cwd))
+                .replace("{{HOME}}", os.path.expanduser("~"))
+                .replace("{{PROJECT_SLUG}}", str(cwd).replace("/", "-")))
+    return json.loads(text)
+
+
+# --------------------------------------------------------------------------- checks
+
+def check_context(event_name: str):
+    def check(proc: subprocess.CompletedProcess) -> str | None:
+        if proc.returncode != 0:
+            return f"exit {proc.returncode}"
+        out = proc.stdout.strip()
+        if not out:
+            return "printed nothing"
+        try:
+            data = json.loads(out)
+        except ValueError as exc:
+            return f"stdout is not JSON: {exc}"
+        hso = data.get("hookSpecificOutput") if isinstance(data, dict) else None
+        if not isinstance(hso, dict):
+            return "no hookSpecificOutput object"
+        if hso.get("hookEventName") != event_name:
+            return f"hookEventName {hso.get('hookEventName')!r}"
+        ctx = hso.get("additionalContext")
+        if not isinstance(ctx, str) or not ctx:
+            return "no additionalContext"
+        return None
+    return check
+
+
+def check_silent(proc: subprocess.CompletedProcess) -> str | None:
+    if proc.returncode != 0:
+        return f"exit {proc.returncode}"
+    if proc.stdout.strip():
+        return "printed output (expected nothing)"
+    return None
+
+
+def check_exit0(proc: subprocess.CompletedProcess) -> str | None:
+    return None if proc.returncode == 0 else f"exit {proc.returncode}"
+
+
+# --------------------------------------------------------------------------- measurement
+
+class Task:
+    def __init__(self, name: str, argv: list[str], runs: int, cwd: Path, check, inputs: list[bytes] | None = None,
+                 floor: bool = False):
+        self.name = name
+        self.argv = argv
+        self.runs = runs
+        self.cwd = cwd
+        self.check = check
+        self.inputs = inputs or [b""]
+        self.floor = floor
+        self.times: list[float] = []
+        self.failures: list[str] = []
+        self.warmup_failures = 0
+        self._next = 0
+
+    def once(self, env: dict) -> tuple[float, str | None]:
+        data = self.inputs[self._next % len(self.inputs)]
+        self._next += 1
+        started = time.perf_counter()
+        try:
+            proc = subprocess.run(self.argv, input=data, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  cwd=self.cwd, env=env, timeout=RUN_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            return time.perf_counter() - started, f"timed out after {RUN_TIMEOUT_S:.0f} s"
+        elapsed = time.perf_counter() - started
+        return elapsed, self.check(proc)
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Linear-interpolated percentile (q in 0..100) of a non-empty list."""
+    ordered = sorted(values)
+    if len(ordered) == 1:
+        return ordered[0]
+    pos = (len(ordered) - 1) * q / 100
+    lo = int(pos)
+    hi = min(lo + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+
+def round_robin(tasks: list[Task], env: dict, warmup: int) -> None:
+    # warm-up: unmeasured, interleaved as well
+    for i in range(warmup):
+        for task in tasks:
+            _, failure = task.once(env)
+            if failure:
+                task.warmup_failures += 1
+    for task in tasks:
+        task._next = 0
+    total = max(t.runs for t in tasks)
+    started = time.monotonic()
+    for i in range(total):
+        active = [t for t in tasks if i < t.runs]
+        shift = i % len(active)
+        for task in active[shift:] + active[:shift]:  # rotate the order every round
+            elapsed, failure = task.once(env)
+            task.times.append(elapsed)
+            if failure:
+                task.failures.append(failure)
+        if (i + 1) % 50 == 0 or i + 1 == total:
+            log(f"  round {i + 1}/{total} ({time.monotonic() - started:.0f} s)")
+
+
+# --------------------------------------------------------------------------- reporting
+
+def machine_info(python: str) -> dict:
+    cpu = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace").splitlines():
+            if line.lower().startswith(("model name", "hardware", "processor\t: ")) and ":" in line:
+                value = line.split(":", 1)[1].strip()
+                if value and not value.isdigit():
+                    cpu = value
+                    break
+    except OSError:
+        pass
+    cpu = cpu or platform.processor() or platform.machine()
+    try:
+        usable = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        usable = os.cpu_count()
+    try:
+        version = subprocess.run([python, "-S", "-c", "import sys, platform; print(platform.python_implementation(),"
+                                  " sys.version.split()[0])"], capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        version = ""
+    os_name = platform.system()
+    try:
+        info = platform.freedesktop_os_release()
+        os_name = f"{info.get('PRETTY_NAME', os_name)}"
+    except (AttributeError, OSError):
+        pass
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "cores_usable": usable,
+        "python": version or f"{platform.python_implementation()} {platform.python_version()}",
+        "python_path": python,
+        "os": f"{os_name}, {platform.system()} {platform.release()} {platform.machine()}",
+    }
+
+
+def machine_line(m: dict) -> str:
+    cores = f"{m['cores']} cores" + (f" ({m['cores_usable']} usable)" if m["cores_usable"] != m["cores"] else "")
+    return f"machine: {m['cpu']}, {cores}, {m['python']} ({m['python_path']}), {m['os']}"
+
+
+def summarize(tasks: list[Task], base_p50: float) -> list[dict]:
+    rows = []
+    for t in tasks:
+        p50 = statistics.median(t.times) * 1000
+        rows.append({
+            "command": t.name,
+            "argv": t.argv,
+            "runs": len(t.times),
+            "failures": len(t.failures),
+            "failure_reasons": sorted(set(t.failures)),
+            "warmup_failures": t.warmup_failures,
+            "p50_ms": round(p50, 2),
+            "p95_ms": round(percentile(t.times, 95) * 1000, 2),
+            "min_ms": round(min(t.times) * 1000, 2),
+            "max_ms": round(max(t.times) * 1000, 2),
+            "mean_ms": round(statistics.fmean(t.times) * 1000, 2),
+            "p50_vs_python_c_pass": round(p50 / base_p50, 2),
+        })
+    return rows
+
+
+def print_table(rows: list[dict]) -> None:
+    headers = ("command", "runs", "fail", "p50 ms", "p95 ms", "p50 / python -c pass")
+    body = [(r["command"], str(r["runs"]), str(r["failures"]), f"{r['p50_ms']:.1f}", f"{r['p95_ms']:.1f}",
+             f"{r['p50_vs_python_c_pass']:.2f}x") for r in rows]
+    widths = [max(len(h), *(len(b[i]) for b in body)) for i, h in enumerate(headers)]
+    fmt = "  ".join("{:<%d}" % widths[0] if i == 0 else "{:>%d}" % w for i, w in enumerate(widths))
+    print(fmt.format(*headers))
+    print("  ".join("-" * w for w in widths))
+    for b in body:
+        print(fmt.format(*b))
+
+
+def hook_log_lines(root: Path, since: int) -> list[str]:
+    path = root / ".cogd" / "logs" / "hook.log"
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(since)
+            return fh.read().decode("utf-8", "replace").splitlines()
+    except OSError:
+        return []
+
+
+def hook_log_size(root: Path) -> int:
+    try:
+        return (root / ".cogd" / "logs" / "hook.log").stat().st_size
+    except OSError:
+        return 0
+
+
+# --------------------------------------------------------------------------- main
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    bin_dir = Path(sys.executable).parent
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--runs", type=int, default=200, help="measured runs of prompt-submit and of the floor (default 200)")
+    p.add_argument("--other-runs", type=int, default=None,
+                   help="measured runs of post-tool-use and session-start (default: --runs)")
+    p.add_argument("--warmup", type=int, default=10, help="unmeasured runs of each command first (default 10)")
+    p.add_argument("--goal-ms", type=float, default=80.0, help="p95 goal for prompt-submit (default 80)")
+    p.add_argument("--json", action="store_true", help="print the results as JSON instead of a table")
+    p.add_argument("--keep", action="store_true", help="keep the temporary repository and leave its daemon running")
+    p.add_argument("--cogd", default=str(bin_dir / "cogd"), help="the cogd console script")
+    p.add_argument("--cogd-hook", default=str(bin_dir / "cogd-hook"), help="the cogd-hook console script")
+    p.add_argument("--python", default=None, help="interpreter for the floor (default: the cogd-hook #! interpreter)")
+    p.add_argument("--fixtures", type=Path, default=DEFAULT_FIXTURES, help="the hook-payloads fixture folder")
+    args = p.parse_args(argv)
+    if args.runs < 2 or (args.other_runs is not None and args.other_runs < 2):
+        p.error("need at least 2 runs")
+    if args.warmup < 0:
+        p.error("--warmup must be >= 0")
+    for flag, path in (("--cogd", args.cogd), ("--cogd-hook", args.cogd_hook)):
+        if not os.access(path, os.X_OK):
+            p.error(f"{flag} {path} is not an executable file (run with the venv's python or pass {flag})")
+    if not args.fixtures.is_dir():
+        p.error(f"fixture folder {args.fixtures} not found (pass --fixtures)")
+    return args
+
+
+def _sigterm(signum, frame):  # noqa: ARG001
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    other_runs = args.other_runs if args.other_runs is not None else args.runs
+    python = args.python or hook_interpreter(args.cogd_hook)
+    signal.signal(signal.SIGTERM, _sigterm)
+
+    tmp = Path(tempfile.mkdtemp(prefix="cogd-bench-"))
+    root = tmp / "repo"
+    daemon_started = False
+    try:
+        log(f"building the repository in {root} ...")
+        nfiles = build_repo(root)
+        log(f"  {nfiles} files; cogd start ...")
+        daemon_started = True  # from here on, always try to stop it
+        log("  " + run_cogd(args.cogd, root, "start", timeout=120))
+        log("  cogd index ...")
+        log("  " + " ".join(run_cogd(args.cogd, root, "index").split()))
+
+        fx = args.fixtures
+        prompt_base = load_fixture(fx, "user_prompt_submit.json", root)
+        prompt_inputs = [json.dumps({**prompt_base, "prompt": text}).encode() for text in PROMPTS]
+        read_base = load_fixture(fx, "post_tool_use.read.json", root)
+        read_inputs = []
+        for rel in READ_FILES:
+            path = root / rel
+            content = path.read_text(encoding="utf-8", errors="replace")
+            nlines = len(content.splitlines())
+            payload = json.loads(json.dumps(read_base))  # a deep copy
+            payload["tool_input"]["file_path"] = str(path)
+            payload["tool_response"]["file"].update(
+                filePath=str(path), content=content, numLines=nlines, startLine=1, totalLines=nlines)
+            read_inputs.append(json.dumps(payload).encode())
+        start_input = [json.dumps(load_fixture(fx, "session_start.startup.json", root)).encode()]
+
+        hook = args.cogd_hook
+        tasks = [
+            Task("cogd-hook prompt-submit", [hook, "prompt-submit"], args.runs, root,
+                 check_context("UserPromptSubmit"), prompt_inputs),
+            Task("cogd-hook post-tool-use (Read)", [hook, "post-tool-use"], other_runs, root, check_silent,
+                 read_inputs),
+            Task("cogd-hook session-start", [hook, "session-start"], other_runs, root,
+                 check_context("SessionStart"), start_input),
+            # the floor runs outside the repository so that its copied json/ cannot shadow the stdlib's
+            Task("python -c pass", [python, "-c", "pass"], args.runs, tmp, check_exit0, floor=True),
+            Task("python -S -c pass", [python, "-S", "-c", "pass"], args.runs, tmp, check_exit0, floor=True),
+            Task("python -c 'import cogd.hookclient'", [python, "-c", "import cogd.hookclient"], args.runs, tmp,
+                 check_exit0, floor=True),
+        ]
+        env = dict(os.environ)
+        log_offset = hook_log_size(root)
+        log(f"measuring: {args.warmup} warm-up + {args.runs} runs (others {other_runs}), round-robin ...")
+        round_robin(tasks, env, args.warmup)
+        new_log = hook_log_lines(root, log_offset)
+
+        machine = machine_info(python)
+        base_p50 = statistics.median(tasks[3].times) * 1000
+        rows = summarize(tasks, base_p50)
+        prompt_row = rows[0]
+        met = prompt_row["p95_ms"] <= args.goal_ms and prompt_row["failures"] == 0
+        goal_line = f"goal p95 <= {args.goal_ms:g} ms for prompt-submit: {'met' if met else 'not met'}"
+        goal_note = f"(p95 {prompt_row['p95_ms']:.1f} ms, {prompt_row['failures']} failures of {prompt_row['runs']})"
+        log_by_event: dict[str, int] = {}
+        for line in new_log:
+            event = next((w[6:] for w in line.split() if w.startswith("event=")), "?")
+            log_by_event[event] = log_by_event.get(event, 0) + 1
+
+        if args.json:
+            print(json.dumps({
+                "machine": machine,
+                "repository": {"packages": list(STDLIB_PACKAGES), "files": nfiles},
+                "warmup": args.warmup,
+                "results": rows,
+                "goal": {"command": "cogd-hook prompt-submit", "p95_ms_max": args.goal_ms, "met": met,
+                         "p95_ms": prompt_row["p95_ms"], "failures": prompt_row["failures"], "line": goal_line},
+                "hook_log": {"lines_during_runs": len(new_log), "by_event": log_by_event, "sample": new_log[:5]},
+            }, indent=2))
+        else:
+            print(machine_line(machine))
+            print(f"repository: stdlib {', '.join(STDLIB_PACKAGES)} ({nfiles} files); warm daemon; "
+                  f"{args.warmup} warm-up runs each; measured runs interleaved round-robin")
+            print()
+            print_table(rows)
+            print()
+            for r in rows:
+                if r["failures"] or r["warmup_failures"]:
+                    print(f"failures in {r['command']}: {r['failures']} measured, {r['warmup_failures']} warm-up: "
+                          f"{'; '.join(r['failure_reasons'])}")
+            if new_log:
+                print(f"hook.log: {len(new_log)} lines written during the runs {log_by_event}; first: {new_log[0]}")
+            else:
+                print("hook.log: no lines written during the runs (no hook reported a problem)")
+            print(f"{goal_line} {goal_note}")
+        return 0 if met else 1
+    except KeyboardInterrupt:
+        log("interrupted")
+        return 130
+    except (BenchError, subprocess.SubprocessError, OSError) as exc:
+        log(f"error: {exc}")
+        return 2
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # let the clean-up finish
+        if args.keep:
+            log(f"kept {root} (the daemon is still running: `cogd stop` there)")
+        else:
+            if daemon_started:
+                try:
+                    subprocess.run([args.cogd, "stop"], cwd=root, capture_output=True, timeout=60)
+                except (OSError, subprocess.SubprocessError) as exc:
+                    log(f"could not stop the daemon: {exc}")
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
