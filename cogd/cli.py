@@ -111,9 +111,12 @@ def _call(be, method: str, params: dict | None = None, timeout: float = 30.0):
         raise click.ClickException(f"the daemon did not answer: {exc}") from exc
 
 
-def _index_with_progress(be, quiet: bool = False) -> dict:
-    """Ask for a full refresh and draw a progress bar until it has committed."""
-    ticket = _call(be, "index.refresh", {"wait": False})["ticket"]
+def _index_with_progress(be, quiet: bool = False, full: bool = False) -> dict:
+    """Ask for a refresh of the whole tree and draw a progress bar until it has committed.
+
+    ``full`` re-parses every file instead of only the changed ones.
+    """
+    ticket = _call(be, "index.refresh", {"wait": False, "full": full})["ticket"]
     columns = (SpinnerColumn(), TextColumn("[bold]indexing"), BarColumn(), MofNCompleteColumn(),
                TextColumn("{task.fields[path]}", style="dim"), TimeElapsedColumn())
     with Progress(*columns, console=err, transient=True, disable=quiet) as progress:
@@ -143,10 +146,14 @@ def _layout_from(ctx: click.Context) -> Layout:
     return _layout(ctx.obj.get("root"))
 
 
+_LOCAL_HELP = "Write the hooks to .claude/settings.local.json (private, not committed) instead of settings.json."
+
+
 @main.command()
-@click.option("--no-hooks", is_flag=True, help="Do not touch .claude/settings.json.")
+@click.option("--no-hooks", is_flag=True, help="Do not touch .claude/.")
+@click.option("--local", "local_hooks", is_flag=True, help=_LOCAL_HELP)
 @click.pass_context
-def up(ctx: click.Context, no_hooks: bool) -> None:
+def up(ctx: click.Context, no_hooks: bool, local_hooks: bool) -> None:
     """Set up this repository: start the daemon, index, wire Claude Code hooks, show a pack."""
     layout = _layout_from(ctx)
     console.print(f"[bold]cogd[/] for [cyan]{layout.root}[/]")
@@ -158,12 +165,12 @@ def up(ctx: click.Context, no_hooks: bool) -> None:
     t0 = time.monotonic()
     status = _index_with_progress(be)
     index = status["index"]
-    console.print(
-        f"index: {index['files']} files, {index['entities']} entities, {index['edges']} edges "
+    click.echo(
+        f"index: {index['files']} files, {index['entities']} code entities, {index['edges']} edges "
         f"at commit {(index['commit'] or 'none')[:12]} ({time.monotonic() - t0:.1f} s)"
     )
     if not no_hooks:
-        _install_hooks(layout)
+        _install_hooks(layout, local_hooks)
     pack = _call(be, "context.session_start", {"session_id": "cogd-up", "source": "startup", "record": False})
     console.rule("sample context pack (what SessionStart injects)")
     click.echo(pack["text"] or "(empty: no entities indexed yet)")
@@ -171,11 +178,11 @@ def up(ctx: click.Context, no_hooks: bool) -> None:
     console.print("Try [bold]cogd context \"your question\"[/] to see a prompt pack.")
 
 
-def _install_hooks(layout: Layout) -> None:
+def _install_hooks(layout: Layout, local: bool = False) -> None:
     from cogd.install import SettingsError, install_claude_hooks
 
     try:
-        result = install_claude_hooks(layout.root)
+        result = install_claude_hooks(layout.root, local=local)
     except SettingsError as exc:
         raise click.ClickException(str(exc)) from exc
     if result["changed"]:
@@ -186,10 +193,11 @@ def _install_hooks(layout: Layout) -> None:
 
 
 @main.command("install-hooks")
+@click.option("--local", "local_hooks", is_flag=True, help=_LOCAL_HELP)
 @click.pass_context
-def install_hooks(ctx: click.Context) -> None:
+def install_hooks(ctx: click.Context, local_hooks: bool) -> None:
     """Merge cogd's hooks into .claude/settings.json (backup first; idempotent)."""
-    _install_hooks(_layout_from(ctx))
+    _install_hooks(_layout_from(ctx), local_hooks)
 
 
 @main.command()
@@ -253,7 +261,7 @@ def status(ctx: click.Context, as_json: bool) -> None:
     for key, value in (
         ("root", result["root"]), ("pid", result["pid"]), ("uptime", f"{result['uptime_s']:.0f} s"),
         ("socket", result["socket"]),
-        ("index", f"{index['files']} files, {index['entities']} entities, {index['edges']} edges"),
+        ("index", f"{index['files']} files, {index['entities']} code entities, {index['edges']} edges"),
         ("commit", index["commit"] or "-"), ("worker", f"{index['state']} (queue {index['queue_depth']})"),
         ("last error", result.get("last_error") or "-"),
     ):
@@ -267,18 +275,12 @@ def status(ctx: click.Context, as_json: bool) -> None:
 def index(ctx: click.Context, full: bool) -> None:
     """Bring the code index up to date; returns when it is current."""
     layout = _layout_from(ctx)
-    if full:
-        # The index is a projection: dropping it is always safe.
-        if control.is_running(layout):
-            control.stop(layout)
-        for suffix in ("", "-wal", "-shm"):
-            Path(str(layout.index_db) + suffix).unlink(missing_ok=True)
     with backend(layout, fresh=False) as be:
-        status = _index_with_progress(be)
+        status = _index_with_progress(be, full=full)
     index_state = status["index"]
     result = index_state.get("last_refresh") or {}
-    console.print(
-        f"index current: {index_state['files']} files, {index_state['entities']} entities "
+    click.echo(
+        f"index current: {index_state['files']} files, {index_state['entities']} code entities "
         f"(parsed {result.get('parsed', 0)}, unchanged {result.get('unchanged', 0)}, removed {result.get('removed', 0)}) "
         f"at {(index_state['commit'] or 'no commit')[:12]}"
     )
@@ -286,7 +288,8 @@ def index(ctx: click.Context, full: bool) -> None:
 
 @main.command()
 @click.argument("query")
-@click.option("--kind", default=None, help="Only entities of this kind (file, class, function, method).")
+@click.option("--kind", type=click.Choice(["file", "module", "class", "function", "method"]), default=None,
+              help="Only entities of this kind.")
 @click.option("--limit", default=20, show_default=True)
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_context
@@ -298,6 +301,7 @@ def search(ctx: click.Context, query: str, kind: str | None, limit: int, as_json
         click.echo(json.dumps(hits, indent=2))
         return
     table = Table("score", "kind", "id", "lines")
+    table.columns[2].overflow = "fold"  # ids stay whole: they are meant to be copied
     for hit in hits:
         table.add_row(f"{hit['score']:.2f}", hit["kind"], hit["id"], f"{hit['start_line']}-{hit['end_line']}")
     console.print(table)
@@ -367,8 +371,10 @@ def context(ctx: click.Context, prompt: str, as_json: bool) -> None:
         pack = _call(be, "context.prompt", {"prompt": prompt, "session_id": "cli", "record": False})
     if as_json:
         click.echo(json.dumps(pack, indent=2))
-    else:
+    elif pack["text"]:
         click.echo(pack["text"], nl=False)
+    else:
+        err.print("no pack: nothing in the index matches (a pack needs at least one searchable word)")
 
 
 @main.command()

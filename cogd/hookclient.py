@@ -53,10 +53,20 @@ class _Log:
         self.event = "?"
         self.started = time.monotonic()
 
+    def _fallback_path(self) -> str:
+        """Where to log before the payload named a repository (e.g. unparsable stdin).
+
+        Claude Code runs hooks in the project directory and sets
+        ``CLAUDE_PROJECT_DIR``: log into that repository's ``.cogd/logs`` when
+        it has one, else into the per-user state directory.
+        """
+        root = find_root(os.environ.get("CLAUDE_PROJECT_DIR") or os.getcwd())
+        if root is not None and Layout(root).logs_dir.is_dir():
+            return str(Layout(root).hook_log)
+        return os.path.join(os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state"), "cogd", "hook.log")
+
     def __call__(self, message: str) -> None:
-        path = self.path or os.path.join(
-            os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state"), "cogd", "hook.log"
-        )
+        path = self.path or self._fallback_path()
         try:
             os.makedirs(os.path.dirname(path), exist_ok=True)
             if os.path.exists(path) and os.path.getsize(path) > LOG_MAX_BYTES:

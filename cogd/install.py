@@ -75,14 +75,18 @@ def merged_settings(existing: dict, command: str) -> dict:
     return settings
 
 
-def install_claude_hooks(root: Path, command: str | None = None) -> dict:
+def install_claude_hooks(root: Path, command: str | None = None, *, local: bool = False) -> dict:
     """Merge cogd's hooks into ``root/.claude/settings.json``.
+
+    ``local`` targets ``settings.local.json`` instead: Claude Code's private,
+    uncommitted project file, the right place when teammates install cogd in
+    other locations (the command is an absolute path on this machine).
 
     Returns ``{"path", "changed", "backup"}`` (backup is None when nothing
     changed or the file did not exist). Raises SettingsError when the existing
     file is not valid JSON or not an object — it is then left untouched.
     """
-    path = root / ".claude" / "settings.json"
+    path = root / ".claude" / ("settings.local.json" if local else "settings.json")
     existing: dict = {}
     original = None
     if path.exists():
@@ -100,9 +104,14 @@ def install_claude_hooks(root: Path, command: str | None = None) -> dict:
     path.parent.mkdir(parents=True, exist_ok=True)
     backup = None
     if original is not None:
-        backup = path.with_name(f"settings.json.cogd-backup-{time.strftime('%Y%m%d-%H%M%S')}")
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        backup = path.with_name(f"settings.json.cogd-backup-{stamp}")
+        n = 1
+        while backup.exists():  # two changes in one second must not overwrite the older backup
+            n += 1
+            backup = path.with_name(f"settings.json.cogd-backup-{stamp}-{n}")
         backup.write_text(original, encoding="utf-8")
-    tmp = path.with_name(".settings.json.cogd-tmp")
+    tmp = path.with_name(f".{path.name}.cogd-tmp")
     with open(tmp, "w", encoding="utf-8") as fh:
         fh.write(text)
         fh.flush()

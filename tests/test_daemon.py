@@ -156,7 +156,7 @@ def test_long_repository_path_uses_private_runtime_socket(tmp_path, monkeypatch)
 def test_direct_mode_without_daemon(repo):
     # No daemon: commands take the lock and work in-process, and start none.
     out = run_cogd(repo, "index").stdout
-    assert "5 entities" in out
+    assert "5 code entities" in out
     assert not daemon_pids(repo)
     hits = json.loads(run_cogd(repo, "search", "perimeter", "--json").stdout)
     assert hits[0]["id"] == "pkg/geometry.py::perimeter_of_square"

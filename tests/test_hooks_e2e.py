@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import payload, run_cogd, run_hook
+from conftest import git, payload, run_cogd, run_hook
 
 DEADLINE_S = 1.5
 SLACK_S = 1.0  # process start and teardown on a loaded 2-core CI machine
@@ -46,6 +46,9 @@ ID_LINE = re.compile(r"^\s*id: `([^`]+)`", re.M)
 def repo(stdlib_template, tmp_path_factory):
     root = tmp_path_factory.mktemp("e2e") / "repo"
     shutil.copytree(stdlib_template, root, symlinks=True)
+    with open(root / "email" / "utils.py", "a") as fh:  # a focused commit after the bulk import
+        fh.write("\n# touched by the e2e fixture\n")
+    git(root, "commit", "-qam", "touch email.utils")
     up = run_cogd(root, "up", timeout=180)
     root_up_output = up.stdout
     yield root, root_up_output
@@ -135,7 +138,8 @@ def test_session_start_pack_and_session_end(repo):
     proc, _ = run_hook("session-start", payload("session_start.startup.json", root, session_id=session))
     text = _pack(proc)
     assert text.startswith("## cogd: repository overview")
-    assert "### Recently changed files" in text
+    recent = text.split("### Recently changed files\n", 1)[1]
+    assert recent.splitlines()[0].startswith("- `email/utils.py` (")
     assert json.loads(proc.stdout)["hookSpecificOutput"]["hookEventName"] == "SessionStart"
     proc, _ = run_hook("session-end", payload("session_end.prompt_input_exit.json", root, session_id=session))
     assert proc.returncode == 0 and proc.stdout == b""

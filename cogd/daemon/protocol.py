@@ -8,8 +8,6 @@ match on instead of the message.
 from __future__ import annotations
 
 import json
-from typing import Any
-
 PROTOCOL_VERSION = 1
 
 PARSE_ERROR = -32700
@@ -59,9 +57,9 @@ def request(method: str, params: dict | None = None, request_id: int | str = 1) 
     return {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params or {}}
 
 
-def response(request_id: Any, result: Any) -> dict:
+def response(request_id: object, result: object) -> dict:
     return {"jsonrpc": "2.0", "id": request_id, "result": result}
 
 
-def error_response(request_id: Any, error: RpcError) -> dict:
+def error_response(request_id: object, error: RpcError) -> dict:
     return {"jsonrpc": "2.0", "id": request_id, "error": error.to_json()}

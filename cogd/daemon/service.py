@@ -124,9 +124,12 @@ class Service:
 
     # ---- methods ----------------------------------------------------------
     def status(self, params: dict) -> dict:
+        # Read the ticket before the counts: a caller that sees ticket N served
+        # must also see the rows that refresh committed.
+        completed = self.worker.completed
+        result = self.worker.last_result
         conn = self._reader()
         counts = store.counts(conn)
-        result = self.worker.last_result
         return {
             "version": __version__,
             "protocol": PROTOCOL_VERSION,
@@ -143,7 +146,7 @@ class Service:
                 "state": self.worker.state,
                 "progress": dict(self.worker.progress),
                 "queue_depth": self.worker.queue_depth,
-                "completed_ticket": self.worker.completed,
+                "completed_ticket": completed,
                 "refreshes": self.worker.refreshes,
                 "last_refresh": result.as_dict() if result else None,
             },
@@ -204,7 +207,7 @@ class Service:
         return {"queued": rel, "ticket": ticket}
 
     def index_refresh(self, params: dict) -> dict:
-        ticket = self.worker.request(None)
+        ticket = self.worker.request(None, full=params.get("full") is True)
         if params.get("wait", True):
             done = self.worker.wait(ticket, timeout=float(params.get("timeout_s", 3600)))
             result = self.worker.last_result

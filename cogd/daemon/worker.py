@@ -30,6 +30,7 @@ class IndexWorker:
         self._root, self._db_path, self._max_file_bytes = root, db_path, max_file_bytes
         self._cond = threading.Condition()
         self._pending_all = False
+        self._pending_full = False
         self._pending_paths: set[str] = set()
         self._requested = 0  # last ticket handed out
         self._completed = 0  # every ticket <= this has been served
@@ -43,10 +44,15 @@ class IndexWorker:
         self._thread = threading.Thread(target=self._run, name="cogd-index", daemon=True)
         self._thread.start()
 
-    def request(self, paths: list[str] | None = None) -> int:
-        """Queue a refresh of ``paths`` (None = whole tree). Returns a ticket for :meth:`wait`."""
+    def request(self, paths: list[str] | None = None, *, full: bool = False) -> int:
+        """Queue a refresh of ``paths`` (None = whole tree; ``full`` re-parses every file).
+
+        Returns a ticket for :meth:`wait`.
+        """
         with self._cond:
-            if paths is None:
+            if full:
+                self._pending_full = True
+            if paths is None or full:
                 self._pending_all = True
             else:
                 self._pending_paths.update(paths)
@@ -93,13 +99,14 @@ class IndexWorker:
                     if self._stopping:
                         return
                     paths = None if self._pending_all else sorted(self._pending_paths)
-                    self._pending_all, self._pending_paths = False, set()
+                    full = self._pending_full
+                    self._pending_all, self._pending_full, self._pending_paths = False, False, set()
                     ticket = self._requested
                     self.state = "indexing"
                     self.progress = {"done": 0, "total": 0, "path": ""}
                 self.last_refresh_started = time.monotonic()
                 try:
-                    result = indexer.refresh(paths, progress=self._progress)
+                    result = indexer.refresh(paths, progress=self._progress, full=full)
                     self.last_result = result
                     self.last_error = None
                     self.refreshes += 1

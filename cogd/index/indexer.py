@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import posixpath
 import sqlite3
 import time
 from collections.abc import Callable, Iterable
@@ -87,11 +88,15 @@ class Indexer:
             log.exception("parse failed: %s", path)
             return _file_only(path, language, data, line_count(data)), "unreadable"
 
-    def refresh(self, paths: Iterable[str] | None = None, progress: ProgressFn | None = None) -> RefreshResult:
+    def refresh(
+        self, paths: Iterable[str] | None = None, progress: ProgressFn | None = None, *, full: bool = False
+    ) -> RefreshResult:
         """Bring the index up to date; returns what changed.
 
         ``paths``: repo-relative paths to check (for example from a save
-        event); None scans the whole tree. A listed path that no longer exists
+        event); None scans the whole tree. ``full``: re-parse every file even
+        when its stat and hash are unchanged (each file is replaced in place,
+        so readers never see an emptied index). A listed path that no longer exists
         or is no longer a source file is removed from the index. Commits every
         ``BATCH_FILES`` files so concurrent readers see a consistent, growing
         index. Raises sqlite3.Error only when the database itself fails.
@@ -104,7 +109,7 @@ class Indexer:
             current_set = set(current)
             gone = [p for p in known if p not in current_set]
         else:
-            wanted = sorted({p.replace(os.sep, "/").lstrip("/") for p in paths})
+            wanted = sorted({posixpath.normpath(p.replace(os.sep, "/")).lstrip("/") for p in paths})
             present = set(list_source_files(self.root)) if wanted else set()
             current = [p for p in wanted if p in present]
             gone = [p for p in wanted if p not in present and p in known]
@@ -119,7 +124,7 @@ class Indexer:
                     gone.append(path)
                 continue
             row = known.get(path)
-            if row is not None and row["mtime_ns"] == st.st_mtime_ns and row["size"] == st.st_size:
+            if not full and row is not None and row["mtime_ns"] == st.st_mtime_ns and row["size"] == st.st_size:
                 result.unchanged += 1
                 continue
             to_parse.append((path, st))
@@ -135,7 +140,7 @@ class Indexer:
                 continue
             mtime_ns = 0 if now_ns - st.st_mtime_ns < RACY_WINDOW_NS else st.st_mtime_ns
             row = known.get(path)
-            if row is not None and row["hash"] == content_hash(data) and row["status"] == "ok":
+            if not full and row is not None and row["hash"] == content_hash(data) and row["status"] == "ok":
                 store.update_file_stat(self.conn, path, st.st_size, mtime_ns)
                 result.unchanged += 1
             else:

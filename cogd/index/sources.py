@@ -16,6 +16,8 @@ from pathlib import Path
 from cogd.index.languages import language_for_path
 from cogd.paths import COGD_DIR
 
+BULK_COMMIT_FILES = 50  # commits touching more files are skipped by recently_changed_files
+
 # Only used by the non-git fallback walk.
 _SKIP_DIRS = {"node_modules", "__pycache__", "venv", "env", "build", "dist", "target", "site-packages"}
 
@@ -95,12 +97,15 @@ def recently_changed_files(root: Path, limit: int = 50) -> list[str]:
             if len(record) > 3:
                 seen.setdefault(record[3:], None)
         log = subprocess.run(
-            ["git", "-C", str(root), "log", "-n", "50", "--name-only", "--format="],
+            ["git", "-C", str(root), "log", "-n", "50", "--name-only", "--format=%x00"],
             capture_output=True, timeout=10, check=False,
         )
-        for line in log.stdout.decode("utf-8", "replace").splitlines():
-            if line.strip():
-                seen.setdefault(line.strip(), None)
+        for commit in log.stdout.decode("utf-8", "replace").split("\0"):
+            names = [line.strip() for line in commit.splitlines() if line.strip()]
+            if len(names) > BULK_COMMIT_FILES:
+                continue  # an import, a mass rename or a reformat says nothing about focus
+            for name in names:
+                seen.setdefault(name, None)
     except (OSError, subprocess.TimeoutExpired):
         return []
     return [path for path in seen if not path.startswith(COGD_DIR + "/")][:limit]

@@ -9,6 +9,7 @@ did not fit are listed as one-line pointers (``cogd show ID`` expands them).
 
 from __future__ import annotations
 
+import re
 import sqlite3
 from collections import Counter
 from dataclasses import dataclass, field
@@ -21,6 +22,18 @@ CANDIDATES = 60  # retrieved before selection
 # A file entity is a weaker answer than the function inside it that matched:
 # scale its score so functions and classes lead when both match.
 KIND_PRIOR = {"file": 0.7, "module": 0.8, "class": 0.9, "function": 1.0, "method": 1.0}
+# Tests share the vocabulary of the code they test and usually lose to it as a
+# place to start; unless the prompt is about tests, they count for less.
+TEST_PRIOR = 0.5
+_TEST_PATH = re.compile(
+    r"(^|/)(tests?|testing|__tests__|spec|specs)/|(^|/)test_[^/]*$|_test\.[a-z]+$|\.(test|spec)\.[jt]sx?$|(^|/)conftest\.py$"
+)
+_MENTIONS_TESTS = re.compile(r"\b(tests?|testing|unit ?tests?|pytest|spec|fixtures?)\b", re.I)
+
+
+def is_test_path(path: str) -> bool:
+    """True for paths that hold tests by the usual conventions (``tests/``, ``test_*.py``, ``*.spec.ts``…)."""
+    return bool(_TEST_PATH.search(path))
 
 
 @dataclass
@@ -57,15 +70,42 @@ class Pack:
         return {"text": self.text, "chars": len(self.text), "items": [i.as_dict() for i in self.items]}
 
 
+_DOCSTRING_OPEN = re.compile(r"^\s*[rRuUbB]?(\"\"\"|\'\'\')")
+
+
+def _drop_docstring(lines: list[str]) -> list[str]:
+    """Remove a Python docstring block from a definition's lines (it is shown already)."""
+    for i, line in enumerate(lines[:6]):
+        match = _DOCSTRING_OPEN.match(line)
+        if not match:
+            continue
+        quote = match.group(1)
+        rest = line[match.end():]
+        if quote in rest:
+            return lines[:i] + lines[i + 1:]
+        for j in range(i + 1, len(lines)):
+            if quote in lines[j]:
+                return lines[:i] + lines[j + 1:]
+        return lines[:i]
+    return lines
+
+
 def _excerpt(root: Path, hit: Hit, max_lines: int) -> str:
-    """The first ``max_lines`` lines of the entity, read from the work tree now."""
+    """Up to ``max_lines`` lines of the entity, read from the work tree now.
+
+    A Python docstring is left out when the item already shows its first line.
+    """
     try:
         with open(root / hit.path, "rb") as fh:
             lines = fh.read().decode("utf-8", errors="replace").splitlines()
     except OSError:
         return ""
-    body = lines[hit.start_line - 1 : min(hit.end_line, hit.start_line - 1 + max_lines)]
-    if hit.end_line - hit.start_line + 1 > max_lines:
+    body = lines[hit.start_line - 1 : hit.end_line]
+    if hit.doc and hit.path.endswith((".py", ".pyi")):
+        body = _drop_docstring(body)
+    cut = len(body) > max_lines
+    body = body[:max_lines]
+    if cut:
         body.append("    ...")
     return "\n".join(line.rstrip()[:160] for line in body)
 
@@ -98,13 +138,21 @@ def _language(conn: sqlite3.Connection, path: str) -> str:
     return row[0] if row else ""
 
 
-def select(hits: list[Hit], per_file_cap: int) -> list[Hit]:
-    """Rank-ordered hits after the kind prior, with at most ``per_file_cap`` per file.
+def select(hits: list[Hit], per_file_cap: int, *, about_tests: bool = False) -> list[Hit]:
+    """Rank-ordered hits after the kind and test priors, at most ``per_file_cap`` per file.
 
-    A file entity is dropped when an entity inside it is already selected: the
-    narrower item says the same thing with line numbers.
+    Each hit's score is multiplied by ``KIND_PRIOR[kind]`` and, for test files
+    when ``about_tests`` is false, by ``TEST_PRIOR``. A file entity is dropped
+    when an entity inside it is already selected: the narrower item says the
+    same thing with line numbers.
     """
-    ranked = sorted(hits, key=lambda h: h.score * KIND_PRIOR.get(h.kind, 1.0), reverse=True)
+    def prior(hit: Hit) -> float:
+        weight = KIND_PRIOR.get(hit.kind, 1.0)
+        if not about_tests and is_test_path(hit.path):
+            weight *= TEST_PRIOR
+        return hit.score * weight
+
+    ranked = sorted(hits, key=prior, reverse=True)
     chosen: list[Hit] = []
     per_file: Counter[str] = Counter()
     for hit in ranked:
@@ -173,7 +221,7 @@ def assemble(
 def prompt_pack(conn: sqlite3.Connection, root: Path, prompt: str, config: PackConfig) -> Pack:
     """The pack for one user prompt: BM25 candidates, kind prior, per-file diversity."""
     hits = bm25_search(conn, prompt, limit=CANDIDATES)
-    ranked = select(hits, config.per_file_cap)
+    ranked = select(hits, config.per_file_cap, about_tests=bool(_MENTIONS_TESTS.search(prompt[:20_000])))
     header = "## cogd: code that may matter for this prompt\n(BM25 over the repository index; `path:start-end`, then the entity id)\n"
     return assemble(conn, root, header, ranked, config)
 
@@ -195,9 +243,10 @@ def overview_pack(conn: sqlite3.Connection, root: Path, recent_paths: list[str],
     """
     degree = conn.execute(
         "SELECT e.id, count(*) AS d FROM edges g JOIN entities e ON e.id IN (g.src, g.dst) "
-        "WHERE e.kind != 'file' GROUP BY e.id ORDER BY d DESC, e.id LIMIT ?", (config.max_items * 2,),
+        "WHERE e.kind != 'file' GROUP BY e.id ORDER BY d DESC, e.id LIMIT ?", (config.max_items * 6,),
     ).fetchall()
-    ranked = [h for h in (_hit_by_id(conn, row[0], float(row[1])) for row in degree) if h is not None]
+    ranked = [h for h in (_hit_by_id(conn, row[0], float(row[1])) for row in degree)
+              if h is not None and not is_test_path(h.path)][: config.max_items]
     recent_lines = []
     for path in recent_paths:
         row = conn.execute("SELECT end_line, doc FROM entities WHERE id = ? AND kind = 'file'", (path,)).fetchone()

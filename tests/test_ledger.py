@@ -1,0 +1,225 @@
+"""Tests for cogd.usage.ledger: deliveries, items, tool uses and sessions in a real state.db."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from pathlib import Path
+
+import pytest
+
+from cogd.retrieve.pack import PackItem
+from cogd.usage.ledger import QUERY_KEEP_CHARS, Ledger
+from cogd.usage.touches import Touch
+
+
+@pytest.fixture
+def db(tmp_path) -> Path:
+    return tmp_path / ".cogd" / "state.db"
+
+
+@pytest.fixture
+def ledger(db):
+    led = Ledger(db)
+    yield led
+    led.close()
+
+
+def items(*specs) -> list[dict]:
+    """PackItem dicts from (entity_id, kind, path, start, end, score, chars[, pointer]) tuples, ranked 1..n."""
+    out = []
+    for rank, spec in enumerate(specs, 1):
+        entity_id, kind, path, start, end, score, chars, *rest = spec
+        out.append(PackItem(entity_id, kind, path, start, end, score, rank, chars, bool(rest and rest[0])).as_dict())
+    return out
+
+
+def set_outcome(db: Path, delivery_id: int, rank: int, outcome: str) -> None:
+    conn = sqlite3.connect(db)
+    with conn:
+        conn.execute("UPDATE delivery_items SET outcome = ? WHERE delivery_id = ? AND rank = ?",
+                     (outcome, delivery_id, rank))
+    conn.close()
+
+
+def test_creates_the_database_and_parent_directory(db):
+    assert not db.parent.exists()
+    led = Ledger(db)
+    led.close()
+    conn = sqlite3.connect(db)
+    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    assert tables >= {"meta", "deliveries", "delivery_items", "tool_uses", "sessions"}
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    conn.close()
+
+
+def test_empty_ledger(ledger):
+    assert ledger.totals() == {"deliveries": 0, "delivery_items": 0, "tool_uses": 0, "sessions": 0, "sessions_ended": 0}
+    assert ledger.deliveries() == []
+    assert ledger.tool_uses() == []
+    assert ledger.entity_usage("a.py::f") == {"retrieval_count": 0, "used_count": 0, "ignored_count": 0}
+
+
+def test_delivery_with_items_round_trips(ledger):
+    pack_items = items(
+        ("pkg/geometry.py::Circle.area", "method", "pkg/geometry.py", 10, 12, 3.14159265, 180),
+        ("pkg/geometry.py", "file", "pkg/geometry.py", 1, 40, 1.5, 60, True),
+    )
+    text = "## Context\n" + "x" * 229
+    delivery_id = ledger.record_delivery("s1", "prompt", "", "how is the area computed?", text, pack_items, now=1000.5)
+    assert isinstance(delivery_id, int) and delivery_id >= 1
+    [stored] = ledger.deliveries()
+    assert {k: v for k, v in stored.items() if k != "items"} == {
+        "id": delivery_id, "session_id": "s1", "event": "prompt", "source": "", "created_at": 1000.5,
+        "query": "how is the area computed?", "size_chars": 240, "item_count": 2,
+    }
+    assert stored["items"] == [
+        {"delivery_id": delivery_id, "rank": 1, "entity_id": "pkg/geometry.py::Circle.area", "kind": "method",
+         "path": "pkg/geometry.py", "start_line": 10, "end_line": 12, "score": 3.1416, "chars": 180,
+         "pointer": 0, "outcome": "pending"},
+        {"delivery_id": delivery_id, "rank": 2, "entity_id": "pkg/geometry.py", "kind": "file",
+         "path": "pkg/geometry.py", "start_line": 1, "end_line": 40, "score": 1.5, "chars": 60,
+         "pointer": 1, "outcome": "pending"},
+    ]
+
+
+def test_outcome_defaults_to_pending(ledger):
+    ledger.record_delivery("s", "session_start", "startup", "", "t", items(("a.py::f", "function", "a.py", 1, 2, 1.0, 10)))
+    assert [i["outcome"] for d in ledger.deliveries() for i in d["items"]] == ["pending"]
+
+
+def test_delivery_without_items_and_session_start_source(ledger):
+    delivery_id = ledger.record_delivery("s2", "session_start", "resume", "", "", [], now=5.0)
+    [d] = ledger.deliveries()
+    assert (d["id"], d["event"], d["source"], d["size_chars"], d["item_count"], d["items"]) == (
+        delivery_id, "session_start", "resume", 0, 0, [])
+
+
+def test_long_query_is_cut(ledger):
+    ledger.record_delivery("s", "prompt", "", "q" * (QUERY_KEEP_CHARS + 500), "text", [])
+    assert ledger.deliveries()[0]["query"] == "q" * QUERY_KEEP_CHARS
+    assert QUERY_KEEP_CHARS == 2000
+
+
+def test_deliveries_newest_first_filtered_and_limited(ledger):
+    ids = [ledger.record_delivery(s, "prompt", "", f"q{n}", "t", [], now=float(n))
+           for n, s in enumerate(["a", "b", "a", "c", "a"])]
+    assert [d["id"] for d in ledger.deliveries()] == ids[::-1]
+    assert [d["query"] for d in ledger.deliveries("a")] == ["q4", "q2", "q0"]
+    assert [d["query"] for d in ledger.deliveries("a", limit=2)] == ["q4", "q2"]
+    assert [d["query"] for d in ledger.deliveries(limit=1)] == ["q4"]
+    assert ledger.deliveries("nobody") == []
+
+
+def test_duplicate_rank_rolls_back_the_whole_delivery(ledger):
+    bad = items(("a.py::f", "function", "a.py", 1, 2, 1.0, 10)) * 2  # rank 1 twice
+    with pytest.raises(sqlite3.IntegrityError):
+        ledger.record_delivery("s", "prompt", "", "q", "t", bad)
+    assert ledger.totals() == {"deliveries": 0, "delivery_items": 0, "tool_uses": 0, "sessions": 0, "sessions_ended": 0}
+    # the ledger is still usable afterwards
+    ledger.record_delivery("s", "prompt", "", "q", "t", bad[:1])
+    assert ledger.totals()["delivery_items"] == 1
+
+
+def test_tool_uses_round_trip(ledger):
+    touches = [Touch("src/a.py", "edit", 3, 9), Touch("README.md", "write")]
+    row = ledger.record_tool_use("s1", "Edit", "toolu_01", touches, now=7.0)
+    ledger.record_tool_use("s2", "Read", "", [], now=8.0)
+    ledger.record_tool_use("s1", "Bash", "call-x", [Touch("t.py", "mention")], now=9.0)
+    all_uses = ledger.tool_uses()
+    assert [u["tool_name"] for u in all_uses] == ["Bash", "Read", "Edit"]
+    edit = all_uses[-1]
+    assert (edit["id"], edit["session_id"], edit["tool_use_id"], edit["created_at"]) == (row, "s1", "toolu_01", 7.0)
+    assert edit["touches"] == [
+        {"path": "src/a.py", "action": "edit", "start_line": 3, "end_line": 9},
+        {"path": "README.md", "action": "write", "start_line": None, "end_line": None},
+    ]
+    assert [u["tool_name"] for u in ledger.tool_uses("s1")] == ["Bash", "Edit"]
+    assert [u["tool_name"] for u in ledger.tool_uses("s1", limit=1)] == ["Bash"]
+    assert ledger.tool_uses("s2")[0]["touches"] == []
+    assert ledger.totals()["tool_uses"] == 3
+    assert ledger.totals()["sessions"] == 0  # tool uses alone do not open a session
+
+
+def test_totals_and_sessions(ledger):
+    ledger.record_delivery("s1", "session_start", "startup", "", "t",
+                           items(("a.py::f", "function", "a.py", 1, 2, 1.0, 10),
+                                 ("a.py::g", "function", "a.py", 4, 6, 0.5, 10)), now=1.0)
+    ledger.record_delivery("s1", "prompt", "", "q", "t", items(("a.py::f", "function", "a.py", 1, 2, 1.0, 10)), now=2.0)
+    ledger.record_delivery("s2", "prompt", "", "q", "t", [], now=3.0)
+    ledger.record_tool_use("s1", "Read", "", [Touch("a.py", "read")])
+    ledger.end_session("s1", "prompt_input_exit", now=10.0)
+    assert ledger.totals() == {"deliveries": 3, "delivery_items": 3, "tool_uses": 1, "sessions": 2, "sessions_ended": 1}
+
+
+def session_row(db: Path, session_id: str):
+    conn = sqlite3.connect(db)
+    row = conn.execute("SELECT started_at, ended_at, end_reason FROM sessions WHERE session_id = ?",
+                       (session_id,)).fetchone()
+    conn.close()
+    return row
+
+
+def test_end_session_is_idempotent_first_end_wins(ledger, db):
+    ledger.record_delivery("s1", "session_start", "startup", "", "t", [], now=100.0)
+    ledger.record_delivery("s1", "prompt", "", "q", "t", [], now=150.0)  # a later delivery keeps the start
+    ledger.end_session("s1", "clear", now=200.0)
+    ledger.end_session("s1", "other", now=300.0)
+    ledger.end_session("s1", "logout", now=400.0)
+    assert session_row(db, "s1") == (100.0, 200.0, "clear")
+    assert ledger.totals()["sessions"] == 1 and ledger.totals()["sessions_ended"] == 1
+
+
+def test_end_of_an_unknown_session_creates_it(ledger, db):
+    ledger.end_session("ghost", "other", now=50.0)
+    assert session_row(db, "ghost") == (50.0, 50.0, "other")
+    ledger.record_delivery("ghost", "prompt", "", "q", "t", [], now=60.0)  # does not reopen or restart it
+    assert session_row(db, "ghost") == (50.0, 50.0, "other")
+    assert ledger.totals()["sessions_ended"] == 1
+
+
+def test_entity_usage_counts(ledger, db):
+    f = ("a.py::f", "function", "a.py", 1, 2, 1.0, 10)
+    g = ("a.py::g", "function", "a.py", 4, 6, 0.5, 10)
+    d1 = ledger.record_delivery("s", "prompt", "", "q1", "t", items(f, g))
+    d2 = ledger.record_delivery("s", "prompt", "", "q2", "t", items(g, f))
+    d3 = ledger.record_delivery("s", "prompt", "", "q3", "t", items(f))
+    assert ledger.entity_usage("a.py::f") == {"retrieval_count": 3, "used_count": 0, "ignored_count": 0}
+    set_outcome(db, d1, 1, "hit")
+    set_outcome(db, d2, 2, "miss")
+    set_outcome(db, d3, 1, "hit")
+    set_outcome(db, d1, 2, "miss")  # g
+    assert ledger.entity_usage("a.py::f") == {"retrieval_count": 3, "used_count": 2, "ignored_count": 1}
+    assert ledger.entity_usage("a.py::g") == {"retrieval_count": 2, "used_count": 0, "ignored_count": 1}
+    assert ledger.entity_usage("a.py::h") == {"retrieval_count": 0, "used_count": 0, "ignored_count": 0}
+    assert [i["outcome"] for i in ledger.deliveries()[-1]["items"]] == ["hit", "miss"]
+
+
+def test_ledger_survives_reopen(db):
+    led = Ledger(db)
+    d = led.record_delivery("s", "prompt", "", "q", "t", items(("a.py::f", "function", "a.py", 1, 2, 1.0, 10)))
+    led.record_tool_use("s", "Read", "", [Touch("a.py", "read")])
+    led.end_session("s", "other")
+    led.close()
+    led = Ledger(db)
+    try:
+        assert led.totals() == {"deliveries": 1, "delivery_items": 1, "tool_uses": 1, "sessions": 1, "sessions_ended": 1}
+        assert led.deliveries()[0]["id"] == d
+    finally:
+        led.close()
+
+
+def test_concurrent_writers_from_threads(ledger):
+    def work(n: int) -> None:
+        for k in range(20):
+            ledger.record_delivery(f"s{n}", "prompt", "", f"{n}-{k}", "t",
+                                   items((f"m{n}.py::f{k}", "function", f"m{n}.py", 1, 2, 1.0, 5)))
+            ledger.record_tool_use(f"s{n}", "Read", "", [Touch(f"m{n}.py", "read")])
+
+    threads = [threading.Thread(target=work, args=(n,)) for n in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert ledger.totals() == {"deliveries": 80, "delivery_items": 80, "tool_uses": 80, "sessions": 4, "sessions_ended": 0}
+    assert len(ledger.deliveries("s2")) == 20
