@@ -274,9 +274,19 @@ def machine_info(python: str) -> dict:
     }
 
 
+def _loadavg() -> float | None:
+    try:
+        return round(os.getloadavg()[0], 2)
+    except (AttributeError, OSError):
+        return None
+
+
 def machine_line(m: dict) -> str:
     cores = f"{m['cores']} cores" + (f" ({m['cores_usable']} usable)" if m["cores_usable"] != m["cores"] else "")
-    return f"machine: {m['cpu']}, {cores}, {m['python']} ({m['python_path']}), {m['os']}"
+    load = ""
+    if m.get("loadavg_1m_before") is not None:
+        load = f", load avg (1 min) {m['loadavg_1m_before']} before / {m['loadavg_1m_after']} after"
+    return f"machine: {m['cpu']}, {cores}, {m['python']} ({m['python_path']}), {m['os']}{load}"
 
 
 def summarize(tasks: list[Task], base_p50: float) -> list[dict]:
@@ -412,12 +422,15 @@ def main(argv: list[str] | None = None) -> int:
                  check_exit0, floor=True),
         ]
         env = dict(os.environ)
+        load_before = _loadavg()
         log_offset = hook_log_size(root)
         log(f"measuring: {args.warmup} warm-up + {args.runs} runs (others {other_runs}), round-robin ...")
         round_robin(tasks, env, args.warmup)
         new_log = hook_log_lines(root, log_offset)
+        load_after = _loadavg()
 
         machine = machine_info(python)
+        machine["loadavg_1m_before"], machine["loadavg_1m_after"] = load_before, load_after
         base_p50 = statistics.median(tasks[3].times) * 1000
         rows = summarize(tasks, base_p50)
         prompt_row = rows[0]

@@ -474,6 +474,41 @@ def test_typescript_signatures_and_docs():
     assert e["src/shapes.ts::Shape"].body == "interface Shape\nShapes that can be drawn.\narea"
 
 
+def test_typescript_namespaces_and_modules_are_containers():
+    code = src('''
+        namespace Geometry {
+          export function unit(): number { return 1; }
+        }
+
+        module Legacy {
+          export function old() {}
+        }
+
+        export namespace Physics {
+          export class Body {
+            mass(): number { return 1; }
+          }
+          export function unit(): number { return 2; }
+        }
+    ''')
+    for lang in ("typescript", "tsx"):
+        parsed = extract("ns.ts", code, lang)
+        assert shape(parsed) == [
+            ("ns.ts::Geometry", "module", "", 1, 3, "ns.ts"),
+            ("ns.ts::Geometry.unit", "function", "", 2, 2, "ns.ts::Geometry"),
+            ("ns.ts::Legacy", "module", "", 5, 7, "ns.ts"),
+            ("ns.ts::Legacy.old", "function", "", 6, 6, "ns.ts::Legacy"),
+            ("ns.ts::Physics", "module", "", 9, 14, "ns.ts"),
+            ("ns.ts::Physics.Body", "class", "", 10, 12, "ns.ts::Physics"),
+            ("ns.ts::Physics.Body.mass", "method", "", 11, 11, "ns.ts::Physics.Body"),
+            ("ns.ts::Physics.unit", "function", "", 13, 13, "ns.ts::Physics"),
+        ]
+        e = by_id(parsed)
+        assert e["ns.ts::Geometry"].signature == "namespace Geometry"
+        assert e["ns.ts::Legacy"].signature == "module Legacy"
+        assert e["ns.ts::Physics"].body == "namespace Physics\n\nBody unit"
+
+
 TSX_SAMPLE = src('''
     import React from "react";
 

@@ -27,6 +27,11 @@ class LanguageSpec:
     module: str  # the grammar wheel's import name
     function: str  # the function in it that returns the language pointer
     tags_from: tuple[str, ...]  # modules whose queries/tags.scm are concatenated
+    extra_tags: str = ""  # patterns the shipped tags.scm lacks
+
+
+# TypeScript's tags.scm only knows `module X {}`; `namespace X {}` parses as internal_module.
+_TS_EXTRA_TAGS = "(internal_module name: (identifier) @name) @definition.module\n"
 
 
 LANGUAGES: dict[str, LanguageSpec] = {
@@ -46,6 +51,7 @@ LANGUAGES: dict[str, LanguageSpec] = {
             "tree_sitter_typescript",
             "language_typescript",
             ("tree_sitter_javascript", "tree_sitter_typescript"),
+            _TS_EXTRA_TAGS,
         ),
         LanguageSpec(
             "tsx",
@@ -53,6 +59,7 @@ LANGUAGES: dict[str, LanguageSpec] = {
             "tree_sitter_typescript",
             "language_tsx",
             ("tree_sitter_javascript", "tree_sitter_typescript"),
+            _TS_EXTRA_TAGS,
         ),
     )
 }
@@ -98,6 +105,6 @@ def grammar(name: str) -> Grammar:
         spec = LANGUAGES[name]
         pointer = getattr(importlib.import_module(spec.module), spec.function)()
         language = tree_sitter.Language(pointer)
-        query_text = "\n".join(_tags_source(m) for m in spec.tags_from)
+        query_text = "\n".join([*(_tags_source(m) for m in spec.tags_from), spec.extra_tags])
         cache[name] = Grammar(language, tree_sitter.Parser(language), tree_sitter.Query(language, query_text))
     return cache[name]
