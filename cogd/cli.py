@@ -328,7 +328,8 @@ def show(ctx: click.Context, entity_id: str, as_json: bool) -> None:
         console.print(e["doc"], markup=False, style="dim")
     for direction, label in (("out", "→"), ("in", "←")):
         for edge in result["edges"][direction]:
-            console.print(f"  {label} {edge['kind']:9} {edge['id']}", markup=False)
+            how = f" ({edge['resolution']})" if edge.get("resolution") else ""
+            console.print(f"  {label} {edge['kind']:9} {edge['id']}{how}", markup=False)
     u = result["usage"]
     console.print(f"delivered {u['retrieval_count']}×, hits {u['used_count']}, misses {u['ignored_count']}")
 
@@ -351,9 +352,9 @@ def stats(ctx: click.Context, as_json: bool) -> None:
     for row in result["files"]:
         files.add_row(row["language"], row["status"], str(row["n"]))
     console.print(files)
-    edges = Table("kind", "edges", title="edges")
+    edges = Table("kind", "resolution", "edges", title="edges")
     for row in result["edges"]:
-        edges.add_row(row["kind"], str(row["n"]))
+        edges.add_row(row["kind"], row["resolution"] or "-", str(row["n"]))
     console.print(edges)
     ledger = Table("ledger", "count", title="usage ledger")
     for key, value in result["ledger"].items():

@@ -67,7 +67,7 @@ def test_status_json_and_cli_forms(repo):
     shown = json.loads(run_cogd(repo, "show", "pkg/geometry.py::Circle", "--json").stdout)
     assert (shown["kind"], shown["start_line"], shown["end_line"]) == ("class", 4, 12)
     assert {e["id"] for e in shown["edges"]["out"]} == {"pkg/geometry.py::Circle.__init__", "pkg/geometry.py::Circle.area"}
-    assert shown["edges"]["in"] == [{"id": "pkg/geometry.py", "kind": "contains"}]
+    assert shown["edges"]["in"] == [{"id": "pkg/geometry.py", "kind": "contains", "resolution": ""}]
     assert shown["retrieval_count"] == 0
 
     missing = run_cogd(repo, "show", "pkg/nope.py::x", check=False)
@@ -77,7 +77,7 @@ def test_status_json_and_cli_forms(repo):
     by_kind = {(r["language"], r["kind"]): r["n"] for r in stats["entities"]}
     assert by_kind == {("javascript", "file"): 1, ("javascript", "function"): 1, ("python", "class"): 1,
                        ("python", "file"): 2, ("python", "function"): 1, ("python", "method"): 2}
-    assert stats["edges"] == [{"kind": "contains", "n": 5}]
+    assert stats["edges"] == [{"kind": "contains", "resolution": "", "n": 5}]
 
 
 def test_socket_and_runtime_permissions(repo):

@@ -231,8 +231,10 @@ class Service:
         if row is None:
             raise RpcError("not_found", f"no entity {entity_id!r}", data={"id": entity_id})
         entity = {k: row[k] for k in row.keys() if k != "rowid"}
-        outgoing = [dict(r) for r in conn.execute("SELECT dst AS id, kind FROM edges WHERE src = ? ORDER BY kind, dst", (entity_id,))]
-        incoming = [dict(r) for r in conn.execute("SELECT src AS id, kind FROM edges WHERE dst = ? ORDER BY kind, src", (entity_id,))]
+        outgoing = [dict(r) for r in conn.execute(
+            "SELECT dst AS id, kind, resolution FROM edges WHERE src = ? ORDER BY kind, dst", (entity_id,))]
+        incoming = [dict(r) for r in conn.execute(
+            "SELECT src AS id, kind, resolution FROM edges WHERE dst = ? ORDER BY kind, src", (entity_id,))]
         body = conn.execute("SELECT body FROM entities_fts WHERE rowid = ?", (row["rowid"],)).fetchone()
         return {
             "entity": entity,
@@ -245,7 +247,8 @@ class Service:
         conn = self._reader()
         by_lang_kind = [dict(r) for r in conn.execute(
             "SELECT language, kind, count(*) AS n FROM entities GROUP BY language, kind ORDER BY language, kind")]
-        edges = [dict(r) for r in conn.execute("SELECT kind, count(*) AS n FROM edges GROUP BY kind ORDER BY kind")]
+        edges = [dict(r) for r in conn.execute(
+            "SELECT kind, resolution, count(*) AS n FROM edges GROUP BY kind, resolution ORDER BY kind, resolution")]
         files = [dict(r) for r in conn.execute(
             "SELECT language, status, count(*) AS n FROM files GROUP BY language, status ORDER BY language, status")]
         indexed_at = float(store.get_meta(conn, "indexed_at") or 0)

@@ -16,6 +16,7 @@ import tree_sitter
 import xxhash
 
 from cogd.index.languages import grammar
+from cogd.index.references import Reference, collect_references
 
 # tags.scm capture → (kind, subkind)
 _DEFINITION_KINDS = {
@@ -68,6 +69,7 @@ class ParsedFile:
     language: str
     entities: list[Entity] = field(default_factory=list)
     edges: list[Edge] = field(default_factory=list)
+    references: list[Reference] = field(default_factory=list)  # unresolved calls, imports, bases
 
 
 def content_hash(data: bytes) -> str:
@@ -185,9 +187,9 @@ class _Definition:
     subkind: str
 
 
-def _definitions(tree: tree_sitter.Tree, query: tree_sitter.Query, src: bytes) -> list[_Definition]:
+def _definitions(matches: list, src: bytes) -> list[_Definition]:
     found: dict[tuple[int, int], _Definition] = {}
-    for _pattern, captures in tree_sitter.QueryCursor(query).matches(tree.root_node):
+    for _pattern, captures in matches:
         names = captures.get("name")
         if not names:
             continue
@@ -242,8 +244,11 @@ def extract(path: str, source: bytes, language: str) -> ParsedFile:
     stack: list[tuple[Entity, int]] = []  # (entity, end_byte) of open containers/callables
     seen_ids: dict[str, int] = {}
     members: dict[str, list[str]] = {file_entity.id: []}
+    spans: list[tuple[int, int, str]] = []  # byte spans, for attributing references
 
-    for definition in _definitions(tree, gram.tags, source):
+    # One pass of the tags query serves both definitions and call references.
+    tag_matches = tree_sitter.QueryCursor(gram.tags).matches(root)
+    for definition in _definitions(tag_matches, source):
         node = definition.node
         while stack and node.start_byte >= stack[-1][1]:
             stack.pop()
@@ -291,6 +296,9 @@ def extract(path: str, source: bytes, language: str) -> ParsedFile:
         members.setdefault(entity.parent_id or file_entity.id, []).append(definition.name)
         members.setdefault(entity.id, [])
         stack.append((entity, node.end_byte))
+        spans.append((outer.start_byte, node.end_byte, entity.id))
+
+    parsed.references = collect_references(tree, gram, spans, file_entity.id, tag_matches)
 
     # Containers are searched by their header, docstring and member names, not
     # by a copy of every member's body (members are entities of their own).

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cogd.index import store
+from cogd.index import resolve, store
 from cogd.index.extract import Entity, ParsedFile, content_hash, extract, line_count
 from cogd.index.languages import language_for_path
 from cogd.index.sources import git_head, list_source_files
@@ -88,6 +88,24 @@ class Indexer:
             log.exception("parse failed: %s", path)
             return _file_only(path, language, data, line_count(data)), "unreadable"
 
+    def _resolve(
+        self, known: dict, parsed_paths: list[str], gone: list[str], names_before: set[tuple[str, str]],
+        everything: bool,
+    ) -> None:
+        """Bring reference edges in step with the files just written.
+
+        When the set of files changed (an import may now find, or lose, its
+        target) everything is re-resolved; otherwise only the re-parsed files
+        and the files that mention a name whose definitions were added,
+        removed or re-identified.
+        """
+        if everything or gone or any(p not in known for p in parsed_paths):
+            resolve.resolve(self.conn, str(self.root), None)
+        elif parsed_paths:
+            names_after = resolve.entity_names(self.conn, parsed_paths)
+            affected = {name for name, _id in names_before ^ names_after}
+            resolve.resolve(self.conn, str(self.root), resolve.files_to_reresolve(self.conn, set(parsed_paths), affected))
+
     def refresh(
         self, paths: Iterable[str] | None = None, progress: ProgressFn | None = None, *, full: bool = False
     ) -> RefreshResult:
@@ -131,6 +149,8 @@ class Indexer:
 
         now_ns = time.time_ns()
         total = len(to_parse)
+        parsed_paths: list[str] = []
+        names_before: set[tuple[str, str]] = set()  # (name, id) defined in re-parsed files, before
         for i, (path, st) in enumerate(to_parse, 1):
             try:
                 data = (self.root / path).read_bytes()
@@ -147,7 +167,9 @@ class Indexer:
                 parsed, status = self._parse(path, data)
                 if status != "ok":
                     result.skipped[status] = result.skipped.get(status, 0) + 1
+                names_before |= resolve.entity_names(self.conn, [path])
                 store.write_file(self.conn, parsed, size=st.st_size, mtime_ns=mtime_ns, status=status, now=time.time())
+                parsed_paths.append(path)
                 result.parsed += 1
             if i % BATCH_FILES == 0:
                 self.conn.commit()
@@ -157,6 +179,7 @@ class Indexer:
         for path in gone:
             store.delete_file(self.conn, path)
         result.removed = len(gone)
+        self._resolve(known, parsed_paths, gone, names_before, everything=full and paths is None)
         result.commit = git_head(self.root)
         store.set_meta(self.conn, "commit", result.commit or "")
         store.set_meta(self.conn, "indexed_at", f"{time.time():.3f}")

@@ -3,24 +3,49 @@
 Inside a git repository the list comes from git itself — tracked files plus
 untracked files that no ``.gitignore`` excludes — so every ignore rule git
 honours (nested ``.gitignore``, ``.git/info/exclude``, the global excludes file)
-holds without cogd re-implementing any of it. Outside git, a plain walk that
-skips hidden and well-known dependency/build directories is the fallback.
+holds without cogd re-implementing any of it.
+
+Outside git, :func:`_walk_files` walks the tree with ``os.walk`` and honours
+nested ``.gitignore`` files with pathspec's gitignore matcher: each file's
+patterns are relative to its own directory, a deeper file's verdict overrides a
+shallower one's, and an ignored directory is pruned (never entered), which is
+also why nothing below it can be re-included — git's rule. A built-in layer of
+the lowest precedence ignores hidden directories and well-known dependency and
+build directories (``node_modules/``, ``build/``, ...); a ``.gitignore`` can
+re-include one with ``!build/``.
+
+``.cogdignore`` files (same syntax, same nesting) are honoured in both modes,
+on tracked files too; in a directory holding both files, ``.cogdignore`` lines
+come after the ``.gitignore`` ones and so win. In git mode the ``.cogdignore``
+files are those git lists (tracked, or untracked and not ignored) plus the one
+at the root, read even when git ignores it.
+
+Symbolic links are not followed: a directory symlink is never entered (so a
+link to a parent cannot loop), and a file symlink whose target lies inside the
+root is left out, since the target is listed under its own path. ``.git/``
+and ``.cogd/`` are never listed.
 """
 
 from __future__ import annotations
 
 import os
+import stat
 import subprocess
 from pathlib import Path
+
+import pathspec
 
 from cogd.index.languages import language_for_path
 from cogd.paths import COGD_DIR
 
 BULK_COMMIT_FILES = 50  # commits touching more files are skipped by recently_changed_files
+COGD_IGNORE = ".cogdignore"
 
-# Only used by the non-git fallback walk.
-_SKIP_DIRS = {"node_modules", "__pycache__", "venv", "env", "build", "dist", "target", "site-packages"}
-
+# The non-git walk's lowest-precedence layer (gitignore syntax).
+DEFAULT_WALK_IGNORES = (
+    ".*/", "node_modules/", "__pycache__/", "venv/", "env/", "build/", "dist/", "target/", "site-packages/",
+)
+_NEVER_DIRS = {".git", COGD_DIR}
 
 def git_head(root: Path) -> str | None:
     """The commit ``HEAD`` points at, or None (no git, or no commit yet)."""
@@ -48,26 +73,154 @@ def _git_files(root: Path) -> list[str] | None:
     return sorted({name for name in names if name})
 
 
+def _compile(lines: list[str]) -> pathspec.GitIgnoreSpec | None:
+    """A gitignore matcher for ``lines``; a malformed line is dropped, not fatal."""
+    lines = [line for line in lines if line.strip() and not line.lstrip().startswith("#")]
+    if not lines:
+        return None
+    try:
+        return pathspec.GitIgnoreSpec.from_lines(lines)
+    except Exception:  # one bad pattern (e.g. an unclosed "[") must not cost the others
+        good = []
+        for line in lines:
+            try:
+                pathspec.GitIgnoreSpec.from_lines([line])
+            except Exception:
+                continue
+            good.append(line)
+        return pathspec.GitIgnoreSpec.from_lines(good) if good else None
+
+
+def _read_lines(path: Path) -> list[str]:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return []
+
+
+class IgnoreRules:
+    """Nested gitignore-style rule files, keyed by the directory holding them.
+
+    Directories are root-relative POSIX paths, ``""`` for the root. A path is
+    judged by the rules of its directory and of every ancestor, the deepest
+    one with a matching pattern deciding (as git does); ``base`` decides last.
+    """
+
+    def __init__(self, base: pathspec.GitIgnoreSpec | None = None):
+        self.specs: dict[str, pathspec.GitIgnoreSpec] = {}
+        self.base = base
+        self._dir_cache: dict[str, bool] = {}
+
+    def add_dir(self, root: Path, rel_dir: str, names: tuple[str, ...]) -> None:
+        """Read the rule files called ``names`` in ``rel_dir`` (missing ones count as empty)."""
+        directory = root / rel_dir if rel_dir else root
+        lines: list[str] = []
+        for name in names:
+            lines += _read_lines(directory / name)
+        spec = _compile(lines)
+        if spec is not None:
+            self.specs[rel_dir] = spec
+            self._dir_cache.clear()
+
+    def _verdict(self, rel: str, is_dir: bool) -> bool:
+        """Whether ``rel`` itself matches (ancestors not considered)."""
+        probe = rel + "/" if is_dir else rel
+        parts = rel.split("/")
+        for depth in range(len(parts) - 1, -1, -1):
+            spec = self.specs.get("/".join(parts[:depth]))
+            if spec is None:
+                continue
+            result = spec.check_file(probe.split("/", depth)[-1] if depth else probe)
+            if result.include is not None:
+                return bool(result.include)
+        if self.base is not None:
+            result = self.base.check_file(probe)
+            if result.include is not None:
+                return bool(result.include)
+        return False
+
+    def dir_ignored(self, rel_dir: str) -> bool:
+        """Whether directory ``rel_dir`` or any of its ancestors is ignored."""
+        if not rel_dir:
+            return False
+        cached = self._dir_cache.get(rel_dir)
+        if cached is None:
+            parent = rel_dir.rpartition("/")[0]
+            cached = self.dir_ignored(parent) or self._verdict(rel_dir, True)
+            self._dir_cache[rel_dir] = cached
+        return cached
+
+    def ignored(self, rel: str) -> bool:
+        """Whether file ``rel`` is ignored, by its own name or through an ignored directory."""
+        return self.dir_ignored(rel.rpartition("/")[0]) or self._verdict(rel, False)
+
+
+def _apply_cogdignore(root: Path, names: list[str]) -> list[str]:
+    """``names`` (from git) without those a ``.cogdignore`` excludes."""
+    rule_dirs = {""} if (root / COGD_IGNORE).is_file() else set()
+    rule_dirs.update(name.rpartition("/")[0] for name in names
+                     if name == COGD_IGNORE or name.endswith("/" + COGD_IGNORE))
+    if not rule_dirs:
+        return names
+    rules = IgnoreRules()
+    for rel_dir in rule_dirs:
+        rules.add_dir(root, rel_dir, (COGD_IGNORE,))
+    if not rules.specs:
+        return names
+    return [name for name in names if not rules.ignored(name)]
+
+
 def _walk_files(root: Path) -> list[str]:
+    """Every file under ``root`` that the ignore files and the defaults leave in."""
+    rules = IgnoreRules(_compile(list(DEFAULT_WALK_IGNORES)))
     found: list[str] = []
     for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
-        dirnames[:] = [d for d in dirnames if not d.startswith(".") and d not in _SKIP_DIRS]
-        rel = os.path.relpath(dirpath, root)
+        rel_dir = os.path.relpath(dirpath, root).replace(os.sep, "/")
+        rel_dir = "" if rel_dir == "." else rel_dir
+        prefix = rel_dir + "/" if rel_dir else ""
+        if ".gitignore" in filenames or COGD_IGNORE in filenames:
+            rules.add_dir(root, rel_dir, (".gitignore", COGD_IGNORE))
+        kept = []
+        for name in dirnames:
+            if name in _NEVER_DIRS or os.path.islink(os.path.join(dirpath, name)):
+                continue  # symlinked directories are not followed (os.walk would not either)
+            if not rules.dir_ignored(prefix + name):
+                kept.append(name)
+        dirnames[:] = kept  # pruned in place: ignored directories are never entered
         for name in filenames:
-            found.append(name if rel == "." else f"{rel}/{name}".replace(os.sep, "/"))
+            if not rules._verdict(prefix + name, False):  # ancestors were pruned already
+                found.append(prefix + name)
     return sorted(found)
+
+
+def _is_listable(root: Path, name: str) -> bool:
+    """A regular file, or a symlink to a regular file outside ``root``."""
+    path = root / name
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    if stat.S_ISREG(st.st_mode):
+        return True
+    if not stat.S_ISLNK(st.st_mode) or not path.is_file():
+        return False
+    target = Path(os.path.realpath(path))
+    return not target.is_relative_to(os.path.realpath(root))
 
 
 def list_source_files(root: Path) -> list[str]:
     """Repo-relative POSIX paths of existing files in a language cogd parses.
 
-    Sorted, de-duplicated; excludes ``.cogd/``, paths git lists that are
-    gone from the work tree (deleted but not yet staged), and names that are
-    not valid UTF-8.
+    Sorted, de-duplicated; excludes ``.cogd/``, paths a ``.cogdignore``
+    excludes, paths git lists that are gone from the work tree (deleted but not
+    yet staged), symlinks into the tree itself, and names that are not valid
+    UTF-8.
     """
     names = _git_files(root)
     if names is None:
         names = _walk_files(root)
+    else:
+        names = _apply_cogdignore(root, names)
     result = []
     for name in names:
         if name.startswith(COGD_DIR + "/") or language_for_path(name) is None:
@@ -76,7 +229,7 @@ def list_source_files(root: Path) -> list[str]:
             name.encode("utf-8")
         except UnicodeEncodeError:  # a non-UTF-8 name cannot be stored or reported
             continue
-        if (root / name).is_file():
+        if _is_listable(root, name):
             result.append(name)
     return result
 

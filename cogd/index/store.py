@@ -14,7 +14,7 @@ from pathlib import Path
 
 from cogd.index.extract import Entity, ParsedFile
 
-SCHEMA_VERSION = "1"
+SCHEMA_VERSION = "2"  # a different stored version drops and rebuilds the projection
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -44,14 +44,28 @@ CREATE TABLE IF NOT EXISTS entities (
     parent_id TEXT
 );
 CREATE INDEX IF NOT EXISTS entities_path ON entities(path);
+CREATE INDEX IF NOT EXISTS entities_name ON entities(name);
+CREATE INDEX IF NOT EXISTS entities_parent ON entities(parent_id);
 CREATE INDEX IF NOT EXISTS entities_kind ON entities(kind);
 CREATE TABLE IF NOT EXISTS edges (
     src TEXT NOT NULL,
-    dst TEXT NOT NULL,
-    kind TEXT NOT NULL,
+    dst TEXT NOT NULL,           -- an entity id, or a module/base name when resolution = 'external'
+    kind TEXT NOT NULL,          -- contains | imports | calls | inherits
     path TEXT NOT NULL,          -- the file whose parse produced the edge
+    resolution TEXT NOT NULL DEFAULT '',  -- how a reference found its target (see resolve.py)
     PRIMARY KEY (src, dst, kind)
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS refs (    -- unresolved references, kept to re-resolve without re-parsing
+    path TEXT NOT NULL,
+    src TEXT NOT NULL,
+    kind TEXT NOT NULL,              -- calls | imports | inherits
+    name TEXT NOT NULL,
+    qualifier TEXT NOT NULL,
+    alias TEXT NOT NULL,
+    line INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS refs_path ON refs(path);
+CREATE INDEX IF NOT EXISTS refs_name ON refs(name);
 CREATE INDEX IF NOT EXISTS edges_dst ON edges(dst, kind);
 CREATE INDEX IF NOT EXISTS edges_path ON edges(path);
 CREATE VIRTUAL TABLE IF NOT EXISTS entities_fts USING fts5(
@@ -77,6 +91,24 @@ def split_identifier(text: str) -> str:
     return " ".join(_CAMEL.findall(text))
 
 
+def _drop_if_outdated(conn: sqlite3.Connection) -> None:
+    """Drop every table when the stored schema version differs from ours.
+
+    The index is a projection of the work tree, so dropping it loses nothing:
+    the next refresh rebuilds it.
+    """
+    try:
+        row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+    except sqlite3.OperationalError:
+        return  # a new database
+    if row is not None and row[0] == SCHEMA_VERSION:
+        return
+    tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' AND name NOT LIKE 'entities_fts_%'")]
+    for table in tables:
+        conn.execute(f'DROP TABLE IF EXISTS "{table}"')
+    conn.commit()
+
+
 def connect(path: Path, *, readonly: bool = False) -> sqlite3.Connection:
     """Open the index database in WAL mode (creating the schema unless ``readonly``).
 
@@ -90,6 +122,7 @@ def connect(path: Path, *, readonly: bool = False) -> sqlite3.Connection:
         conn = sqlite3.connect(path, timeout=5.0)
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=NORMAL")
+        _drop_if_outdated(conn)
         conn.executescript(SCHEMA)
         conn.execute("INSERT OR IGNORE INTO meta(key, value) VALUES ('schema_version', ?)", (SCHEMA_VERSION,))
         conn.commit()
@@ -118,6 +151,7 @@ def delete_file(conn: sqlite3.Connection, path: str) -> None:
     conn.executemany("DELETE FROM entities_fts WHERE rowid = ?", [(r,) for r in rowids])
     conn.execute("DELETE FROM entities WHERE path = ?", (path,))
     conn.execute("DELETE FROM edges WHERE path = ?", (path,))
+    conn.execute("DELETE FROM refs WHERE path = ?", (path,))
     conn.execute("DELETE FROM files WHERE path = ?", (path,))
 
 
@@ -155,6 +189,10 @@ def write_file(
     conn.executemany(
         "INSERT OR IGNORE INTO edges(src, dst, kind, path) VALUES (?,?,?,?)",
         [(edge.src, edge.dst, edge.kind, parsed.path) for edge in parsed.edges],
+    )
+    conn.executemany(
+        "INSERT INTO refs(path, src, kind, name, qualifier, alias, line) VALUES (?,?,?,?,?,?,?)",
+        [(parsed.path, r.src, r.kind, r.name, r.qualifier, r.alias, r.line) for r in parsed.references],
     )
 
 

@@ -1,0 +1,173 @@
+"""Raw references found in one parsed file: calls, imports, inherits.
+
+These are *unresolved*: a call names a callee, an import names a module, a
+base names a class. :mod:`cogd.index.resolve` turns them into edges between
+entities once the whole repository's names are known, and re-resolves them
+when other files change, without re-parsing.
+
+Calls come from each grammar's tags query (``@reference.call`` with ``@name``,
+plus ``new X()`` captured as ``@reference.class``); imports and bases come from
+cogd's own per-language queries in :mod:`cogd.index.languages`.
+"""
+
+from __future__ import annotations
+
+import bisect
+import re
+from dataclasses import dataclass
+
+import tree_sitter
+
+from cogd.index.languages import Grammar
+
+MAX_REFERENCES = 5000  # per file: generated code can hold hundreds of thousands of calls
+MAX_TEXT = 200
+
+_GENERICS = re.compile(r"<.*>|\(.*\)|\[.*\]", re.S)
+_LAST_PART = re.compile(r"[\w$]+$")
+
+
+@dataclass(frozen=True)
+class Reference:
+    """One unresolved reference. ``line`` is 1-based.
+
+    - ``calls``: ``name`` is the callee's simple name, ``qualifier`` the
+      receiver text before it (``self``, ``os.path``, ``''``).
+    - ``imports``: ``name`` is the module as written (``.utils``, ``./m``,
+      ``fmt``), ``qualifier`` the imported symbol if any, ``alias`` the local
+      name it is bound to if any.
+    - ``inherits``: ``name`` is the base's simple name, ``qualifier`` the base
+      as written without type arguments (``abc.ABC``).
+    """
+
+    src: str
+    kind: str
+    name: str
+    qualifier: str = ""
+    alias: str = ""
+    line: int = 0
+
+
+class _Enclosing:
+    """Maps a byte offset to the innermost entity whose span holds it."""
+
+    def __init__(self, spans: list[tuple[int, int, str]], file_id: str):
+        self.spans = sorted(spans)
+        self.starts = [s[0] for s in self.spans]
+        self.file_id = file_id
+
+    def __call__(self, offset: int) -> str:
+        i = bisect.bisect_right(self.starts, offset) - 1
+        # Spans nest, so scanning back from the last span starting before the
+        # offset, the first one that still covers it is the innermost.
+        while i >= 0:
+            start, end, entity_id = self.spans[i]
+            if start <= offset < end:
+                return entity_id
+            i -= 1
+        return self.file_id
+
+
+def _text(node: tree_sitter.Node) -> str:
+    return (node.text or b"").decode("utf-8", errors="replace")[:MAX_TEXT]
+
+
+def _call_node(node: tree_sitter.Node) -> tree_sitter.Node:
+    # Some tags patterns capture the arguments of a member call, not the call.
+    if node.child_by_field_name("function") is None and node.parent is not None:
+        if node.parent.child_by_field_name("function") is not None:
+            return node.parent
+    return node
+
+
+def _receiver(call: tree_sitter.Node, name: str) -> str:
+    """The text before the callee's name: ``self`` for ``self.f()``, ``''`` for ``f()``."""
+    function = call.child_by_field_name("function") or call.child_by_field_name("method")
+    receiver = call.child_by_field_name("receiver") or call.child_by_field_name("object")
+    if receiver is not None and function is not None and function.type in ("identifier", "simple_identifier"):
+        return " ".join(_text(receiver).split())  # Ruby / Kotlin style: receiver.method
+    if function is None:
+        return ""
+    text = " ".join(_text(function).split())
+    if text.endswith(name):
+        return text[: len(text) - len(name)].rstrip(".:->?&!")
+    return ""
+
+
+def _strip_quotes(text: str) -> str:
+    return text.strip().strip("\"'`<>")
+
+
+def collect_references(
+    tree: tree_sitter.Tree,
+    gram: Grammar,
+    spans: list[tuple[int, int, str]],
+    file_id: str,
+    tag_matches: list | None = None,
+) -> list[Reference]:
+    """Every call, import and base-class reference in ``tree``.
+
+    ``spans``: (start_byte, end_byte, entity_id) of the file's entities, used
+    to attribute each reference to the innermost entity around it (imports
+    always belong to the file). ``tag_matches``: the tags query's matches if
+    the caller already ran it (saves a second pass). Returns at most ``MAX_REFERENCES`` references,
+    de-duplicated, in source order. Never raises on odd syntax trees.
+    """
+    enclosing = _Enclosing(spans, file_id)
+    found: dict[Reference, None] = {}
+    seen_calls: set[tuple[str, str, str]] = set()  # one call reference per (caller, callee, receiver)
+    root = tree.root_node
+
+    if tag_matches is None:
+        tag_matches = tree_sitter.QueryCursor(gram.tags).matches(root)
+    for _pattern, captures in tag_matches:
+        names = captures.get("name")
+        if not names:
+            continue
+        calls = captures.get("reference.call") or [
+            n for n in captures.get("reference.class", []) if n.type == "new_expression"
+        ]
+        for node in calls:
+            call = _call_node(node)
+            name = _text(names[0])
+            if not name:
+                continue
+            src = enclosing(call.start_byte)
+            receiver = _receiver(call, name)
+            if (src, name, receiver) in seen_calls:
+                continue
+            seen_calls.add((src, name, receiver))
+            found[Reference(src, "calls", name, receiver, "", call.start_point.row + 1)] = None
+            if len(found) >= MAX_REFERENCES:
+                return list(found)
+
+    if gram.imports is not None:
+        # The same import can match a general and a more specific pattern:
+        # keep one per (module, symbol, line), with the alias when one knows it.
+        imports: dict[tuple[str, str, int], str] = {}
+        for _pattern, captures in tree_sitter.QueryCursor(gram.imports).matches(root):
+            modules = captures.get("module")
+            if not modules:
+                continue
+            module = _strip_quotes(_text(modules[0]))
+            symbol = _text(captures["name"][0]) if captures.get("name") else ""
+            alias = _text(captures["alias"][0]) if captures.get("alias") else ""
+            line = (captures.get("import") or modules)[0].start_point.row + 1
+            key = (module, symbol, line)
+            imports[key] = imports.get(key) or alias
+        with_symbols = {(module, line) for module, symbol, line in imports if symbol}
+        for (module, symbol, line), alias in imports.items():
+            if symbol or alias or (module, line) not in with_symbols:
+                found[Reference(file_id, "imports", module, symbol, alias, line)] = None
+
+    if gram.inherits is not None:
+        for _pattern, captures in tree_sitter.QueryCursor(gram.inherits).matches(root):
+            for node in captures.get("base", []):
+                written = _GENERICS.sub("", " ".join(_text(node).split())).strip()
+                match = _LAST_PART.search(written)
+                if not match:
+                    continue
+                src = enclosing(node.start_byte)
+                found[Reference(src, "inherits", match.group(0), written, "", node.start_point.row + 1)] = None
+
+    return list(found)[:MAX_REFERENCES]

@@ -1,0 +1,377 @@
+"""Turn stored references into ``imports``, ``calls`` and ``inherits`` edges.
+
+Resolution is by name, the way a reader without a type checker would do it,
+and each edge keeps how it was found (``edges.resolution``) so ranking can
+trust a same-scope call more than a repository-wide guess:
+
+- ``imports``: ``file`` when the module is a file of the repository (Python
+  dotted and relative modules, JS/TS relative specifiers, Go packages under the
+  ``go.mod`` module, Rust ``crate::``/``super::``/``mod``, C/C++ quoted
+  includes), else ``external`` with the module name as written as ``dst``.
+- ``calls``, in order: ``scope`` (a member of the caller's own class, for
+  ``self.f()``/``this.f()``/a bare call in languages with implicit ``this``),
+  ``file`` (a definition in the same file), ``import`` (a name the file
+  imports, or ``alias.f()`` on an imported module), ``global`` (the only
+  definition of that name in the repository). Anything else stays unresolved.
+- ``inherits``: ``file``, ``import`` or ``global`` as for calls, restricted to
+  class-like entities; else ``external`` with the base as written.
+
+Incremental use: after a refresh, only files whose references may now resolve
+differently are re-resolved (see :func:`files_to_reresolve`).
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+import re
+import sqlite3
+from collections import defaultdict
+from collections.abc import Iterable
+
+SELF_LIKE = {"self", "cls", "this", "super", "super()", "@", "base", "Self", "static"}
+# Languages where a bare call inside a method may mean another method of the class.
+IMPLICIT_THIS = {"java", "c_sharp", "cpp", "kotlin", "ruby", "php", "go", "rust", "c"}
+CALLABLE = ("function", "method", "class")
+CLASS_LIKE = ("class",)
+JS_EXTENSIONS = (".ts", ".tsx", ".js", ".jsx", ".mjs", ".cjs", ".d.ts")
+CHUNK = 500  # SQLite host-parameter batch
+# Languages that can call each other's definitions by name; others resolve
+# only within their own language.
+FAMILY = {"typescript": "js", "tsx": "js", "javascript": "js", "c": "c", "cpp": "c"}
+
+
+def _chunks(items: list[str]) -> Iterable[list[str]]:
+    for i in range(0, len(items), CHUNK):
+        yield items[i : i + CHUNK]
+
+
+class Resolver:
+    """Resolves the references of a set of files against the current index.
+
+    Loads only what the references need (entities by the names they mention,
+    members of the classes involved), so resolving one edited file costs a few
+    queries, and a full pass costs one scan per table.
+    """
+
+    def __init__(self, conn: sqlite3.Connection, root: str):
+        self.conn = conn
+        self.root = root
+        self.files = {r[0]: r[1] for r in conn.execute("SELECT path, language FROM files")}
+        self._by_name: dict[str, list[tuple[str, str, str, str | None]]] = {}
+        self._members: dict[str, dict[str, str]] = {}
+        self._parent: dict[str, tuple[str, str | None]] = {}
+        self._import_cache: dict[tuple[str, str, str], list[str]] = {}
+        self._dirs: dict[str, list[str]] | None = None
+        self._stems: dict[str, list[str]] | None = None
+        self._go_module: str | None | bool = False
+
+    # ---- name tables ------------------------------------------------------
+    def _load_names(self, names: set[str]) -> None:
+        missing = sorted(n for n in names if n not in self._by_name)
+        for name in missing:
+            self._by_name[name] = []
+        for chunk in _chunks(missing):
+            marks = ",".join("?" * len(chunk))
+            for entity_id, kind, path, parent, name in self.conn.execute(
+                f"SELECT id, kind, path, parent_id, name FROM entities WHERE name IN ({marks}) AND kind != 'file'", chunk
+            ):
+                self._by_name[name].append((entity_id, kind, path, parent))
+                self._parent[entity_id] = (kind, parent)
+
+    def _members_of(self, container: str) -> dict[str, str]:
+        if container not in self._members:
+            self._members[container] = {
+                name: entity_id
+                for entity_id, name in self.conn.execute(
+                    "SELECT id, name FROM entities WHERE parent_id = ? ORDER BY start_line DESC", (container,)
+                )
+            }
+        return self._members[container]
+
+    def _kind_parent(self, entity_id: str) -> tuple[str, str | None] | None:
+        if entity_id not in self._parent:
+            row = self.conn.execute("SELECT kind, parent_id FROM entities WHERE id = ?", (entity_id,)).fetchone()
+            self._parent[entity_id] = (row[0], row[1]) if row else ("file", None)
+        return self._parent[entity_id]
+
+    def _enclosing_class(self, entity_id: str) -> str | None:
+        current: str | None = entity_id
+        for _ in range(20):
+            if current is None:
+                return None
+            kind, parent = self._kind_parent(current)
+            if kind in CLASS_LIKE:
+                return current
+            current = parent
+        return None
+
+    # ---- imports ------------------------------------------------------------
+    def _all_dirs(self) -> dict[str, list[str]]:
+        if self._dirs is None:
+            self._dirs = defaultdict(list)
+            for path in self.files:
+                self._dirs[posixpath.dirname(path)].append(path)
+        return self._dirs
+
+    def _existing(self, candidates: Iterable[str]) -> list[str]:
+        for candidate in candidates:
+            candidate = posixpath.normpath(candidate)
+            if candidate in self.files:
+                return [candidate]
+        return []
+
+    def _python_stems(self) -> dict[str, list[str]]:
+        """Module stems (``pkg/mod`` for ``pkg/mod.py`` and ``pkg/mod/__init__.py``) by last component."""
+        if self._stems is None:
+            self._stems = defaultdict(list)
+            for path, language in self.files.items():
+                if language != "python":
+                    continue
+                stem = path[: -len("/__init__.py")] if path.endswith("/__init__.py") else posixpath.splitext(path)[0]
+                self._stems[posixpath.basename(stem)].append(stem)
+        return self._stems
+
+    def _python_module(self, path: str, module: str, symbol: str) -> list[str]:
+        level = len(module) - len(module.lstrip("."))
+        dotted = module[level:]
+        if level:
+            base = posixpath.dirname(path)
+            for _ in range(level - 1):
+                base = posixpath.dirname(base)
+            heads = [posixpath.join(base, *dotted.split(".")) if dotted else base]
+        else:
+            stem = dotted.replace(".", "/")
+            # The package may sit under a source root (src/pkg, lib/pkg): match by suffix.
+            tail = stem.rsplit("/", 1)[-1]
+            heads = [stem] + sorted(
+                (s for s in self._python_stems().get(tail, []) if s.endswith("/" + stem)), key=len
+            )
+        for head in heads:
+            if symbol:  # `from pkg import module` names a submodule first
+                found = self._existing([f"{head}/{symbol}.py", f"{head}/{symbol}/__init__.py"])
+                if found:
+                    return found
+            found = self._existing([f"{head}.py", f"{head}/__init__.py", f"{head}.pyi"])
+            if found:
+                return found
+        return []
+
+    def _js_module(self, path: str, module: str) -> list[str]:
+        if not module.startswith("."):
+            return []
+        base = posixpath.normpath(posixpath.join(posixpath.dirname(path), module))
+        candidates = [base] + [base + ext for ext in JS_EXTENSIONS]
+        candidates += [f"{base}/index{ext}" for ext in JS_EXTENSIONS]
+        if base.endswith(".js"):  # TypeScript's ESM style: import "./x.js" means x.ts
+            candidates += [base[:-3] + ext for ext in (".ts", ".tsx")]
+        return self._existing(candidates)
+
+    def _go_package(self, module: str) -> list[str]:
+        if self._go_module is False:
+            self._go_module = None
+            try:
+                with open(os.path.join(self.root, "go.mod"), encoding="utf-8", errors="replace") as fh:
+                    match = re.search(r"^module\s+(\S+)", fh.read(), re.M)
+                    self._go_module = match.group(1) if match else None
+            except OSError:
+                pass
+        prefix = self._go_module
+        if not prefix or not (module == prefix or module.startswith(prefix + "/")):
+            return []
+        directory = module[len(prefix) :].lstrip("/")
+        return sorted(p for p in self._all_dirs().get(directory, []) if p.endswith(".go") and not p.endswith("_test.go"))
+
+    def _rust_module(self, path: str, module: str) -> list[str]:
+        parts = [p for p in re.split(r"::", module.replace("{", "").split("{")[0]) if p and p != "*"]
+        if not parts:
+            return []
+        here = posixpath.dirname(path)
+        if parts[0] == "crate":
+            crate_root = path.split("/src/")[0] + "/src" if "/src/" in path else ("src" if path.startswith("src/") else here)
+            base, rest = crate_root, parts[1:]
+        elif parts[0] == "super":
+            base, rest = posixpath.dirname(here), parts[1:]
+        elif parts[0] == "self":
+            base, rest = here, parts[1:]
+        elif len(parts) == 1:  # `mod x;`
+            stem = posixpath.splitext(posixpath.basename(path))[0]
+            base = here if stem in ("mod", "lib", "main") else posixpath.join(here, stem)
+            rest = parts
+        else:
+            return []
+        for n in range(len(rest), 0, -1):  # the longest prefix that is a file
+            stem = posixpath.join(base, *rest[:n])
+            found = self._existing([stem + ".rs", stem + "/mod.rs"])
+            if found:
+                return found
+        return []
+
+    def _c_include(self, path: str, module: str) -> list[str]:
+        here = posixpath.dirname(path)
+        candidates = [posixpath.join(here, module), module]
+        candidates += [posixpath.join(d, module) for d in ("include", "src")]
+        return self._existing(candidates)
+
+    def import_targets(self, path: str, module: str, symbol: str = "") -> list[str]:
+        """Repository files an import statement in ``path`` refers to ([] if none)."""
+        key = (path, module, symbol)
+        if key not in self._import_cache:
+            language = self.files.get(path, "")
+            if language == "python":
+                targets = self._python_module(path, module, symbol)
+            elif language in ("javascript", "typescript", "tsx"):
+                targets = self._js_module(path, module)
+            elif language == "go":
+                targets = self._go_package(module)
+            elif language == "rust":
+                targets = self._rust_module(path, module)
+            elif language in ("c", "cpp"):
+                targets = self._c_include(path, module)
+            else:
+                targets = self._existing([module]) if "/" in module else []
+            self._import_cache[key] = [t for t in targets if t != path]
+        return self._import_cache[key]
+
+    # ---- resolution -----------------------------------------------------------
+    def _in_files(self, name: str, files: Iterable[str], kinds: tuple[str, ...]) -> str | None:
+        wanted = set(files)
+        best = None
+        for entity_id, kind, path, parent in self._by_name.get(name, []):
+            if path in wanted and kind in kinds:
+                if parent == path:  # top level beats nested
+                    return entity_id
+                best = best or entity_id
+        return best
+
+    def _family(self, path: str) -> str:
+        language = self.files.get(path, "")
+        return FAMILY.get(language, language)
+
+    def _unique(self, name: str, kinds: tuple[str, ...], from_path: str) -> str | None:
+        """The only definition named ``name`` in the caller's language family, if exactly one."""
+        family = self._family(from_path)
+        matches = [e for e in self._by_name.get(name, []) if e[1] in kinds and self._family(e[2]) == family]
+        return matches[0][0] if len(matches) == 1 else None
+
+    def resolve_file(self, path: str) -> list[tuple[str, str, str, str, str]]:
+        """Edges (src, dst, kind, path, resolution) for the stored references of ``path``."""
+        refs = self.conn.execute(
+            "SELECT src, kind, name, qualifier, alias FROM refs WHERE path = ?", (path,)
+        ).fetchall()
+        language = self.files.get(path, "")
+        # What this file's imports bind: local name → target files, and the files themselves.
+        bound: dict[str, list[str]] = {}
+        imported_files: list[str] = []
+        edges: dict[tuple[str, str, str], str] = {}
+        for src, kind, name, symbol, alias in refs:
+            if kind != "imports":
+                continue
+            targets = self.import_targets(path, name, symbol)
+            if targets:
+                for target in targets:
+                    edges.setdefault((path, target, "imports"), "file")
+                imported_files.extend(targets)
+            else:
+                edges.setdefault((path, name, "imports"), "external")
+            # The local name the import binds: `import a.b` binds `a` in Python;
+            # elsewhere the last component (`"pkg/x"` → x, `a::b::C` → C).
+            parts = [p for p in re.split(r"::|[./]", name) if p]
+            local = alias or symbol or (parts[0] if language == "python" and parts else parts[-1] if parts else "")
+            if local and targets:
+                bound.setdefault(local, []).extend(targets)
+
+        self._load_names({name for _s, kind, name, _q, _a in refs if kind in ("calls", "inherits")})
+        for src, kind, name, qualifier, _alias in refs:
+            if kind == "calls":
+                target, how = self._resolve_call(path, language, src, name, qualifier, bound, imported_files)
+                if target is not None and target != src:
+                    edges.setdefault((src, target, "calls"), how)
+            elif kind == "inherits":
+                target = self._in_files(name, [path], CLASS_LIKE)
+                how = "file"
+                if target is None:
+                    target, how = self._in_files(name, bound.get(name, []) + bound.get(qualifier.split(".")[0], []), CLASS_LIKE), "import"
+                if target is None:
+                    target, how = self._unique(name, CLASS_LIKE, path), "global"
+                if target is None:
+                    target, how = qualifier or name, "external"
+                if target != src:
+                    edges.setdefault((src, target, "inherits"), how)
+        return [(s, d, k, path, how) for (s, d, k), how in edges.items()]
+
+    def _resolve_call(
+        self, path: str, language: str, src: str, name: str, qualifier: str,
+        bound: dict[str, list[str]], imported_files: list[str],
+    ) -> tuple[str | None, str]:
+        head = qualifier.split(".")[0].split("::")[0] if qualifier else ""
+        if qualifier in SELF_LIKE or (not qualifier and language in IMPLICIT_THIS):
+            owner = self._enclosing_class(src)
+            if owner is not None:
+                member = self._members_of(owner).get(name)
+                if member is not None:
+                    return member, "scope"
+        if not qualifier or qualifier in SELF_LIKE:
+            target = self._in_files(name, [path], CALLABLE)
+            if target is not None:
+                return target, "file"
+            if name in bound:
+                target = self._in_files(name, bound[name], CALLABLE)
+                if target is not None:
+                    return target, "import"
+        elif head in bound:  # module_alias.f() or imported_class.method()
+            target = self._in_files(name, bound[head], CALLABLE)
+            if target is not None:
+                return target, "import"
+        else:
+            # Class.method() / Type::f() on a class defined in this file.
+            owner = self._in_files(head, [path], CLASS_LIKE)
+            if owner is not None:
+                member = self._members_of(owner).get(name)
+                if member is not None:
+                    return member, "file"
+        target = self._unique(name, CALLABLE, path)
+        return (target, "global") if target is not None else (None, "")
+
+
+def entity_names(conn: sqlite3.Connection, paths: Iterable[str]) -> set[tuple[str, str]]:
+    """(name, id) of every non-file entity defined in ``paths``."""
+    names: set[tuple[str, str]] = set()
+    for chunk in _chunks(sorted(set(paths))):
+        marks = ",".join("?" * len(chunk))
+        names.update(conn.execute(
+            f"SELECT name, id FROM entities WHERE path IN ({marks}) AND kind != 'file'", chunk).fetchall())
+    return names
+
+
+def files_to_reresolve(conn: sqlite3.Connection, changed: set[str], affected_names: set[str]) -> set[str]:
+    """Changed files plus every file that references a name whose definitions changed."""
+    result = set(changed)
+    names = sorted(affected_names)
+    for chunk in _chunks(names):
+        marks = ",".join("?" * len(chunk))
+        result.update(r[0] for r in conn.execute(f"SELECT DISTINCT path FROM refs WHERE name IN ({marks})", chunk))
+    return result
+
+
+def resolve(conn: sqlite3.Connection, root: str, paths: Iterable[str] | None = None) -> int:
+    """Recompute reference edges for ``paths`` (None = every file). Returns the edge count written.
+
+    Deletes the files' previous ``imports``/``calls``/``inherits`` edges first;
+    ``contains`` edges are untouched. Does not commit.
+    """
+    resolver = Resolver(conn, root)
+    targets = sorted(resolver.files) if paths is None else sorted(p for p in set(paths) if p in resolver.files)
+    if paths is None:
+        conn.execute("DELETE FROM edges WHERE kind != 'contains'")
+        resolver._load_names({r[0] for r in conn.execute("SELECT DISTINCT name FROM refs WHERE kind != 'imports'")})
+    written = 0
+    for path in targets:
+        if paths is not None:
+            conn.execute("DELETE FROM edges WHERE path = ? AND kind != 'contains'", (path,))
+        edges = resolver.resolve_file(path)
+        conn.executemany(
+            "INSERT OR IGNORE INTO edges(src, dst, kind, path, resolution) VALUES (?,?,?,?,?)", edges
+        )
+        written += len(edges)
+    return written
