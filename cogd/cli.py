@@ -334,6 +334,18 @@ def show(ctx: click.Context, entity_id: str, as_json: bool) -> None:
     console.print(f"delivered {u['retrieval_count']}×, hits {u['used_count']}, misses {u['ignored_count']}")
 
 
+def _format_age(seconds: float) -> str:
+    """``42s``, ``5m 03s``, ``2h 07m``, ``3d 04h``."""
+    s = int(seconds)
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m {s % 60:02d}s"
+    if s < 86400:
+        return f"{s // 3600}h {s % 3600 // 60:02d}m"
+    return f"{s // 86400}d {s % 86400 // 3600:02d}h"
+
+
 @main.command()
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_context
@@ -352,6 +364,22 @@ def stats(ctx: click.Context, as_json: bool) -> None:
     for row in result["files"]:
         files.add_row(row["language"], row["status"], str(row["n"]))
     console.print(files)
+    by_reason: dict[str, int] = {}
+    for row in result["files"]:
+        if row["status"] != "ok":
+            by_reason[row["status"]] = by_reason.get(row["status"], 0) + row["n"]
+    skipped = Table("reason", "files", title="skipped files by reason")
+    for reason, n in sorted(by_reason.items()):
+        skipped.add_row(reason, str(n))
+    if not by_reason:
+        skipped.add_row("(none)", "0")
+    console.print(skipped)
+    age_s = result["index"].get("age_s")
+    if age_s is None:
+        console.print("index age: never indexed")
+    else:
+        at = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(result["index"]["indexed_at"]))
+        console.print(f"index age: {_format_age(age_s)} (last refresh finished {at})")
     edges = Table("kind", "resolution", "edges", title="edges")
     for row in result["edges"]:
         edges.add_row(row["kind"], row["resolution"] or "-", str(row["n"]))

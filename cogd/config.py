@@ -40,6 +40,11 @@ class PackConfig:
 @dataclass
 class IndexConfig:
     max_file_bytes: int = 1 << 20  # files larger than this keep no code entities
+    parse_timeout_ms: int = 2000  # a parse running longer is cancelled (status "timeout"); 0 = no limit
+    # Minified/generated text keeps no code entities: any line longer than this ...
+    minified_line_bytes: int = 4096
+    # ... or a mean line length above this (files of 4 KiB or more).
+    minified_mean_line_bytes: int = 300
     refresh_debounce_ms: int = 1500  # minimum gap between freshness scans before packs
     fresh_wait_ms: int = 200  # how long a pack waits for that scan
 

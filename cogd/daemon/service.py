@@ -252,9 +252,10 @@ class Service:
         files = [dict(r) for r in conn.execute(
             "SELECT language, status, count(*) AS n FROM files GROUP BY language, status ORDER BY language, status")]
         indexed_at = float(store.get_meta(conn, "indexed_at") or 0)
+        age_s = round(max(time.time() - indexed_at, 0.0), 1) if indexed_at else None
         return {
             "index": {**store.counts(conn), "commit": store.get_meta(conn, "commit") or None,
-                      "indexed_at": indexed_at or None},
+                      "indexed_at": indexed_at or None, "age_s": age_s},
             "entities": by_lang_kind,
             "edges": edges,
             "files": files,

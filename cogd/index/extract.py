@@ -18,18 +18,54 @@ import xxhash
 from cogd.index.languages import grammar
 from cogd.index.references import Reference, collect_references
 
-# tags.scm capture → (kind, subkind)
+# tags.scm capture → (kind, subkind); the capture names are listed in cogd.index.languages.
 _DEFINITION_KINDS = {
     "definition.class": ("class", ""),
     "definition.interface": ("class", "interface"),
+    "definition.enum": ("class", "enum"),
+    "definition.object": ("class", "object"),
+    "definition.type": ("class", "type"),
     "definition.function": ("function", ""),
     "definition.method": ("method", ""),
+    "definition.macro": ("function", "macro"),
     "definition.module": ("module", ""),
+    "definition.package": ("module", "package"),
+    "definition.constant": ("constant", ""),
 }
+# A class-like node's own syntax decides its subkind over the capture name (tags
+# files call Rust structs and enums classes, PHP traits interfaces).
+_CLASS_SUBKINDS = {
+    "struct_item": "struct", "struct_specifier": "struct", "struct_declaration": "struct", "struct_type": "struct",
+    "interface_declaration": "interface", "interface_type": "interface",
+    "enum_item": "enum", "enum_specifier": "enum", "enum_declaration": "enum",
+    "trait_item": "trait", "trait_declaration": "trait",
+    "union_item": "union", "union_specifier": "union",
+    "record_declaration": "record",
+    "object_declaration": "object", "companion_object": "object",
+    "type_item": "type",
+}
+# Type declarations take the subkind of the type they declare (Go `type X struct`, C typedefs).
+_TYPE_DECLARATIONS = {"type_spec", "type_definition"}
+# Nodes that define something only with a body: without one they are forward
+# declarations, uses (C `enum mode m;`) or imports (Rust `mod x;`).
+_NEEDS_BODY = {"struct_specifier", "union_specifier", "enum_specifier", "class_specifier", "mod_item"}
+# C-family declarations that can hold a function declarator; without a body
+# (the first) they are prototypes.
+_DECLARATIONS = {"function_definition", "declaration", "field_declaration"}
+_PROTOTYPES = {"declaration", "field_declaration"}
 _CONTAINER_KINDS = {"class", "module"}
 _CALLABLE_KINDS = {"function", "method"}
+_LEAF_KINDS = _CALLABLE_KINDS | {"constant"}  # what is defined inside these is part of their text
+_COMMENTS = {"comment", "line_comment", "block_comment"}
 # Wrappers whose span and comments belong to the definition they wrap.
-_WRAPPERS = {"decorated_definition", "export_statement", "lexical_declaration", "variable_declaration"}
+_WRAPPERS = {"decorated_definition", "export_statement", "lexical_declaration", "variable_declaration",
+             "expression_statement", "template_declaration", "type_definition"}
+# Wrappers that may group several definitions (Go `const (...)`): they belong to a sole one only.
+_GROUP_WRAPPERS = {"type_declaration", "const_declaration"}
+# Siblings written just before a definition that belong to it (Rust attributes).
+_PRELUDES = {"attribute_item"}
+# Bodies of grammars that do not name the field (Kotlin).
+_BODY_TYPES = {"class_body", "enum_class_body", "function_body"}
 
 MAX_SIGNATURE_CHARS = 240
 MAX_DOC_CHARS = 2000
@@ -111,7 +147,7 @@ def _python_docstring(body: tree_sitter.Node | None, src: bytes) -> str:
     return ""
 
 
-_COMMENT_MARKS = re.compile(r"^\s*(/\*\*?|\*/|\*|//+|#+)\s?")
+_COMMENT_MARKS = re.compile(r"^\s*(/\*[*!]?|\*/|\*|//+!?|#+)\s?")
 
 
 def _clean_doc(text: str) -> str:
@@ -122,11 +158,20 @@ def _clean_doc(text: str) -> str:
 
 
 def _leading_comments(node: tree_sitter.Node, src: bytes) -> str:
-    """Comments directly above ``node`` (no blank line between), cleaned."""
+    """Comments directly above ``node`` (no blank line between), cleaned.
+
+    A node that opens a block without delimiters (Ruby) takes the comments
+    the grammar puts just before that block.
+    """
     parts: list[str] = []
     row = node.start_point.row
+    while node.prev_named_sibling is None and node.parent is not None and node.parent.start_byte == node.start_byte:
+        node = node.parent
     sibling = node.prev_named_sibling
-    while sibling is not None and sibling.type == "comment" and sibling.end_point.row >= row - 1:
+    while sibling is not None and sibling.type in _COMMENTS and sibling.end_point.row >= row - 1:
+        before = sibling.prev_sibling
+        if before is not None and before.type not in _COMMENTS and before.end_point.row == sibling.start_point.row:
+            break  # a trailing comment of the code on its line
         parts.append(_text(src, sibling.start_byte, sibling.end_byte))
         row = sibling.start_point.row
         sibling = sibling.prev_named_sibling
@@ -135,8 +180,20 @@ def _leading_comments(node: tree_sitter.Node, src: bytes) -> str:
 
 def _outer(node: tree_sitter.Node) -> tree_sitter.Node:
     """The outermost wrapper (decorators, export, const) of a definition node."""
-    while node.parent is not None and node.parent.type in _WRAPPERS:
+    while node.parent is not None and (
+        node.parent.type in _WRAPPERS
+        or (node.parent.type in _GROUP_WRAPPERS
+            and [c for c in node.parent.named_children if c.type not in _COMMENTS] == [node])
+    ):
         node = node.parent
+    return node
+
+
+def _start(node: tree_sitter.Node) -> tree_sitter.Node:
+    """The first of the attribute siblings directly above ``node``, or ``node``."""
+    sibling = node.prev_named_sibling
+    while sibling is not None and sibling.type in _PRELUDES and sibling.end_point.row >= node.start_point.row - 1:
+        node, sibling = sibling, sibling.prev_named_sibling
     return node
 
 
@@ -161,6 +218,8 @@ def _body_node(node: tree_sitter.Node) -> tree_sitter.Node | None:
         value = node.child_by_field_name("value") or node.child_by_field_name("right")
         if value is not None:
             body = value.child_by_field_name("body")
+    if body is None:
+        body = next((child for child in node.named_children if child.type in _BODY_TYPES), None)
     return body
 
 
@@ -185,6 +244,48 @@ class _Definition:
     name: str
     kind: str
     subkind: str
+    receiver: str = ""  # the type of a method defined outside its body (@receiver)
+
+
+def _definition_node(node: tree_sitter.Node, kind: str) -> tree_sitter.Node | None:
+    """The node a captured definition spans, or None when it defines nothing.
+
+    C-family tags capture a function's declarator (its definition is the
+    declaration around it), a declaration naming a union (the union is the
+    definition), and struct/enum/class specifiers that may be mere uses.
+    """
+    if node.type == "function_declarator":
+        while node.parent is not None and node.parent.type.endswith("_declarator"):
+            node = node.parent
+        node = node.parent
+        return node if node is not None and node.type in _DECLARATIONS else None
+    if kind == "class" and node.type in _PROTOTYPES:
+        node = node.child_by_field_name("type") or node
+    if node.type in _NEEDS_BODY and node.child_by_field_name("body") is None:
+        return None
+    if node.type in _TYPE_DECLARATIONS:
+        declared = node.child_by_field_name("type")
+        if (declared is not None and declared.type in _NEEDS_BODY
+                and declared.child_by_field_name("name") and declared.child_by_field_name("body")):
+            return None  # `typedef struct s {...} s_t;`: the struct is the entity, the typedef its wrapper
+    return node
+
+
+def _class_subkind(node: tree_sitter.Node, subkind: str) -> str:
+    declared = node.child_by_field_name("type") if node.type in _TYPE_DECLARATIONS else None
+    return _CLASS_SUBKINDS.get(node.type) or (declared is not None and _CLASS_SUBKINDS.get(declared.type)) or subkind
+
+
+def _scope_key(definition: _Definition, src: bytes) -> tuple[str, str]:
+    """(type, name) of a C-family function: its receiver or the class it is declared in."""
+    scope = definition.receiver.rsplit(".", 1)[-1]
+    parent = definition.node.parent
+    while not scope and parent is not None:
+        name = parent.child_by_field_name("name") if parent.type in _NEEDS_BODY else None
+        if name is not None:
+            scope = _text(src, name.start_byte, name.end_byte)
+        parent = parent.parent
+    return scope, definition.name
 
 
 def _definitions(matches: list, src: bytes) -> list[_Definition]:
@@ -193,17 +294,36 @@ def _definitions(matches: list, src: bytes) -> list[_Definition]:
         names = captures.get("name")
         if not names:
             continue
+        receiver = ".".join(_text(src, n.start_byte, n.end_byte)
+                            for n in sorted(captures.get("receiver", []), key=lambda n: n.start_byte))
         for capture, nodes in captures.items():
             kinds = _DEFINITION_KINDS.get(capture)
             if kinds is None:
                 continue
-            for node in nodes:
+            for captured in nodes:
+                node = _definition_node(captured, kinds[0])
+                if node is None:
+                    continue
                 key = (node.start_byte, node.end_byte)
-                if key not in found:
+                known = found.get(key)
+                if known is None:
                     name = _text(src, names[0].start_byte, names[0].end_byte)
-                    found[key] = _Definition(node, name, *kinds)
+                    found[key] = _Definition(node, name, *kinds, receiver)
+                else:  # the same node from a more specific pattern adds to what is known
+                    known.receiver = known.receiver or receiver
+                    if kinds[1] and not known.subkind:
+                        known.kind, known.subkind = kinds
+    definitions = list(found.values())
+    for definition in definitions:
+        if definition.kind == "class":
+            definition.subkind = _class_subkind(definition.node, definition.subkind)
+    # A prototype yields to the definition of the same function in the file.
+    defined = {_scope_key(d, src) for d in definitions
+               if d.kind in _CALLABLE_KINDS and d.node.type not in _PROTOTYPES}
+    definitions = [d for d in definitions if not (
+        d.kind in _CALLABLE_KINDS and d.node.type in _PROTOTYPES and _scope_key(d, src) in defined)]
     # Outer definitions first, so a stack walk sees parents before children.
-    return sorted(found.values(), key=lambda d: (d.node.start_byte, -d.node.end_byte))
+    return sorted(definitions, key=lambda d: (d.node.start_byte, -d.node.end_byte))
 
 
 def extract(path: str, source: bytes, language: str) -> ParsedFile:
@@ -222,10 +342,14 @@ def extract(path: str, source: bytes, language: str) -> ParsedFile:
         file_doc = _python_docstring(root, source)
     else:
         first = root.named_children[0] if root.named_child_count else None
+        # Skip PHP's opening tag and a `#!` line.
+        while first is not None and (first.type == "php_tag" or source.startswith(b"#!", first.start_byte)):
+            first = first.next_named_sibling
         second = first.next_named_sibling if first is not None else None
-        # A header comment, not the doc comment of the first definition.
-        is_header = first is not None and first.type == "comment" and (
+        # A header comment, not the doc comment of the first definition (Rust's `//!` always is).
+        is_header = first is not None and first.type in _COMMENTS and (
             second is None or second.start_point.row > first.end_point.row + 1
+            or source.startswith((b"//!", b"/*!"), first.start_byte)
         )
         file_doc = _clean_doc(_text(source, first.start_byte, first.end_byte)) if is_header else ""
     file_entity = Entity(
@@ -244,6 +368,7 @@ def extract(path: str, source: bytes, language: str) -> ParsedFile:
     stack: list[tuple[Entity, int]] = []  # (entity, end_byte) of open containers/callables
     seen_ids: dict[str, int] = {}
     members: dict[str, list[str]] = {file_entity.id: []}
+    by_id: dict[str, Entity] = {}
     spans: list[tuple[int, int, str]] = []  # byte spans, for attributing references
 
     # One pass of the tags query serves both definitions and call references.
@@ -253,27 +378,43 @@ def extract(path: str, source: bytes, language: str) -> ParsedFile:
         while stack and node.start_byte >= stack[-1][1]:
             stack.pop()
         parent = stack[-1][0] if stack else None
-        if parent is not None and parent.kind in _CALLABLE_KINDS:
+        if parent is not None and parent.kind in _LEAF_KINDS:
             continue  # nested helper: part of its enclosing function's body
         kind = definition.kind
-        if kind == "function" and parent is not None and parent.kind == "class":
+        outer = _outer(node)
+        start = _start(outer)
+        if kind == "constant":
+            doc = _leading_comments(start, source)
+            if not doc or (parent is not None and parent.kind != "module"):
+                continue  # only documented module-level constants are entities
+        prefix = f"{parent.qualname}." if parent is not None else ""
+        if definition.receiver and (parent is None or parent.kind == "module"):
+            # Defined outside its type (Go receiver, Rust impl, C++ A::f): named Type.method,
+            # contained in the type when the type is defined above it in this file.
             kind = "method"
-        elif kind == "method" and parent is None:
-            kind = "function"  # e.g. an object-literal method at top level
-        qualname = f"{parent.qualname}.{definition.name}" if parent is not None else definition.name
+            owner = by_id.get(f"{path}::{prefix}{definition.receiver}")
+            prefix += f"{definition.receiver}."
+            if owner is not None and owner.kind == "class":
+                parent = owner
+        elif kind == "function" and parent is not None and parent.kind == "class":
+            kind = "method"
+        elif kind == "method" and (parent is None or parent.kind != "class"):
+            kind = "function"  # e.g. an object-literal method at top level, a Rust fn in a mod
+        qualname = prefix + definition.name
         entity_id = f"{path}::{qualname}"
         count = seen_ids.get(entity_id, 0) + 1
         seen_ids[entity_id] = count
         if count > 1:
             entity_id = f"{entity_id}~{count}"
-        outer = _outer(node)
         body = _body_node(node)
-        if language == "python":
+        if kind == "constant":
+            pass  # doc found above
+        elif language == "python":
             doc = _python_docstring(body, source)
         else:
-            doc = _leading_comments(outer, source)
+            doc = _leading_comments(start, source)
         last = _code_end(node)
-        text_bytes = source[outer.start_byte : last.end_byte]
+        text_bytes = source[start.start_byte : last.end_byte]
         entity = Entity(
             id=entity_id,
             kind=kind,
@@ -281,7 +422,7 @@ def extract(path: str, source: bytes, language: str) -> ParsedFile:
             path=path,
             name=definition.name,
             qualname=qualname,
-            start_line=outer.start_point.row + 1,
+            start_line=start.start_point.row + 1,
             end_line=last.end_point.row + 1,
             language=language,
             signature=_signature(node, body, source),
@@ -292,6 +433,7 @@ def extract(path: str, source: bytes, language: str) -> ParsedFile:
         if kind in _CALLABLE_KINDS:
             entity.body = text_bytes[:MAX_BODY_CHARS * 2].decode("utf-8", errors="replace")[:MAX_BODY_CHARS]
         parsed.entities.append(entity)
+        by_id[entity.id] = entity
         parsed.edges.append(Edge(entity.parent_id or file_entity.id, entity.id, "contains"))
         members.setdefault(entity.parent_id or file_entity.id, []).append(definition.name)
         members.setdefault(entity.id, [])

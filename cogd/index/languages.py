@@ -5,7 +5,26 @@ and friends), which ships the grammar compiled and its standard
 ``queries/tags.scm`` — the definition/reference queries GitHub code navigation
 uses. TypeScript's tags file only adds TypeScript's own constructs and is
 meant to be layered on JavaScript's (as the tree-sitter CLI's ``inherits``
-does), so both are concatenated for ``typescript`` and ``tsx``.
+does), so both are concatenated for ``typescript`` and ``tsx``. C++'s tags
+file already holds C's patterns and its own. Kotlin and Bash wheels ship no
+tags file: their definitions are cogd's own patterns in ``extra_tags``.
+
+Definition capture names (``@definition.<capture>``, mapped to entity kinds in
+:mod:`cogd.index.extract`): ``class``, ``interface``, ``enum``, ``object``,
+``type`` (a named type or alias), ``module``, ``package``, ``function``,
+``method``, ``macro``, ``constant``. A definition's match may also capture
+``@receiver``: the type a method defined outside its type's body belongs to
+(Go receivers, Rust ``impl`` blocks, C++ ``A::f``; several captures are the
+parts of a scoped name, ``ns::A::f``), which qualifies the method's name
+(``Type.method``, ``ns.A.f``).
+
+Modules and packages: block forms that enclose their definitions (Rust ``mod
+x {}``, C++/C# ``namespace X {}``, PHP ``namespace X {}``, Ruby ``module``,
+TypeScript namespaces) are containers, so they prefix qualified names
+(``geo.Shape.area``). One-statement declarations of the file's package (Go
+``package``, Java/Kotlin ``package``, C# ``namespace X;``, PHP ``namespace
+X;``) are ``module`` entities with subkind ``package`` spanning their line:
+they enclose nothing and do not prefix names (the path already does).
 """
 
 from __future__ import annotations
@@ -33,7 +52,9 @@ class LanguageSpec:
     #   dotted name, a path string), optional @name (an imported symbol) and
     #   @alias (the local name it is bound to).
     # inherits: @base (a base class / interface / trait name) inside the
-    #   class-like definition it belongs to.
+    #   class-like definition it belongs to; where the base is written outside
+    #   that definition (Rust `impl Trait for Type`) the match also captures
+    #   @type, the name of the type that gets the base.
     imports: str = ""
     inherits: str = ""
 
@@ -75,6 +96,215 @@ _TS_INHERITS = """
 (extends_type_clause [(type_identifier) (nested_type_identifier) (generic_type)] @base)
 """
 
+# --------------------------------------------------------------------------- Go
+# The tags file knows functions, methods and `type` specs; cogd adds the
+# package clause, method receivers and documented constants.
+_GO_EXTRA_TAGS = """
+(package_clause (package_identifier) @name) @definition.package
+(method_declaration
+  receiver: (parameter_list (parameter_declaration type: [
+    (type_identifier) @receiver
+    (generic_type type: (type_identifier) @receiver)
+    (pointer_type (type_identifier) @receiver)
+    (pointer_type (generic_type type: (type_identifier) @receiver))]))
+  name: (field_identifier) @name) @definition.method
+(const_declaration (const_spec name: (identifier) @name) @definition.constant)
+"""
+_GO_IMPORTS = """
+(import_spec path: (interpreted_string_literal (interpreted_string_literal_content) @module)) @import
+(import_spec name: [(package_identifier) (dot) (blank_identifier)] @alias
+  path: (interpreted_string_literal (interpreted_string_literal_content) @module)) @import
+"""
+# Embedded fields of a struct and embedded interfaces of an interface.
+_GO_INHERITS = """
+(type_spec type: (struct_type (field_declaration_list (field_declaration !name type: [
+  (type_identifier) (qualified_type) (generic_type)
+  (pointer_type (type_identifier)) (pointer_type (qualified_type))] @base))))
+(type_spec type: (interface_type (type_elem [(type_identifier) (qualified_type) (generic_type)] @base)))
+"""
+
+# --------------------------------------------------------------------------- Rust
+# The tags file captures methods in any declaration list; cogd adds the impl's
+# type as their receiver, trait method signatures, and constants/statics. (A body-less `mod x;` is an
+# import, not an entity: extract drops it.)
+_RUST_EXTRA_TAGS = """
+(impl_item
+  type: [
+    (type_identifier) @receiver
+    (generic_type type: (type_identifier) @receiver)
+    (scoped_type_identifier name: (type_identifier) @receiver)]
+  body: (declaration_list (function_item name: (identifier) @name) @definition.method))
+(function_signature_item name: (identifier) @name) @definition.method
+[(const_item name: (identifier) @name) (static_item name: (identifier) @name)] @definition.constant
+"""
+_RUST_IMPORTS = """
+(use_declaration argument: (identifier) @module) @import
+(use_declaration argument: (scoped_identifier path: (_) @module name: (identifier) @name)) @import
+(use_declaration argument: (use_as_clause
+  path: (scoped_identifier path: (_) @module name: (identifier) @name) alias: (identifier) @alias)) @import
+(use_declaration argument: (use_wildcard [(identifier) (scoped_identifier)] @module)) @import
+(use_declaration argument: (scoped_use_list path: (_) @module list: (use_list (identifier) @name))) @import
+(use_declaration argument: (scoped_use_list path: (_) @module
+  list: (use_list (use_as_clause path: (identifier) @name alias: (identifier) @alias)))) @import
+(mod_item name: (identifier) @module !body) @import
+(extern_crate_declaration name: (identifier) @module) @import
+"""
+_RUST_INHERITS = """
+(impl_item
+  trait: [(type_identifier) (scoped_type_identifier) (generic_type)] @base
+  type: [
+    (type_identifier) @type
+    (generic_type type: (type_identifier) @type)
+    (scoped_type_identifier name: (type_identifier) @type)])
+(trait_item bounds: (trait_bounds [(type_identifier) (scoped_type_identifier) (generic_type)] @base))
+"""
+
+# --------------------------------------------------------------------------- Java
+_JAVA_EXTRA_TAGS = """
+(package_declaration [(identifier) (scoped_identifier)] @name) @definition.package
+(enum_declaration name: (identifier) @name) @definition.class
+(record_declaration name: (identifier) @name) @definition.class
+"""
+_JAVA_IMPORTS = """
+(import_declaration (scoped_identifier scope: (_) @module name: (identifier) @name) .) @import
+(import_declaration [(identifier) (scoped_identifier)] @module (asterisk)) @import
+"""
+_JAVA_TYPES = "[(type_identifier) (scoped_type_identifier) (generic_type)]"
+_JAVA_INHERITS = f"""
+(superclass {_JAVA_TYPES} @base)
+(super_interfaces (type_list {_JAVA_TYPES} @base))
+(extends_interfaces (type_list {_JAVA_TYPES} @base))
+"""
+
+# --------------------------------------------------------------------------- C / C++
+# The tags files capture a function's declarator and any enum/class specifier;
+# extract widens declarators to their declaration and drops specifiers
+# without a body (forward declarations and uses). cogd adds unions defined at
+# top level (the tags file only sees them inside a declaration), `#define`d
+# constants, and for C++ namespaces and out-of-class member definitions.
+_C_EXTRA_TAGS = """
+(union_specifier name: (type_identifier) @name body: (_)) @definition.class
+(preproc_def name: (identifier) @name) @definition.constant
+"""
+_CPP_EXTRA_TAGS = _C_EXTRA_TAGS + """
+(namespace_definition name: [(namespace_identifier) (nested_namespace_specifier)] @name) @definition.module
+(function_declarator declarator: (qualified_identifier
+  scope: [(namespace_identifier) @receiver (template_type name: (type_identifier) @receiver)]
+  name: (identifier) @name)) @definition.method
+(function_declarator declarator: (qualified_identifier
+  scope: (namespace_identifier) @receiver
+  name: (qualified_identifier
+    scope: [(namespace_identifier) @receiver (template_type name: (type_identifier) @receiver)]
+    name: (identifier) @name))) @definition.method
+"""
+_C_IMPORTS = """
+(preproc_include path: (string_literal (string_content) @module)) @import
+(preproc_include path: (system_lib_string) @module) @import
+"""
+_CPP_INHERITS = """
+(base_class_clause [(type_identifier) (qualified_identifier) (template_type)] @base)
+"""
+
+# --------------------------------------------------------------------------- C#
+_CSHARP_EXTRA_TAGS = """
+(namespace_declaration name: (qualified_name) @name) @definition.module
+(file_scoped_namespace_declaration name: [(identifier) (qualified_name)] @name) @definition.package
+[(struct_declaration name: (identifier) @name)
+ (enum_declaration name: (identifier) @name)
+ (record_declaration name: (identifier) @name)] @definition.class
+"""
+_CSHARP_IMPORTS = """
+(using_directive !name [(identifier) (qualified_name)] @module) @import
+(using_directive name: (identifier) @alias . [(identifier) (qualified_name)] @module) @import
+"""
+_CSHARP_INHERITS = """
+(base_list [(identifier) (qualified_name) (generic_name)] @base)
+"""
+
+# --------------------------------------------------------------------------- Ruby
+_RUBY_EXTRA_TAGS = """
+(assignment left: (constant) @name) @definition.constant
+"""
+_RUBY_IMPORTS = """
+((call !receiver method: (identifier) @_load arguments: (argument_list . (string (string_content) @module))) @import
+  (#any-of? @_load "require" "require_relative"))
+"""
+_RUBY_INHERITS = """
+(class superclass: (superclass [(constant) (scope_resolution)] @base))
+([(class body: (body_statement
+     (call !receiver method: (identifier) @_mixin arguments: (argument_list [(constant) (scope_resolution)] @base))))
+  (module body: (body_statement
+     (call !receiver method: (identifier) @_mixin arguments: (argument_list [(constant) (scope_resolution)] @base))))]
+  (#any-of? @_mixin "include" "prepend"))
+"""
+
+# --------------------------------------------------------------------------- PHP
+_PHP_EXTRA_TAGS = """
+(namespace_definition name: (namespace_name) @name !body) @definition.package
+(enum_declaration name: (name) @name) @definition.class
+(const_declaration (const_element (name) @name)) @definition.constant
+"""
+_PHP_LOADS = "\n".join(
+    f"({kind} (string (string_content) @module)) @import\n"
+    f"({kind} (binary_expression right: (string (string_content) @module))) @import"  # __DIR__ . '/x.php'
+    for kind in ("require_expression", "require_once_expression", "include_expression", "include_once_expression")
+)
+_PHP_IMPORTS = f"""
+(namespace_use_declaration (namespace_use_clause [
+  (qualified_name prefix: (namespace_name) @module (name) @name)
+  (name) @module] !alias)) @import
+(namespace_use_declaration (namespace_use_clause
+  (qualified_name prefix: (namespace_name) @module (name) @name) alias: (name) @alias)) @import
+(namespace_use_declaration (namespace_name) @module
+  body: (namespace_use_group (namespace_use_clause . (name) @name !alias))) @import
+(namespace_use_declaration (namespace_name) @module
+  body: (namespace_use_group (namespace_use_clause . (name) @name alias: (name) @alias))) @import
+{_PHP_LOADS}
+"""
+_PHP_INHERITS = """
+(base_clause [(name) (qualified_name)] @base)
+(class_interface_clause [(name) (qualified_name)] @base)
+(declaration_list (use_declaration [(name) (qualified_name)] @base))
+"""
+
+# --------------------------------------------------------------------------- Kotlin
+# No tags file ships with tree-sitter-kotlin: these are cogd's own patterns.
+_KOTLIN_TAGS = """
+(package_header (qualified_identifier) @name) @definition.package
+(class_declaration name: (identifier) @name) @definition.class
+(class_declaration "interface" name: (identifier) @name) @definition.interface
+(class_declaration name: (identifier) @name (enum_class_body)) @definition.enum
+(object_declaration name: (identifier) @name) @definition.object
+(companion_object name: (identifier) @name) @definition.object
+(type_alias type: (identifier) @name) @definition.type
+(function_declaration name: (identifier) @name) @definition.function
+((property_declaration (modifiers (property_modifier) @_const) (variable_declaration (identifier) @name))
+  @definition.constant (#eq? @_const "const"))
+"""
+_KOTLIN_IMPORTS = """
+(import (qualified_identifier) @module . (identifier)? @alias .) @import
+"""
+_KOTLIN_INHERITS = """
+(delegation_specifier [
+  (user_type) @base
+  (constructor_invocation (user_type) @base)
+  (explicit_delegation (user_type) @base)])
+"""
+
+# --------------------------------------------------------------------------- Bash
+# No tags file ships with tree-sitter-bash: these are cogd's own patterns.
+_BASH_TAGS = """
+(function_definition name: (word) @name) @definition.function
+(declaration_command "readonly" (variable_assignment name: (variable_name) @name)) @definition.constant
+((declaration_command (word) @_flag (variable_assignment name: (variable_name) @name)) @definition.constant
+  (#match? @_flag "^-[a-zA-Z]*r"))
+"""
+_BASH_SOURCED = "[(word) (string) (raw_string) (concatenation)]"
+_BASH_IMPORTS = f"""
+((command name: (command_name (word) @_source) . argument: {_BASH_SOURCED} @module) @import
+  (#any-of? @_source "source" "."))
+"""
+
 
 LANGUAGES: dict[str, LanguageSpec] = {
     spec.name: spec
@@ -112,6 +342,26 @@ LANGUAGES: dict[str, LanguageSpec] = {
             imports=_JS_IMPORTS,
             inherits=_TS_INHERITS,
         ),
+        LanguageSpec("go", (".go",), "tree_sitter_go", "language", ("tree_sitter_go",), _GO_EXTRA_TAGS,
+                     imports=_GO_IMPORTS, inherits=_GO_INHERITS),
+        LanguageSpec("rust", (".rs",), "tree_sitter_rust", "language", ("tree_sitter_rust",), _RUST_EXTRA_TAGS,
+                     imports=_RUST_IMPORTS, inherits=_RUST_INHERITS),
+        LanguageSpec("java", (".java",), "tree_sitter_java", "language", ("tree_sitter_java",), _JAVA_EXTRA_TAGS,
+                     imports=_JAVA_IMPORTS, inherits=_JAVA_INHERITS),
+        LanguageSpec("c", (".c", ".h"), "tree_sitter_c", "language", ("tree_sitter_c",), _C_EXTRA_TAGS,
+                     imports=_C_IMPORTS),
+        LanguageSpec("cpp", (".cpp", ".cc", ".cxx", ".hpp", ".hh", ".hxx"), "tree_sitter_cpp", "language",
+                     ("tree_sitter_cpp",), _CPP_EXTRA_TAGS, imports=_C_IMPORTS, inherits=_CPP_INHERITS),
+        LanguageSpec("csharp", (".cs",), "tree_sitter_c_sharp", "language", ("tree_sitter_c_sharp",),
+                     _CSHARP_EXTRA_TAGS, imports=_CSHARP_IMPORTS, inherits=_CSHARP_INHERITS),
+        LanguageSpec("ruby", (".rb",), "tree_sitter_ruby", "language", ("tree_sitter_ruby",), _RUBY_EXTRA_TAGS,
+                     imports=_RUBY_IMPORTS, inherits=_RUBY_INHERITS),
+        LanguageSpec("php", (".php",), "tree_sitter_php", "language_php", ("tree_sitter_php",), _PHP_EXTRA_TAGS,
+                     imports=_PHP_IMPORTS, inherits=_PHP_INHERITS),
+        LanguageSpec("kotlin", (".kt", ".kts"), "tree_sitter_kotlin", "language", (), _KOTLIN_TAGS,
+                     imports=_KOTLIN_IMPORTS, inherits=_KOTLIN_INHERITS),
+        LanguageSpec("bash", (".sh", ".bash"), "tree_sitter_bash", "language", (), _BASH_TAGS,
+                     imports=_BASH_IMPORTS),
     )
 }
 
@@ -124,8 +374,14 @@ def language_for_path(path: str) -> str | None:
 
 
 def _tags_source(module_name: str) -> str:
-    module = importlib.import_module(module_name)
-    return (Path(module.__file__).parent / "queries" / "tags.scm").read_text(encoding="utf-8")
+    package = Path(importlib.import_module(module_name).__file__).parent
+    # Most wheels ship queries/ inside the package; tree-sitter-c-sharp ships it
+    # in a sibling folder spelled with a hyphen (tree_sitter_c-sharp/queries).
+    for folder in (package, *sorted(package.parent.glob(module_name.replace("_", "[_-]")))):
+        tags = folder / "queries" / "tags.scm"
+        if tags.is_file():
+            return tags.read_text(encoding="utf-8")
+    raise FileNotFoundError(f"no queries/tags.scm for {module_name}")
 
 
 @dataclass

@@ -10,15 +10,18 @@ nested ``.gitignore`` files with pathspec's gitignore matcher: each file's
 patterns are relative to its own directory, a deeper file's verdict overrides a
 shallower one's, and an ignored directory is pruned (never entered), which is
 also why nothing below it can be re-included — git's rule. A built-in layer of
-the lowest precedence ignores hidden directories and well-known dependency and
-build directories (``node_modules/``, ``build/``, ...); a ``.gitignore`` can
-re-include one with ``!build/``.
+the lowest precedence always ignores hidden directories, ``node_modules/``,
+``__pycache__/`` and ``site-packages/``; in a tree without a ``.gitignore`` at
+its root it also guesses at output and environment directories (``build/``,
+``dist/``, ``target/``, ``venv/``, ``env/``, anywhere). A tree that has a root
+``.gitignore`` says itself what it ignores, so ``/build`` there ignores the
+top-level ``build/`` only and ``src/build/`` is indexed. A ``.gitignore`` can
+re-include a built-in one (``!node_modules/``).
 
 ``.cogdignore`` files (same syntax, same nesting) are honoured in both modes,
 on tracked files too; in a directory holding both files, ``.cogdignore`` lines
-come after the ``.gitignore`` ones and so win. In git mode the ``.cogdignore``
-files are those git lists (tracked, or untracked and not ignored) plus the one
-at the root, read even when git ignores it.
+come after the ``.gitignore`` ones and so win. In git mode a ``.cogdignore``
+counts even when git ignores it (a personal one, say).
 
 Symbolic links are not followed: a directory symlink is never entered (so a
 link to a parent cannot loop), and a file symlink whose target lies inside the
@@ -41,10 +44,10 @@ from cogd.paths import COGD_DIR
 BULK_COMMIT_FILES = 50  # commits touching more files are skipped by recently_changed_files
 COGD_IGNORE = ".cogdignore"
 
-# The non-git walk's lowest-precedence layer (gitignore syntax).
-DEFAULT_WALK_IGNORES = (
-    ".*/", "node_modules/", "__pycache__/", "venv/", "env/", "build/", "dist/", "target/", "site-packages/",
-)
+# The non-git walk's lowest-precedence layer (gitignore syntax): never code anyone edits ...
+DEFAULT_WALK_IGNORES = (".*/", "node_modules/", "__pycache__/", "site-packages/")
+# ... and, only in a tree with no root .gitignore, likely output and environment directories.
+GUESSED_WALK_IGNORES = ("build/", "dist/", "target/", "venv/", "env/")
 _NEVER_DIRS = {".git", COGD_DIR}
 
 def git_head(root: Path) -> str | None:
@@ -156,10 +159,18 @@ class IgnoreRules:
 
 
 def _apply_cogdignore(root: Path, names: list[str]) -> list[str]:
-    """``names`` (from git) without those a ``.cogdignore`` excludes."""
-    rule_dirs = {""} if (root / COGD_IGNORE).is_file() else set()
-    rule_dirs.update(name.rpartition("/")[0] for name in names
-                     if name == COGD_IGNORE or name.endswith("/" + COGD_IGNORE))
+    """``names`` (from git) without those a ``.cogdignore`` excludes.
+
+    The rule files are looked for on disk in every directory that holds a
+    listed name, and its ancestors, so one git ignores still counts.
+    """
+    dirs = {""}
+    for name in names:
+        parent = name.rpartition("/")[0]
+        while parent not in dirs:
+            dirs.add(parent)
+            parent = parent.rpartition("/")[0]
+    rule_dirs = [d for d in dirs if os.path.isfile(os.path.join(root, d, COGD_IGNORE))]
     if not rule_dirs:
         return names
     rules = IgnoreRules()
@@ -172,7 +183,8 @@ def _apply_cogdignore(root: Path, names: list[str]) -> list[str]:
 
 def _walk_files(root: Path) -> list[str]:
     """Every file under ``root`` that the ignore files and the defaults leave in."""
-    rules = IgnoreRules(_compile(list(DEFAULT_WALK_IGNORES)))
+    guessed = () if (root / ".gitignore").is_file() else GUESSED_WALK_IGNORES
+    rules = IgnoreRules(_compile([*DEFAULT_WALK_IGNORES, *guessed]))
     found: list[str] = []
     for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
         rel_dir = os.path.relpath(dirpath, root).replace(os.sep, "/")
