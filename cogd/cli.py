@@ -288,7 +288,7 @@ def index(ctx: click.Context, full: bool) -> None:
 
 @main.command()
 @click.argument("query")
-@click.option("--kind", type=click.Choice(["file", "module", "class", "function", "method"]), default=None,
+@click.option("--kind", type=click.Choice(["file", "module", "class", "function", "method", "constant"]), default=None,
               help="Only entities of this kind.")
 @click.option("--limit", default=20, show_default=True)
 @click.option("--json", "as_json", is_flag=True)

@@ -24,7 +24,7 @@ import sys
 import time
 
 from cogd.daemon.client import DaemonUnavailable, RemoteError, call
-from cogd.paths import Layout, find_root
+from cogd.locate import cogd_file, find_root, socket_path
 
 DEFAULT_DEADLINE_MS = 1500
 SOCKET_MARGIN_S = 0.05  # left for printing and exiting after the call
@@ -61,8 +61,8 @@ class _Log:
         it has one, else into the per-user state directory.
         """
         root = find_root(os.environ.get("CLAUDE_PROJECT_DIR") or os.getcwd())
-        if root is not None and Layout(root).logs_dir.is_dir():
-            return str(Layout(root).hook_log)
+        if root is not None and os.path.isdir(cogd_file(root, "logs")):
+            return cogd_file(root, "logs", "hook.log")
         return os.path.join(os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state"), "cogd", "hook.log")
 
     def __call__(self, message: str) -> None:
@@ -82,15 +82,17 @@ class _Log:
 log = _Log()
 
 
-def _deadline_ms(layout: Layout | None) -> int:
+def _deadline_ms(root: str | None) -> int:
     env = os.environ.get("COGD_HOOK_DEADLINE_MS", "")
     if env.isdigit():
         return int(env)
-    if layout is not None and layout.config_file.is_file():
+    config = cogd_file(root, "config.toml") if root is not None else ""
+    if config and os.path.isfile(config):
         try:
             import tomllib  # only when a config exists
 
-            value = tomllib.loads(layout.config_file.read_text(encoding="utf-8")).get("hook", {}).get("deadline_ms")
+            with open(config, encoding="utf-8") as fh:
+                value = tomllib.loads(fh.read()).get("hook", {}).get("deadline_ms")
             if isinstance(value, int) and value > 0:
                 return value
         except Exception as exc:  # a broken config must not break the hook
@@ -150,11 +152,12 @@ def _params(event: str, payload: dict, argv: list[str]) -> dict:
     return {"paths": [os.path.abspath(p) for p in argv]}
 
 
-def _spawn_daemon(layout: Layout) -> None:
+def _spawn_daemon(root: str) -> None:
     try:
         from cogd.daemon.control import spawn
+        from cogd.paths import Layout
 
-        if spawn(layout):
+        if spawn(Layout(root)):
             log("no daemon answered: started one in the background for next time")
     except Exception as exc:
         log(f"could not start the daemon: {exc.__class__.__name__}: {exc}")
@@ -177,18 +180,17 @@ def run(argv: list[str]) -> str | None:
     root = find_root(where)
     if root is None:
         raise LookupError(f"{where!r} is not inside a repository")
-    layout = Layout(root)
-    if layout.logs_dir.is_dir():
-        log.path = str(layout.hook_log)
-    deadline_s = _deadline_ms(layout) / 1000
+    if os.path.isdir(cogd_file(root, "logs")):
+        log.path = cogd_file(root, "logs", "hook.log")
+    deadline_s = _deadline_ms(root) / 1000
     remaining = deadline_s - (time.monotonic() - log.started)
     _arm(remaining)
     try:
-        result = call(layout.socket_path, method, _params(event, payload, argv[1:]), timeout=max(remaining - SOCKET_MARGIN_S, 0.01))
+        result = call(socket_path(root), method, _params(event, payload, argv[1:]), timeout=max(remaining - SOCKET_MARGIN_S, 0.01))
     except DaemonUnavailable as exc:
         log(f"daemon unavailable: {exc}")
         if hook_event_name is not None:
-            _spawn_daemon(layout)
+            _spawn_daemon(root)
         return None
     except RemoteError as exc:
         log(f"daemon refused the request ({exc.kind}): {exc}")

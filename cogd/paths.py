@@ -1,6 +1,7 @@
-"""Where a repository's cogd files live (DESIGN.md §1, §2).
+"""Where a repository's cogd files live (DESIGN.md §1, §2), as ``pathlib`` paths.
 
-Standard library only: the hook client imports this module on every call.
+The path rules themselves are in :mod:`cogd.locate` (plain strings, for the
+hook client's start-up time); this module gives the rest of cogd ``Path``s.
 """
 
 from __future__ import annotations
@@ -8,10 +9,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-COGD_DIR = ".cogd"
-# sockaddr_un.sun_path is 108 bytes on Linux (104 on macOS) including the
-# trailing NUL; stay under the smaller figure so one rule works everywhere.
-AF_UNIX_PATH_MAX = 103
+from cogd import locate
+from cogd.locate import AF_UNIX_PATH_MAX, COGD_DIR  # noqa: F401 (re-exported)
 
 GITIGNORE_TEXT = """\
 # cogd: only the canonical memory and the config are meant for git (DESIGN.md §1).
@@ -24,43 +23,14 @@ GITIGNORE_TEXT = """\
 
 
 def find_root(start: str | os.PathLike[str]) -> Path | None:
-    """Return the repository root that contains ``start``, or None.
-
-    Walks up from ``start`` (a file or directory path) and returns the first
-    directory holding a ``.cogd/`` directory or a ``.git`` entry (a directory,
-    or the file a worktree or submodule uses). Never raises for a missing or
-    unreadable path; returns None outside any repository.
-    """
-    try:
-        here = Path(os.path.abspath(os.fspath(start)))
-    except (TypeError, ValueError):
-        return None
-    if not here.is_dir():
-        here = here.parent
-    for candidate in (here, *here.parents):
-        try:
-            if (candidate / COGD_DIR).is_dir() or (candidate / ".git").exists():
-                return candidate
-        except OSError:
-            continue
-    return None
+    """The repository root that contains ``start``, or None (see :func:`cogd.locate.find_root`)."""
+    found = locate.find_root(start)
+    return Path(found) if found is not None else None
 
 
 def runtime_dir() -> Path:
-    """Return the private per-user directory for hashed sockets (mode 0700).
-
-    ``$XDG_RUNTIME_DIR/cogd`` when that variable is set, else
-    ``/tmp/cogd-<uid>``. Created on first use; raises PermissionError when the
-    directory exists but belongs to another user or is open to others, since a
-    socket there could be hijacked.
-    """
-    base = os.environ.get("XDG_RUNTIME_DIR")
-    path = Path(base) / "cogd" if base else Path("/tmp") / f"cogd-{os.getuid()}"
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
-    st = path.stat()
-    if st.st_uid != os.getuid() or st.st_mode & 0o077:
-        raise PermissionError(f"{path} must be owned by uid {os.getuid()} with mode 0700")
-    return path
+    """The private per-user socket directory (see :func:`cogd.locate.runtime_dir`)."""
+    return Path(locate.runtime_dir())
 
 
 class Layout:
@@ -130,18 +100,8 @@ class Layout:
 
     @property
     def socket_path(self) -> Path:
-        """``.cogd/run/cogd.sock`` when it fits ``AF_UNIX``, else a hashed name.
-
-        The hashed name lives in :func:`runtime_dir` and is derived from the
-        root's absolute path, so every process computes the same one.
-        """
-        short = self.run_dir / "cogd.sock"
-        if len(os.fsencode(str(short))) <= AF_UNIX_PATH_MAX:
-            return short
-        import hashlib  # only on this rare path: keeps the hook's import cost low
-
-        digest = hashlib.sha256(os.fsencode(str(self.root))).hexdigest()[:24]
-        return runtime_dir() / f"{digest}.sock"
+        """``.cogd/run/cogd.sock``, or a hashed name in the runtime dir for deep roots."""
+        return Path(locate.socket_path(str(self.root)))
 
     def ensure(self) -> "Layout":
         """Create ``.cogd/`` and its folders and ``.gitignore`` if missing.

@@ -13,7 +13,8 @@ PROJECT = Path(__file__).resolve().parent.parent
 
 # Modules that cost tens of milliseconds (or far more) to import: never on the hook path.
 HEAVY = {"sqlite3", "asyncio", "tree_sitter", "rich", "click", "xxhash", "dataclasses", "typing",
-         "subprocess", "concurrent", "logging", "tomllib", "cogd.daemon.service", "cogd.index"}
+         "subprocess", "concurrent", "logging", "tomllib", "pathlib", "cogd.paths",
+         "cogd.daemon.service", "cogd.index"}
 
 
 def test_hook_client_imports_nothing_heavy():

@@ -6,9 +6,9 @@ Used by the hook client (on its hot path) and by the CLI.
 from __future__ import annotations
 
 import json
+import os
 import socket
 import time
-from pathlib import Path
 
 from cogd.daemon.protocol import encode, request
 
@@ -27,7 +27,7 @@ class RemoteError(RuntimeError):
         self.kind = self.data.get("kind", "")
 
 
-def call(socket_path: Path, method: str, params: dict | None = None, timeout: float = 5.0) -> object:
+def call(socket_path: str | os.PathLike[str], method: str, params: dict | None = None, timeout: float = 5.0) -> object:
     """Send one request and return its ``result``.
 
     ``timeout`` is in seconds and bounds connect, send and receive together.

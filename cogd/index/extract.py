@@ -49,13 +49,14 @@ _TYPE_DECLARATIONS = {"type_spec", "type_definition"}
 # Nodes that define something only with a body: without one they are forward
 # declarations, uses (C `enum mode m;`) or imports (Rust `mod x;`).
 _NEEDS_BODY = {"struct_specifier", "union_specifier", "enum_specifier", "class_specifier", "mod_item"}
-# C-family declarations that can hold a function declarator; without a body
-# (the first) they are prototypes.
+# C-family nodes that hold a function declarator, and those of them without a
+# body (prototypes, member declarations; also where C declares a union).
 _DECLARATIONS = {"function_definition", "declaration", "field_declaration"}
 _PROTOTYPES = {"declaration", "field_declaration"}
 _CONTAINER_KINDS = {"class", "module"}
 _CALLABLE_KINDS = {"function", "method"}
-_LEAF_KINDS = _CALLABLE_KINDS | {"constant"}  # what is defined inside these is part of their text
+_LEAF_KINDS = _CALLABLE_KINDS | {"constant"}
+_CONSTANT_NAME = re.compile(r"^_?[A-Z][A-Z0-9_]*$")  # what is defined inside these is part of their text
 _COMMENTS = {"comment", "line_comment", "block_comment"}
 # Wrappers whose span and comments belong to the definition they wrap.
 _WRAPPERS = {"decorated_definition", "export_statement", "lexical_declaration", "variable_declaration",
@@ -273,6 +274,8 @@ def _definition_node(node: tree_sitter.Node, kind: str) -> tree_sitter.Node | No
 
 def _class_subkind(node: tree_sitter.Node, subkind: str) -> str:
     declared = node.child_by_field_name("type") if node.type in _TYPE_DECLARATIONS else None
+    if declared is not None and declared.type in _NEEDS_BODY and declared.child_by_field_name("body") is None:
+        declared = None  # `typedef struct s s_t;` is an alias, not a struct
     return _CLASS_SUBKINDS.get(node.type) or (declared is not None and _CLASS_SUBKINDS.get(declared.type)) or subkind
 
 
@@ -318,10 +321,12 @@ def _definitions(matches: list, src: bytes) -> list[_Definition]:
         if definition.kind == "class":
             definition.subkind = _class_subkind(definition.node, definition.subkind)
     # A prototype yields to the definition of the same function in the file.
-    defined = {_scope_key(d, src) for d in definitions
-               if d.kind in _CALLABLE_KINDS and d.node.type not in _PROTOTYPES}
-    definitions = [d for d in definitions if not (
-        d.kind in _CALLABLE_KINDS and d.node.type in _PROTOTYPES and _scope_key(d, src) in defined)]
+    prototypes = [d for d in definitions if d.kind in _CALLABLE_KINDS and d.node.type in _PROTOTYPES]
+    if prototypes:
+        defined = {_scope_key(d, src) for d in definitions
+                   if d.kind in _CALLABLE_KINDS and d.node.type not in _PROTOTYPES}
+        superseded = {id(d) for d in prototypes if _scope_key(d, src) in defined}
+        definitions = [d for d in definitions if id(d) not in superseded]
     # Outer definitions first, so a stack walk sees parents before children.
     return sorted(definitions, key=lambda d: (d.node.start_byte, -d.node.end_byte))
 
@@ -329,9 +334,13 @@ def _definitions(matches: list, src: bytes) -> list[_Definition]:
 def extract(path: str, source: bytes, language: str) -> ParsedFile:
     """Parse ``source`` (raw bytes of ``path``, a repo-relative POSIX path).
 
-    Returns the file entity (id = ``path``), one entity per class, function and
-    method (id = ``path::Qualified.name``; a repeated qualified name gets a
-    ``~2``, ``~3`` suffix in source order), and ``contains`` edges. Raises
+    Returns the file entity (id = ``path``), one entity per module, class,
+    function, method and documented module-level constant (id =
+    ``path::Qualified.name``; a repeated qualified name gets a ``~2``, ``~3``
+    suffix in source order), and ``contains`` edges. A method defined outside
+    its type (Go receiver, Rust ``impl``, C++ ``A::f``) is named
+    ``Type.method`` and contained in that type when it is defined above it in
+    the same file, else in the enclosing module or file. Raises
     KeyError for a language cogd does not know. Never raises on bad syntax:
     tree-sitter recovers and yields what it can.
     """
@@ -387,6 +396,8 @@ def extract(path: str, source: bytes, language: str) -> ParsedFile:
             doc = _leading_comments(start, source)
             if not doc or (parent is not None and parent.kind != "module"):
                 continue  # only documented module-level constants are entities
+            if language == "python" and not _CONSTANT_NAME.match(definition.name):
+                continue  # Python has no `const`: by convention a constant is UPPER_CASE
         prefix = f"{parent.qualname}." if parent is not None else ""
         if definition.receiver and (parent is None or parent.kind == "module"):
             # Defined outside its type (Go receiver, Rust impl, C++ A::f): named Type.method,
@@ -407,12 +418,8 @@ def extract(path: str, source: bytes, language: str) -> ParsedFile:
         if count > 1:
             entity_id = f"{entity_id}~{count}"
         body = _body_node(node)
-        if kind == "constant":
-            pass  # doc found above
-        elif language == "python":
-            doc = _python_docstring(body, source)
-        else:
-            doc = _leading_comments(start, source)
+        if kind != "constant":  # a constant's doc was read above
+            doc = _python_docstring(body, source) if language == "python" else _leading_comments(start, source)
         last = _code_end(node)
         text_bytes = source[start.start_byte : last.end_byte]
         entity = Entity(

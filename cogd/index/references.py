@@ -161,13 +161,20 @@ def collect_references(
                 found[Reference(file_id, "imports", module, symbol, alias, line)] = None
 
     if gram.inherits is not None:
+        entity_ids = {entity_id for _s, _e, entity_id in spans}
         for _pattern, captures in tree_sitter.QueryCursor(gram.inherits).matches(root):
+            # `impl Trait for Type` (Rust) names the implementing type in @type.
+            owner = None
+            if captures.get("type"):
+                type_name = _LAST_PART.search(_GENERICS.sub("", _text(captures["type"][0])).strip() or "-")
+                candidate = f"{file_id}::{type_name.group(0)}" if type_name else ""
+                owner = candidate if candidate in entity_ids else None
             for node in captures.get("base", []):
                 written = _GENERICS.sub("", " ".join(_text(node).split())).strip()
                 match = _LAST_PART.search(written)
                 if not match:
                     continue
-                src = enclosing(node.start_byte)
+                src = owner or enclosing(node.start_byte)
                 found[Reference(src, "inherits", match.group(0), written, "", node.start_point.row + 1)] = None
 
     return list(found)[:MAX_REFERENCES]

@@ -31,6 +31,7 @@ and ``.cogd/`` are never listed.
 
 from __future__ import annotations
 
+import functools
 import os
 import stat
 import subprocess
@@ -77,9 +78,8 @@ def _git_files(root: Path) -> list[str] | None:
 
 
 def _compile(lines: list[str]) -> pathspec.GitIgnoreSpec | None:
-    """A gitignore matcher for ``lines``; a malformed line is dropped, not fatal."""
-    lines = [line for line in lines if line.strip() and not line.lstrip().startswith("#")]
-    if not lines:
+    """A gitignore matcher for ``lines`` (None when there is no pattern); a malformed line is dropped."""
+    if not any(line.strip() for line in lines):
         return None
     try:
         return pathspec.GitIgnoreSpec.from_lines(lines)
@@ -125,8 +125,8 @@ class IgnoreRules:
             self.specs[rel_dir] = spec
             self._dir_cache.clear()
 
-    def _verdict(self, rel: str, is_dir: bool) -> bool:
-        """Whether ``rel`` itself matches (ancestors not considered)."""
+    def matches(self, rel: str, is_dir: bool) -> bool:
+        """Whether ``rel`` itself is ignored by a pattern (its directories not considered)."""
         probe = rel + "/" if is_dir else rel
         parts = rel.split("/")
         for depth in range(len(parts) - 1, -1, -1):
@@ -149,13 +149,13 @@ class IgnoreRules:
         cached = self._dir_cache.get(rel_dir)
         if cached is None:
             parent = rel_dir.rpartition("/")[0]
-            cached = self.dir_ignored(parent) or self._verdict(rel_dir, True)
+            cached = self.dir_ignored(parent) or self.matches(rel_dir, True)
             self._dir_cache[rel_dir] = cached
         return cached
 
     def ignored(self, rel: str) -> bool:
         """Whether file ``rel`` is ignored, by its own name or through an ignored directory."""
-        return self.dir_ignored(rel.rpartition("/")[0]) or self._verdict(rel, False)
+        return self.dir_ignored(rel.rpartition("/")[0]) or self.matches(rel, False)
 
 
 def _apply_cogdignore(root: Path, names: list[str]) -> list[str]:
@@ -200,24 +200,28 @@ def _walk_files(root: Path) -> list[str]:
                 kept.append(name)
         dirnames[:] = kept  # pruned in place: ignored directories are never entered
         for name in filenames:
-            if not rules._verdict(prefix + name, False):  # ancestors were pruned already
+            if not rules.matches(prefix + name, False):  # its directories passed already
                 found.append(prefix + name)
     return sorted(found)
 
 
-def _is_listable(root: Path, name: str) -> bool:
+def _is_listable(root: str, name: str) -> bool:
     """A regular file, or a symlink to a regular file outside ``root``."""
-    path = root / name
+    path = os.path.join(root, name)  # not pathlib: this runs for every file on every refresh
     try:
         st = os.lstat(path)
     except OSError:
         return False
     if stat.S_ISREG(st.st_mode):
         return True
-    if not stat.S_ISLNK(st.st_mode) or not path.is_file():
+    if not stat.S_ISLNK(st.st_mode) or not os.path.isfile(path):
         return False
-    target = Path(os.path.realpath(path))
-    return not target.is_relative_to(os.path.realpath(root))
+    return not Path(os.path.realpath(path)).is_relative_to(os.path.realpath(root))
+
+
+# Every refresh, even one for a single saved file, lists the whole tree: remember
+# each name's language rather than work it out again (bounded; names only).
+_language = functools.lru_cache(maxsize=1 << 17)(language_for_path)
 
 
 def list_source_files(root: Path) -> list[str]:
@@ -234,14 +238,15 @@ def list_source_files(root: Path) -> list[str]:
     else:
         names = _apply_cogdignore(root, names)
     result = []
+    root_str = str(root)
     for name in names:
-        if name.startswith(COGD_DIR + "/") or language_for_path(name) is None:
+        if name.startswith(COGD_DIR + "/") or _language(name) is None:
             continue
         try:
             name.encode("utf-8")
         except UnicodeEncodeError:  # a non-UTF-8 name cannot be stored or reported
             continue
-        if _is_listable(root, name):
+        if _is_listable(root_str, name):
             result.append(name)
     return result
 

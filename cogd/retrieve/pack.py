@@ -21,7 +21,7 @@ from cogd.retrieve.lexical import Hit, bm25_search
 CANDIDATES = 60  # retrieved before selection
 # A file entity is a weaker answer than the function inside it that matched:
 # scale its score so functions and classes lead when both match.
-KIND_PRIOR = {"file": 0.7, "module": 0.8, "class": 0.9, "function": 1.0, "method": 1.0}
+KIND_PRIOR = {"file": 0.7, "module": 0.8, "class": 0.9, "function": 1.0, "method": 1.0, "constant": 0.8}
 # Tests share the vocabulary of the code they test and usually lose to it as a
 # place to start; unless the prompt is about tests, they count for less.
 TEST_PRIOR = 0.5
