@@ -40,7 +40,9 @@ class LocalBackend:
             config = load_config(layout.config_file)
         except ConfigError as exc:
             raise click.ClickException(str(exc)) from exc
-        self.service = Service(layout, config, start_index=False)
+        # In-process work is lexical: loading the model and embedding the
+        # whole tree is the daemon's background job, not a CLI command's.
+        self.service = Service(layout, config, start_index=False, start_embedder=False)
 
     def call(self, method: str, params: dict | None = None, timeout: float = 0) -> object:
         from cogd.daemon.protocol import RpcError
@@ -133,6 +135,32 @@ def _index_with_progress(be, quiet: bool = False, full: bool = False) -> dict:
     return status
 
 
+def _embed_with_progress(be, wait_s: float) -> None:
+    """Show the background embedding's progress for up to ``wait_s`` seconds."""
+    deadline = time.monotonic() + wait_s
+    columns = (SpinnerColumn(), TextColumn("[bold]embedding"), BarColumn(), MofNCompleteColumn(),
+               TextColumn("{task.fields[note]}", style="dim"), TimeElapsedColumn())
+    with Progress(*columns, console=err, transient=True) as progress:
+        task = progress.add_task("embed", total=None, note="loading the model")
+        while True:
+            e = _call(be, "status").get("embedding") or {}
+            if e.get("state") in ("disabled", "error", None):
+                break
+            if e.get("state") != "loading":
+                progress.update(task, total=e.get("entities") or None, completed=e.get("embedded_entities", 0),
+                                note=f"ETA {e.get('eta_s', 0):.0f} s" if e.get("pending") else "")
+                if not e.get("pending") and e.get("state") == "idle" and not e.get("queued"):
+                    break
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.25)
+    if e.get("state") == "error":
+        err.print(f"[yellow]embeddings unavailable[/] ({e.get('error')}); packs use BM25 only")
+    elif e.get("state") not in ("disabled", None):
+        click.echo(f"embedding: {_embedding_line(e)}"
+                   + ("; continuing in the background (see `cogd status`)" if e.get("pending") else ""))
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--root", type=click.Path(file_okay=False), default=None, help="Repository root (default: the one around the current directory).")
 @click.version_option(package_name="cogd")
@@ -152,8 +180,10 @@ _LOCAL_HELP = "Write the hooks to .claude/settings.local.json (private, not comm
 @main.command()
 @click.option("--no-hooks", is_flag=True, help="Do not touch .claude/.")
 @click.option("--local", "local_hooks", is_flag=True, help=_LOCAL_HELP)
+@click.option("--wait-embed", default=60, show_default=True,
+              help="Seconds to show embedding progress before leaving it to the background.")
 @click.pass_context
-def up(ctx: click.Context, no_hooks: bool, local_hooks: bool) -> None:
+def up(ctx: click.Context, no_hooks: bool, local_hooks: bool, wait_embed: int) -> None:
     """Set up this repository: start the daemon, index, wire Claude Code hooks, show a pack."""
     layout = _layout_from(ctx)
     console.print(f"[bold]cogd[/] for [cyan]{layout.root}[/]")
@@ -169,6 +199,7 @@ def up(ctx: click.Context, no_hooks: bool, local_hooks: bool) -> None:
         f"index: {index['files']} files, {index['entities']} code entities, {index['edges']} edges "
         f"at commit {(index['commit'] or 'none')[:12]} ({time.monotonic() - t0:.1f} s)"
     )
+    _embed_with_progress(be, wait_embed)
     if not no_hooks:
         _install_hooks(layout, local_hooks)
     pack = _call(be, "context.session_start", {"session_id": "cogd-up", "source": "startup", "record": False})
@@ -234,6 +265,17 @@ def daemon(ctx: click.Context) -> None:
     sys.exit(run(_layout_from(ctx).root, None, foreground=True))
 
 
+def _embedding_line(e: dict) -> str:
+    if e.get("state") in (None, "disabled"):
+        return "disabled"
+    if e.get("state") == "error":
+        return f"error: {e.get('error')}"
+    line = f"{e.get('state')}, {e.get('coverage', 0) * 100:.1f}% of {e.get('entities', 0)} entities ({e.get('model')})"
+    if e.get("pending"):
+        line += f", {e['pending']} to go at {e.get('rate_per_s', 0)}/s, ETA {e.get('eta_s', 0):.0f} s"
+    return line
+
+
 @main.command()
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.pass_context
@@ -263,6 +305,7 @@ def status(ctx: click.Context, as_json: bool) -> None:
         ("socket", result["socket"]),
         ("index", f"{index['files']} files, {index['entities']} code entities, {index['edges']} edges"),
         ("commit", index["commit"] or "-"), ("worker", f"{index['state']} (queue {index['queue_depth']})"),
+        ("embedding", _embedding_line(result.get("embedding") or {})),
         ("last error", result.get("last_error") or "-"),
     ):
         table.add_row(f"[bold]{key}[/]", str(value))
@@ -286,24 +329,45 @@ def index(ctx: click.Context, full: bool) -> None:
     )
 
 
+def _explain(signals: dict) -> str:
+    """One line per item: each ranking signal and its value."""
+    order = ("bm25_rank", "bm25", "vector_rank", "cosine", "rrf", "expansion", "expanded_from", "prior",
+             "mmr", "redundancy")
+    parts = [f"{key}={signals[key]}" for key in order if key in signals]
+    parts += [f"{k}={v}" for k, v in signals.items() if k not in order]
+    return "  ".join(parts)
+
+
+_MODE = click.option("--mode", type=click.Choice(["bm25", "vector", "hybrid"]), default=None,
+                     help="Candidate sources (default: retrieve.mode in config, hybrid).")
+
+
 @main.command()
 @click.argument("query")
 @click.option("--kind", type=click.Choice(["file", "module", "class", "function", "method", "constant"]), default=None,
               help="Only entities of this kind.")
 @click.option("--limit", default=20, show_default=True)
+@_MODE
+@click.option("--explain", is_flag=True, help="Show each ranking signal per hit.")
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_context
-def search(ctx: click.Context, query: str, kind: str | None, limit: int, as_json: bool) -> None:
-    """BM25 search over the code index."""
+def search(ctx: click.Context, query: str, kind: str | None, limit: int, mode: str | None, explain: bool,
+           as_json: bool) -> None:
+    """Search the index: BM25, vectors, or both fused (hybrid)."""
     with backend(_layout_from(ctx)) as be:
-        hits = _call(be, "search", {"query": query, "kind": kind, "limit": limit})["hits"]
+        result = _call(be, "search", {"query": query, "kind": kind, "limit": limit, "mode": mode})
+    hits = result["hits"]
     if as_json:
         click.echo(json.dumps(hits, indent=2))
         return
+    if result["mode"] != "bm25" and not result["vectors"]:
+        err.print("(no vectors yet: lexical results only — see `cogd status`)")
     table = Table("score", "kind", "id", "lines")
     table.columns[2].overflow = "fold"  # ids stay whole: they are meant to be copied
     for hit in hits:
-        table.add_row(f"{hit['score']:.2f}", hit["kind"], hit["id"], f"{hit['start_line']}-{hit['end_line']}")
+        table.add_row(f"{hit['score']:.4f}", hit["kind"], hit["id"], f"{hit['start_line']}-{hit['end_line']}")
+        if explain:
+            table.add_row("", "", f"[dim]{_explain(hit['signals'])}[/]", "")
     console.print(table)
 
 
@@ -392,18 +456,52 @@ def stats(ctx: click.Context, as_json: bool) -> None:
 
 @main.command()
 @click.argument("prompt")
+@_MODE
+@click.option("--explain", is_flag=True, help="After the pack, each item's ranking signals.")
 @click.option("--json", "as_json", is_flag=True, help="The pack with its items and scores.")
 @click.pass_context
-def context(ctx: click.Context, prompt: str, as_json: bool) -> None:
+def context(ctx: click.Context, prompt: str, mode: str | None, explain: bool, as_json: bool) -> None:
     """Print the context pack for PROMPT exactly as the prompt hook would inject it."""
     with backend(_layout_from(ctx)) as be:
-        pack = _call(be, "context.prompt", {"prompt": prompt, "session_id": "cli", "record": False})
+        pack = _call(be, "context.prompt", {"prompt": prompt, "session_id": "cli", "record": False, "mode": mode})
     if as_json:
         click.echo(json.dumps(pack, indent=2))
-    elif pack["text"]:
+        return
+    if pack["text"]:
         click.echo(pack["text"], nl=False)
     else:
         err.print("no pack: nothing in the index matches (a pack needs at least one searchable word)")
+    if explain:
+        err.rule("ranking signals")
+        for item in pack["items"]:
+            err.print(f"{item['rank']:>2}. {item['entity_id']}", markup=False)
+            err.print(f"    score={item['score']}  {_explain(item['signals'])}", markup=False, style="dim")
+
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def models(ctx: click.Context, as_json: bool) -> None:
+    """List the embedding models cogd can use and which one is active."""
+    from cogd.embed.model import list_models
+
+    layout = _layout_from(ctx)
+    try:
+        config = load_config(layout.config_file)
+    except ConfigError as exc:
+        raise click.ClickException(str(exc)) from exc
+    found = list_models(config.embed)
+    if as_json:
+        click.echo(json.dumps(found, indent=2, default=str))
+        return
+    table = Table("active", "name", "id", "dim", "path")
+    table.columns[4].overflow = "fold"
+    for m in found:
+        table.add_row("*" if m.get("active") else "", str(m.get("name", "")), str(m.get("id", "")),
+                      str(m.get("dim", "")), str(m.get("path", "")))
+    console.print(table)
+    if not config.embed.enabled:
+        console.print("embeddings are disabled ([embed] enabled = false): retrieval is lexical")
 
 
 @main.command()

@@ -50,6 +50,26 @@ class IndexConfig:
 
 
 @dataclass
+class EmbedConfig:
+    model_dir: str = ""  # a directory with model.onnx + tokenizer.json; "" = the bundled default
+    threads: int = 0  # onnxruntime intra-op threads; 0 = all cores but one (at least 1)
+    max_tokens: int = 256  # sequence cap per text
+    batch_size: int = 8  # texts per inference call (bigger batches of long texts cost memory)
+    enabled: bool = True  # False: lexical retrieval only, no model loaded
+
+
+@dataclass
+class RetrieveConfig:
+    mode: str = "hybrid"  # bm25 | vector | hybrid
+    candidates: int = 60  # per source, before fusion
+    rrf_k: int = 60  # reciprocal rank fusion constant (Cormack et al., 2009)
+    bm25_weight: float = 1.0  # weight of the BM25 list in the fusion
+    vector_weight: float = 1.0  # weight of the KNN list in the fusion
+    expand_decay: float = 0.3  # share of a seed's fused score passed one hop along an edge
+    mmr_lambda: float = 0.7  # MMR trade-off: 1.0 = relevance only, 0.0 = diversity only
+
+
+@dataclass
 class DaemonConfig:
     idle_exit_s: int = 6 * 3600  # exit after this long without a request; 0 = never
 
@@ -59,17 +79,29 @@ class Config:
     hook: HookConfig = field(default_factory=HookConfig)
     pack: PackConfig = field(default_factory=PackConfig)
     index: IndexConfig = field(default_factory=IndexConfig)
+    embed: EmbedConfig = field(default_factory=EmbedConfig)
+    retrieve: RetrieveConfig = field(default_factory=RetrieveConfig)
     daemon: DaemonConfig = field(default_factory=DaemonConfig)
 
 
 def _apply(section: object, values: dict, where: str) -> None:
-    known = {f.name: f for f in fields(section)}  # type: ignore[arg-type]
+    known = {f.name for f in fields(section)}  # type: ignore[arg-type]
     for key, value in values.items():
         if key not in known:
             continue
         current = getattr(section, key)
-        if type(current) is int and (type(value) is not int or value < 0):
-            raise ConfigError(f"{where}.{key} must be a non-negative integer, got {value!r}")
+        if type(current) is bool:
+            if type(value) is not bool:
+                raise ConfigError(f"{where}.{key} must be true or false, got {value!r}")
+        elif type(current) is int:
+            if type(value) is not int or value < 0:
+                raise ConfigError(f"{where}.{key} must be a non-negative integer, got {value!r}")
+        elif type(current) is float:
+            if type(value) not in (int, float) or value < 0:
+                raise ConfigError(f"{where}.{key} must be a non-negative number, got {value!r}")
+            value = float(value)
+        elif type(current) is str and not isinstance(value, str):
+            raise ConfigError(f"{where}.{key} must be a string, got {value!r}")
         setattr(section, key, value)
 
 
@@ -86,7 +118,7 @@ def load_config(path: Path | None) -> Config:
             data = tomllib.loads(path.read_text(encoding="utf-8"))
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
             raise ConfigError(f"{path}: {exc}") from exc
-        for name in ("hook", "pack", "index", "daemon"):
+        for name in ("hook", "pack", "index", "embed", "retrieve", "daemon"):
             section = data.get(name)
             if isinstance(section, dict):
                 _apply(getattr(config, name), section, name)
@@ -94,4 +126,6 @@ def load_config(path: Path | None) -> Config:
     if env and env.isdigit():
         config.hook.deadline_ms = int(env)
     config.pack.max_chars = min(config.pack.max_chars, PACK_HARD_CAP_CHARS)
+    if config.retrieve.mode not in ("bm25", "vector", "hybrid"):
+        raise ConfigError(f"retrieve.mode must be bm25, vector or hybrid, got {config.retrieve.mode!r}")
     return config

@@ -16,9 +16,10 @@ that load drift hits both alike:
   file and entity counts and its peak RSS (``ru_maxrss`` of itself). The
   wall time is taken around the whole child process, start-up and imports
   included, as for ctags;
-* ctags: ``ctags -R --fields=+n --languages=Python,JavaScript,TypeScript
-  -f TAGS .`` in the same tree (the languages cogd parses, so both read the
-  same files), a fresh tags file each round.
+* ctags: ``ctags -R --fields=+n --languages=LIST -f TAGS .`` in the same
+  tree, a fresh tags file each round. LIST names the languages cogd parses
+  (``cogd.index.languages.LANGUAGES``, mapped to ctags' names), so both read
+  the same files.
 
 Printed: the median wall time of each, the ratio cogd/ctags (process wall
 times; the ratio for cogd's refresh alone is shown too), files/s and
@@ -71,7 +72,23 @@ from pathlib import Path
 
 GOAL_FULL_RATIO = 2.0
 GOAL_INCREMENTAL_P95_MS = 50.0
-CTAGS_LANGUAGES = "Python,JavaScript,TypeScript"
+# cogd language name -> ctags language name
+CTAGS_NAMES = {
+    "python": "Python", "javascript": "JavaScript", "typescript": "TypeScript", "tsx": "TypeScript",
+    "go": "Go", "rust": "Rust", "java": "Java", "c": "C", "cpp": "C++", "csharp": "C#", "ruby": "Ruby",
+    "php": "PHP", "kotlin": "Kotlin", "bash": "Sh",
+}
+
+
+def ctags_languages() -> str:
+    """The ctags ``--languages`` list for the languages cogd parses."""
+    from cogd.index.languages import LANGUAGES
+
+    names = sorted({CTAGS_NAMES[name] for name in LANGUAGES if name in CTAGS_NAMES})
+    missing = sorted(name for name in LANGUAGES if name not in CTAGS_NAMES)
+    if missing:
+        print(f"  (no ctags name known for {', '.join(missing)}: ctags skips those files)")
+    return ",".join(names)
 
 
 def child_index(repo: Path, db: Path) -> None:
@@ -122,6 +139,8 @@ def find_ctags(option: str | None) -> str:
 
 
 def run_full(repo: Path, work: Path, ctags: str, rounds: int) -> dict:
+    languages = ctags_languages()
+    print(f"  ctags --languages={languages}")
     cogd_wall, cogd_refresh, ctags_wall, rss = [], [], [], []
     info: dict = {}
     tag_lines = 0
@@ -139,7 +158,7 @@ def run_full(repo: Path, work: Path, ctags: str, rounds: int) -> dict:
 
         tags = work / f"tags-{r}"
         started = time.perf_counter()
-        subprocess.run([ctags, "-R", "--fields=+n", f"--languages={CTAGS_LANGUAGES}", "-f", str(tags), "."],
+        subprocess.run([ctags, "-R", "--fields=+n", f"--languages={languages}", "-f", str(tags), "."],
                        cwd=repo, check=True, capture_output=True)
         ctags_wall.append(time.perf_counter() - started)
         with open(tags, encoding="utf-8", errors="replace") as fh:

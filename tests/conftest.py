@@ -51,6 +51,16 @@ def make_repo(root: Path, files: dict[str, str | bytes] | None = None, commit: b
     return root
 
 
+LEXICAL_ONLY = "# this test is about something other than embeddings\n[embed]\nenabled = false\n"
+
+
+def lexical_only(root: Path) -> Path:
+    """Configure ``root``'s cogd without embeddings (for tests about other things)."""
+    (root / ".cogd").mkdir(exist_ok=True)
+    (root / ".cogd" / "config.toml").write_text(LEXICAL_ONLY, encoding="utf-8")
+    return root
+
+
 def copy_stdlib(dest: Path, packages: tuple[str, ...] = STDLIB_PACKAGES) -> Path:
     dest.mkdir(parents=True, exist_ok=True)
     for name in packages:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import make_repo, payload, run_cogd, run_hook
+from conftest import lexical_only, make_repo, payload, run_cogd, run_hook
 from cogd.daemon.client import call
 from cogd.paths import AF_UNIX_PATH_MAX, Layout
 
@@ -43,7 +43,7 @@ def daemon_pids(root: Path) -> list[int]:
 
 @pytest.fixture
 def repo(tmp_path):
-    root = make_repo(tmp_path / "repo", SAMPLE)
+    root = lexical_only(make_repo(tmp_path / "repo", SAMPLE))
     yield root
     run_cogd(root, "stop", check=False)
 
@@ -138,7 +138,7 @@ def test_long_repository_path_uses_private_runtime_socket(tmp_path, monkeypatch)
     deep = tmp_path
     while len(str(deep / ".cogd" / "run" / "cogd.sock")) <= AF_UNIX_PATH_MAX + 10:
         deep = deep / "a-rather-long-directory-name"
-    root = make_repo(deep, SAMPLE)
+    root = lexical_only(make_repo(deep, SAMPLE))
     try:
         run_cogd(root, "start")
         sock = Layout(root).socket_path
@@ -195,7 +195,7 @@ def test_file_save_hook_reindexes_the_file(repo):
 
 def test_idle_exit(repo):
     (repo / ".cogd").mkdir(exist_ok=True)
-    (repo / ".cogd" / "config.toml").write_text("[daemon]\nidle_exit_s = 2\n")
+    (repo / ".cogd" / "config.toml").write_text("[daemon]\nidle_exit_s = 2\n[embed]\nenabled = false\n")
     run_cogd(repo, "start")
     [pid] = daemon_pids(repo)
     deadline = time.monotonic() + 15

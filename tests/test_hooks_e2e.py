@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import git, payload, run_cogd, run_hook
+from conftest import git, lexical_only, payload, run_cogd, run_hook
 
 DEADLINE_S = 1.5
 SLACK_S = 1.0  # process start and teardown on a loaded 2-core CI machine
@@ -49,6 +49,7 @@ def repo(stdlib_template, tmp_path_factory):
     with open(root / "email" / "utils.py", "a") as fh:  # a focused commit after the bulk import
         fh.write("\n# touched by the e2e fixture\n")
     git(root, "commit", "-qam", "touch email.utils")
+    lexical_only(root)
     up = run_cogd(root, "up", timeout=180)
     root_up_output = up.stdout
     yield root, root_up_output
@@ -274,6 +275,7 @@ def test_tight_deadline_exits_quietly(repo):
 def test_deleted_cogd_dir_recovers(stdlib_template, tmp_path):
     root = tmp_path / "repo"
     shutil.copytree(stdlib_template, root, symlinks=True)
+    lexical_only(root)
     run_cogd(root, "start")
     run_cogd(root, "index")
     try:

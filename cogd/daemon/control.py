@@ -104,6 +104,21 @@ def wait_ready(layout: Layout, timeout: float = 30.0) -> bool:
     return False
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie (our own child, not yet reaped) counts as gone.
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
+            return fh.read().split(") ", 1)[-1][:1] != "Z"
+    except OSError:
+        return True
+
+
 def stop(layout: Layout, timeout: float = 15.0) -> bool:
     """Stop the running daemon: SIGTERM, then wait for the lock to be released.
 
@@ -122,7 +137,9 @@ def stop(layout: Layout, timeout: float = 15.0) -> bool:
         pass
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if not is_running(layout):
+        # Stopped means the lock is free *and* the process is gone (it
+        # releases the lock a moment before the interpreter exits).
+        if not is_running(layout) and not _alive(pid):
             return True
         time.sleep(0.05)
     try:

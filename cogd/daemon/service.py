@@ -23,7 +23,7 @@ from cogd.daemon.worker import IndexWorker
 from cogd.index import store
 from cogd.index.sources import recently_changed_files
 from cogd.paths import Layout
-from cogd.retrieve.lexical import bm25_search
+from cogd.retrieve.hybrid import retrieve
 from cogd.retrieve.pack import overview_pack, prompt_pack
 from cogd.usage.ledger import Ledger
 from cogd.usage.touches import touches_from_tool_use
@@ -49,7 +49,7 @@ def _session_id(params: dict) -> str:
 class Service:
     """All daemon methods. ``call(method, params)`` is the single entry point."""
 
-    def __init__(self, layout: Layout, config: Config, *, start_index: bool = True):
+    def __init__(self, layout: Layout, config: Config, *, start_index: bool = True, start_embedder: bool = True):
         self.layout = layout
         self.config = config
         self.started_at = time.time()
@@ -59,7 +59,15 @@ class Service:
         self._local = threading.local()
         store.connect(layout.index_db).close()  # schema exists before any reader opens it
         self.ledger = Ledger(layout.state_db)
-        self.worker = IndexWorker(layout.root, layout.index_db, config.index.max_file_bytes)
+        self.embedder = None
+        if config.embed.enabled and start_embedder:
+            from cogd.daemon.embedder import EmbeddingWorker  # onnxruntime, lancedb: daemon only
+
+            self.embedder = EmbeddingWorker(layout.index_dir, layout.index_db, config.embed)
+        self.worker = IndexWorker(
+            layout.root, layout.index_db, config.index,
+            on_change=self.embedder.notify if self.embedder is not None else None,
+        )
         self._methods = {
             "status": self.status,
             "context.session_start": self.context_session_start,
@@ -77,6 +85,8 @@ class Service:
 
     def close(self) -> None:
         self.worker.stop()
+        if self.embedder is not None:
+            self.embedder.stop()
         self.ledger.close()
 
     # ---- plumbing -------------------------------------------------------
@@ -150,7 +160,25 @@ class Service:
                 "refreshes": self.worker.refreshes,
                 "last_refresh": result.as_dict() if result else None,
             },
+            "embedding": self._embedding_status(),
         }
+
+    def _embedding_status(self) -> dict:
+        if self.embedder is None:
+            return {"state": "disabled", "model": None, "coverage": 0.0}
+        return self.embedder.status()
+
+    def _mode(self, params: dict) -> str:
+        mode = params.get("mode") or self.config.retrieve.mode
+        if mode not in ("bm25", "vector", "hybrid"):
+            raise RpcError("bad_request", "mode must be bm25, vector or hybrid", INVALID_PARAMS)
+        return mode
+
+    def _query_vector(self, text: str, mode: str):
+        """The query embedding for vector/hybrid modes (None while no model is loaded)."""
+        if mode == "bm25" or self.embedder is None:
+            return None, None
+        return self.embedder.query_vector(text[:4000]), self.embedder.dense
 
     def _deliver(self, params: dict, event: str, source: str, query: str, pack) -> dict:
         record = params.get("record", True) is not False
@@ -170,8 +198,11 @@ class Service:
 
     def context_prompt(self, params: dict) -> dict:
         prompt = _clean_text(params.get("prompt"), "prompt", required=True)
+        mode = self._mode(params)
         self._keep_fresh()
-        pack = prompt_pack(self._reader(), self.layout.root, prompt, self.config.pack)
+        vector, dense = self._query_vector(prompt, mode)
+        pack = prompt_pack(self._reader(), self.layout.root, prompt, self.config.pack, self.config.retrieve,
+                           mode=mode, query_vector=vector, dense=dense)
         return self._deliver(params, "prompt", "", prompt, pack)
 
     def usage_tool_use(self, params: dict) -> dict:
@@ -221,8 +252,12 @@ class Service:
         limit = params.get("limit", 20)
         if not isinstance(limit, int) or not 0 < limit <= 1000:
             raise RpcError("bad_request", "limit must be an integer in 1..1000", INVALID_PARAMS)
-        hits = bm25_search(self._reader(), query, limit=limit, kinds=kinds)
-        return {"hits": [{**h.__dict__, "score": round(h.score, 4)} for h in hits]}
+        mode = self._mode(params)
+        vector, dense = self._query_vector(query, mode)
+        hits = retrieve(self._reader(), query, self.config.retrieve, mode=mode, query_vector=vector, dense=dense,
+                        kinds=kinds, limit=limit)
+        return {"mode": mode, "vectors": vector is not None,
+                "hits": [{**h.__dict__, "score": round(h.score, 6)} for h in hits]}
 
     def entity_get(self, params: dict) -> dict:
         entity_id = _clean_text(params.get("id"), "id", required=True)

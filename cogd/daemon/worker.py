@@ -14,6 +14,7 @@ import threading
 import time
 from pathlib import Path
 
+from cogd.config import IndexConfig
 from cogd.index.indexer import Indexer, RefreshResult
 
 log = logging.getLogger("cogd.worker")
@@ -26,8 +27,9 @@ class _Stopping(Exception):
 class IndexWorker:
     """Runs :class:`Indexer` refreshes on a private thread."""
 
-    def __init__(self, root: Path, db_path: Path, max_file_bytes: int):
-        self._root, self._db_path, self._max_file_bytes = root, db_path, max_file_bytes
+    def __init__(self, root: Path, db_path: Path, index_config: IndexConfig, on_change=None):
+        self._root, self._db_path, self._config = root, db_path, index_config
+        self._on_change = on_change  # called (no arguments) after a refresh that changed the index
         self._cond = threading.Condition()
         self._pending_all = False
         self._pending_full = False
@@ -91,7 +93,11 @@ class IndexWorker:
             raise _Stopping
 
     def _run(self) -> None:
-        indexer = Indexer(self._root, self._db_path, self._max_file_bytes)
+        c = self._config
+        indexer = Indexer(
+            self._root, self._db_path, c.max_file_bytes, parse_timeout_ms=c.parse_timeout_ms,
+            minified_line_bytes=c.minified_line_bytes, minified_mean_line_bytes=c.minified_mean_line_bytes,
+        )
         try:
             while True:
                 with self._cond:
@@ -110,8 +116,10 @@ class IndexWorker:
                     self.last_result = result
                     self.last_error = None
                     self.refreshes += 1
-                    if result.parsed or result.removed:
+                    if result.parsed or result.removed or self.refreshes == 1:
                         log.info("refresh: %s", result.as_dict())
+                        if self._on_change is not None:
+                            self._on_change()
                 except _Stopping:
                     indexer.conn.commit()  # keep the files already written
                     return

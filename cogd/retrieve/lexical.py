@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 import sqlite3
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 # Column weights for bm25(entities_fts, path, name, signature, doc, body):
 # a match in a name says far more than one somewhere in a body.
@@ -79,6 +79,7 @@ class Hit:
     doc: str
     parent_id: str | None
     score: float
+    signals: dict = field(default_factory=dict)  # each ranking signal's contribution, for --explain
 
 
 def bm25_search(

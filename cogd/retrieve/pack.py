@@ -15,25 +15,14 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cogd.config import PACK_HARD_CAP_CHARS, PackConfig
-from cogd.retrieve.lexical import Hit, bm25_search
+import numpy as np
+
+from cogd.config import PACK_HARD_CAP_CHARS, PackConfig, RetrieveConfig
+from cogd.index.vectors import DenseIndex
+from cogd.retrieve.hybrid import is_test_path, retrieve, select
+from cogd.retrieve.lexical import Hit
 
 CANDIDATES = 60  # retrieved before selection
-# A file entity is a weaker answer than the function inside it that matched:
-# scale its score so functions and classes lead when both match.
-KIND_PRIOR = {"file": 0.7, "module": 0.8, "class": 0.9, "function": 1.0, "method": 1.0, "constant": 0.8}
-# Tests share the vocabulary of the code they test and usually lose to it as a
-# place to start; unless the prompt is about tests, they count for less.
-TEST_PRIOR = 0.5
-_TEST_PATH = re.compile(
-    r"(^|/)(tests?|testing|__tests__|spec|specs)/|(^|/)test_[^/]*$|_test\.[a-z]+$|\.(test|spec)\.[jt]sx?$|(^|/)conftest\.py$"
-)
-_MENTIONS_TESTS = re.compile(r"\b(tests?|testing|unit ?tests?|pytest|spec|fixtures?)\b", re.I)
-
-
-def is_test_path(path: str) -> bool:
-    """True for paths that hold tests by the usual conventions (``tests/``, ``test_*.py``, ``*.spec.ts``…)."""
-    return bool(_TEST_PATH.search(path))
 
 
 @dataclass
@@ -49,13 +38,14 @@ class PackItem:
     rank: int = 0
     chars: int = 0
     pointer: bool = False  # listed as a one-line pointer only
+    signals: dict = field(default_factory=dict)  # ranking signals, for --explain
 
     def as_dict(self) -> dict:
         return {
             "entity_id": self.entity_id, "kind": self.kind, "path": self.path,
             "start_line": self.start_line, "end_line": self.end_line,
-            "score": round(self.score, 4), "rank": self.rank, "chars": self.chars,
-            "pointer": self.pointer,
+            "score": round(self.score, 6), "rank": self.rank, "chars": self.chars,
+            "pointer": self.pointer, "signals": self.signals,
         }
 
 
@@ -138,33 +128,6 @@ def _language(conn: sqlite3.Connection, path: str) -> str:
     return row[0] if row else ""
 
 
-def select(hits: list[Hit], per_file_cap: int, *, about_tests: bool = False) -> list[Hit]:
-    """Rank-ordered hits after the kind and test priors, at most ``per_file_cap`` per file.
-
-    Each hit's score is multiplied by ``KIND_PRIOR[kind]`` and, for test files
-    when ``about_tests`` is false, by ``TEST_PRIOR``. A file entity is dropped
-    when an entity inside it is already selected: the narrower item says the
-    same thing with line numbers.
-    """
-    def prior(hit: Hit) -> float:
-        weight = KIND_PRIOR.get(hit.kind, 1.0)
-        if not about_tests and is_test_path(hit.path):
-            weight *= TEST_PRIOR
-        return hit.score * weight
-
-    ranked = sorted(hits, key=prior, reverse=True)
-    chosen: list[Hit] = []
-    per_file: Counter[str] = Counter()
-    for hit in ranked:
-        if per_file[hit.path] >= per_file_cap:
-            continue
-        if hit.kind == "file" and per_file[hit.path]:
-            continue
-        chosen.append(hit)
-        per_file[hit.path] += 1
-    return chosen
-
-
 def assemble(
     conn: sqlite3.Connection, root: Path, header: str, ranked: list[Hit], config: PackConfig,
     sections: list[str] | None = None,
@@ -198,7 +161,8 @@ def assemble(
             continue
         parts.append(block)
         used += len(block)
-        items.append(PackItem(hit.id, hit.kind, hit.path, hit.start_line, hit.end_line, hit.score, n, len(block)))
+        items.append(PackItem(hit.id, hit.kind, hit.path, hit.start_line, hit.end_line, hit.score, n, len(block),
+                              signals=hit.signals))
     for section in sections or []:
         if used + len(section) + 1 <= budget - reserve:
             parts.append("\n" + section)
@@ -211,18 +175,31 @@ def assemble(
         pointers.append(line)
         used += len(line)
         items.append(PackItem(hit.id, hit.kind, hit.path, hit.start_line, hit.end_line, hit.score,
-                              len(items) + 1, len(line), pointer=True))
+                              len(items) + 1, len(line), pointer=True, signals=hit.signals))
     if pointers:
         parts.append("\nAlso relevant (expand with `cogd show ID`):\n" + "".join(pointers))
     text = "".join(parts)
     return Pack(text[:budget], items)
 
 
-def prompt_pack(conn: sqlite3.Connection, root: Path, prompt: str, config: PackConfig) -> Pack:
-    """The pack for one user prompt: BM25 candidates, kind prior, per-file diversity."""
-    hits = bm25_search(conn, prompt, limit=CANDIDATES)
-    ranked = select(hits, config.per_file_cap, about_tests=bool(_MENTIONS_TESTS.search(prompt[:20_000])))
-    header = "## cogd: code that may matter for this prompt\n(BM25 over the repository index; `path:start-end`, then the entity id)\n"
+def prompt_pack(
+    conn: sqlite3.Connection,
+    root: Path,
+    prompt: str,
+    config: PackConfig,
+    retrieve_config: RetrieveConfig,
+    *,
+    mode: str | None = None,
+    query_vector: np.ndarray | None = None,
+    dense: DenseIndex | None = None,
+) -> Pack:
+    """The pack for one user prompt: hybrid candidates, priors, MMR, budgeted rendering."""
+    hits = retrieve(conn, prompt, retrieve_config, mode=mode, query_vector=query_vector, dense=dense, limit=CANDIDATES)
+    ranked = select(hits, retrieve_config, per_file_cap=config.per_file_cap, prompt=prompt, dense=dense,
+                    limit=config.max_items + config.max_pointers)
+    sources = "BM25 + embeddings" if query_vector is not None and (mode or retrieve_config.mode) != "bm25" else "BM25"
+    header = (f"## cogd: code that may matter for this prompt\n"
+              f"({sources} over the repository index; `path:start-end`, then the entity id)\n")
     return assemble(conn, root, header, ranked, config)
 
 

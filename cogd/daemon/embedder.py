@@ -1,0 +1,184 @@
+"""The embedding worker: a background thread that keeps entity vectors current.
+
+It starts after the lexical index is committed and never blocks it: hooks
+answer with BM25 from the first second and gain vectors as coverage grows.
+A pass compares every entity's content hash with the stored vector's
+(``src_hash``) and embeds what is missing or changed — through the embedding
+cache keyed by (model, text hash), so an entity that comes back (a branch
+switched away and back) is never embedded twice. Rows whose entity is gone, or
+that another model made, are deleted: vectors of two models are never mixed.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+from cogd.config import EmbedConfig
+from cogd.index import store
+from cogd.index.vectors import DenseIndex, VectorStore
+
+log = logging.getLogger("cogd.embedder")
+
+CHUNK = 64  # entities per store write: readers see coverage grow in steps this size
+
+
+class EmbeddingWorker:
+    """Owns the encoder, the LanceDB vector table and the in-memory KNN index."""
+
+    def __init__(self, index_dir: Path, index_db: Path, config: EmbedConfig):
+        self.index_dir = index_dir
+        self.index_db = index_db
+        self.config = config
+        self.state = "loading"  # loading | idle | embedding | error | stopped
+        self.error: str | None = None
+        self.model_id: str | None = None
+        self.encoder = None
+        self.dense: DenseIndex | None = None
+        self.total = 0
+        self.done = 0
+        self.rate = 0.0  # entities per second over the current pass
+        self.embedded = 0  # vectors computed by the model (cache misses) since start
+        self._cond = threading.Condition()
+        self._pending = True
+        self._stopping = False
+        self._thread = threading.Thread(target=self._run, name="cogd-embed", daemon=True)
+        self._thread.start()
+
+    # ---- called from other threads ------------------------------------------
+    def notify(self) -> None:
+        """The index changed: schedule a pass."""
+        with self._cond:
+            self._pending = True
+            self._cond.notify_all()
+
+    def stop(self, timeout: float = 30.0) -> None:
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
+        self._thread.join(timeout)
+
+    @property
+    def coverage(self) -> float:
+        """Share of entities with a current vector, 0.0–1.0 (1.0 for an empty index)."""
+        return 1.0 if self.total == 0 else min(1.0, self.done / self.total)
+
+    def status(self) -> dict:
+        remaining = max(self.total - self.done, 0)
+        eta = remaining / self.rate if self.rate > 0 and remaining else 0.0
+        return {
+            "state": self.state, "model": self.model_id, "coverage": round(self.coverage, 4),
+            "entities": self.total, "embedded_entities": self.done, "pending": remaining,
+            "rate_per_s": round(self.rate, 1), "eta_s": round(eta, 1), "error": self.error,
+            "queued": self._pending,  # a pass is due (the index changed since the last one)
+        }
+
+    def query_vector(self, text: str) -> np.ndarray | None:
+        """The query's embedding, or None while the model is not loaded (callers fall back to BM25)."""
+        encoder = self.encoder
+        if encoder is None or not text.strip():
+            return None
+        return encoder.encode_query(text)
+
+    # ---- the thread -------------------------------------------------------------
+    def _load(self) -> VectorStore:
+        from cogd.embed.cache import EmbeddingCache
+        from cogd.embed.encoder import Encoder
+        from cogd.embed.model import resolve_model
+
+        info = resolve_model(self.config)
+        self.encoder = Encoder(info, self.config.threads, self.config.max_tokens, self.config.batch_size)
+        self.model_id = info.id
+        self._cache = EmbeddingCache(self.index_dir / "embed_cache.db")
+        vectors = VectorStore(self.index_dir / "vectors", info.dim)
+        dense = DenseIndex(info.dim)
+        ids, kinds, _paths, matrix = vectors.load(info.id)
+        dense.replace(ids, kinds, matrix)
+        self.dense = dense
+        log.info("model %s loaded; %d stored vectors", info.id, len(ids))
+        return vectors
+
+    def _run(self) -> None:
+        try:
+            vectors = self._load()
+        except Exception as exc:
+            self.state, self.error = "error", f"{exc.__class__.__name__}: {exc}"
+            log.exception("embedding disabled: the model could not be loaded")
+            return
+        conn = store.connect(self.index_db, readonly=True)
+        try:
+            while True:
+                with self._cond:
+                    self._cond.wait_for(lambda: self._pending or self._stopping)
+                    if self._stopping:
+                        return
+                    self._pending = False
+                self.state = "embedding"
+                try:
+                    self._pass(conn, vectors)
+                    self.error = None
+                except Exception as exc:
+                    self.error = f"{exc.__class__.__name__}: {exc}"
+                    log.exception("embedding pass failed")
+                self.state = "idle"
+        finally:
+            self.state = "stopped"
+            conn.close()
+
+    def _interrupted(self) -> bool:
+        with self._cond:
+            return self._stopping or self._pending
+
+    def _pass(self, conn, vectors: VectorStore) -> None:
+        from cogd.embed.text import entity_text, text_key
+
+        assert self.encoder is not None and self.dense is not None
+        model = self.model_id
+        entities = {row[0]: (row[1], row[2], row[3]) for row in conn.execute("SELECT id, hash, kind, path FROM entities")}
+        stored = vectors.state()
+        gone = [i for i, (m, _h) in stored.items() if i not in entities or m != model]
+        if gone:
+            vectors.delete(gone)
+            self.dense.remove(gone)
+        pending = [i for i, (h, _k, _p) in entities.items() if stored.get(i) != (model, h)]
+        self.total = len(entities)
+        self.done = self.total - len(pending)
+        if not pending:
+            return
+        log.info("embedding %d of %d entities", len(pending), self.total)
+        started, embedded_at_start = time.monotonic(), self.done
+        for start in range(0, len(pending), CHUNK):
+            if self._interrupted():
+                return  # the index moved on (or we are stopping): start a fresh pass
+            chunk = pending[start : start + CHUNK]
+            marks = ",".join("?" * len(chunk))
+            rows = conn.execute(
+                f"SELECT e.id, e.kind, e.qualname, e.signature, e.doc, e.path, e.hash, f.body "
+                f"FROM entities e JOIN entities_fts f ON f.rowid = e.rowid WHERE e.id IN ({marks})", chunk,
+            ).fetchall()
+            texts = {r[0]: entity_text(r[1], r[2], r[3], r[4], r[7] or "", r[5]) for r in rows}
+            keys = {i: text_key(model, self.config.max_tokens, t) for i, t in texts.items()}
+            cached = self._cache.get_many(list(set(keys.values())))
+            missing = [i for i in texts if keys[i] not in cached]
+            if missing:
+                fresh = self.encoder.encode([texts[i] for i in missing])
+                new = {keys[i]: fresh[n] for n, i in enumerate(missing)}
+                self._cache.put_many(new)
+                cached.update(new)
+                self.embedded += len(missing)
+            batch = [
+                {"id": r[0], "kind": r[1], "path": r[5], "model": model, "src_hash": r[6],
+                 "vector": np.asarray(cached[keys[r[0]]], dtype=np.float32)}
+                for r in rows
+            ]
+            vectors.upsert(batch)
+            self.dense.upsert([b["id"] for b in batch], [b["kind"] for b in batch],
+                              np.stack([b["vector"] for b in batch]) if batch else np.zeros((0, self.dense.dim)))
+            self.done += len(chunk)
+            elapsed = time.monotonic() - started
+            self.rate = (self.done - embedded_at_start) / elapsed if elapsed > 0 else 0.0
+        vectors.compact()

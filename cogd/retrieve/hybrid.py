@@ -1,0 +1,218 @@
+"""Hybrid retrieval: BM25 and KNN candidates, fused, expanded one hop, reranked, diversified.
+
+Steps (DESIGN.md §5), each recorded in the hit's ``signals`` for ``--explain``:
+
+1. candidates from FTS5 BM25 and from exact cosine KNN over entity vectors,
+   ``retrieve.candidates`` from each (the mode picks the sources);
+2. weighted reciprocal rank fusion: ``rrf(d) = Σ_s w_s / (k + rank_s(d))``
+   with ``k = retrieve.rrf_k`` (Cormack, Clarke & Büttcher, "Reciprocal Rank
+   Fusion outperforms Condorcet and individual rank learning methods", SIGIR
+   2009; k = 60 there);
+3. one hop over edges from the top seeds — callees, callers, the container,
+   subclasses/bases — a neighbour gains ``expand_decay × edge weight × the
+   seed's score`` (calls resolved by scope or file weigh more than guesses);
+4. priors: kind (a function is a better answer than the file around it) and
+   test files (weaker unless the prompt is about tests);
+5. maximal marginal relevance (Carbonell & Goldstein, SIGIR 1998):
+   ``argmax λ·rel(d) − (1−λ)·max_{s∈S} sim(d, s)`` with cosine similarity of
+   entity vectors when both have one, else structural similarity (same
+   container 0.8, same file 0.5); plus a hard cap per file.
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+from collections import Counter
+
+import numpy as np
+
+from cogd.config import RetrieveConfig
+from cogd.index.vectors import DenseIndex
+from cogd.retrieve.lexical import Hit, bm25_search
+
+KIND_PRIOR = {"file": 0.7, "module": 0.8, "class": 0.9, "function": 1.0, "method": 1.0, "constant": 0.8}
+TEST_PRIOR = 0.5  # tests share their subject's vocabulary but are rarely the place to start
+SEEDS = 20  # top fused candidates whose neighbours are considered
+# Edge kind / resolution → how much of a seed's score crosses it.
+EDGE_WEIGHT = {
+    ("calls", "scope"): 1.0, ("calls", "file"): 0.9, ("calls", "import"): 0.9, ("calls", "global"): 0.5,
+    ("inherits", "file"): 0.8, ("inherits", "import"): 0.8, ("inherits", "global"): 0.5,
+    ("contains", ""): 0.6,
+}
+
+_TEST_PATH = re.compile(
+    r"(^|/)(tests?|testing|__tests__|spec|specs)/|(^|/)test_[^/]*$|_test\.[a-z]+$|\.(test|spec)\.[jt]sx?$|(^|/)conftest\.py$"
+)
+_MENTIONS_TESTS = re.compile(r"\b(tests?|testing|unit ?tests?|pytest|spec|fixtures?)\b", re.I)
+
+_COLUMNS = "id, kind, subkind, path, name, qualname, start_line, end_line, signature, doc, parent_id"
+
+
+def is_test_path(path: str) -> bool:
+    """True for paths that hold tests by the usual conventions (``tests/``, ``test_*.py``, ``*.spec.ts``…)."""
+    return bool(_TEST_PATH.search(path))
+
+
+def about_tests(prompt: str) -> bool:
+    """True when the prompt talks about tests (then test files keep their full weight)."""
+    return bool(_MENTIONS_TESTS.search(prompt[:20_000]))
+
+
+def _fetch(conn: sqlite3.Connection, ids: list[str]) -> dict[str, Hit]:
+    found: dict[str, Hit] = {}
+    for start in range(0, len(ids), 500):
+        chunk = ids[start : start + 500]
+        marks = ",".join("?" * len(chunk))
+        for row in conn.execute(f"SELECT {_COLUMNS} FROM entities WHERE id IN ({marks})", chunk):
+            found[row[0]] = Hit(*row, 0.0)
+    return found
+
+
+def _expand(conn: sqlite3.Connection, fused: dict[str, float], decay: float, signals: dict[str, dict]) -> dict[str, float]:
+    """One hop over edges from the top seeds; returns the neighbours' added scores."""
+    seeds = sorted(fused, key=fused.get, reverse=True)[:SEEDS]
+    if not seeds or decay <= 0:
+        return {}
+    marks = ",".join("?" * len(seeds))
+    gained: dict[str, float] = {}
+    rows = conn.execute(
+        f"SELECT src, dst, kind, resolution FROM edges WHERE (src IN ({marks}) OR dst IN ({marks})) "
+        f"AND kind IN ('calls', 'inherits', 'contains')", seeds + seeds,
+    ).fetchall()
+    for src, dst, kind, resolution in rows:
+        weight = EDGE_WEIGHT.get((kind, resolution), 0.0)
+        if not weight:
+            continue
+        for seed, neighbour in ((src, dst), (dst, src)):
+            if seed not in fused or neighbour == seed:
+                continue
+            if kind == "contains" and (neighbour == src or "::" not in seed):
+                # Only a class passes score to its members: a member's hit says
+                # more than its container would, and a file has too many children.
+                continue
+            add = decay * weight * fused[seed]
+            if add > gained.get(neighbour, 0.0):
+                gained[neighbour] = add
+                direction = "callee" if neighbour == dst else "caller"
+                if kind == "contains":
+                    direction = "member" if neighbour == dst else "container"
+                elif kind == "inherits":
+                    direction = "base" if neighbour == dst else "subclass"
+                signals.setdefault(neighbour, {})["expanded_from"] = f"{direction} of {seed} ({kind}/{resolution or '-'})"
+    return gained
+
+
+def retrieve(
+    conn: sqlite3.Connection,
+    text: str,
+    config: RetrieveConfig,
+    *,
+    mode: str | None = None,
+    query_vector: np.ndarray | None = None,
+    dense: DenseIndex | None = None,
+    kinds: tuple[str, ...] | None = None,
+    limit: int = 60,
+) -> list[Hit]:
+    """Ranked candidates for ``text`` (before MMR), best first, at most ``limit``.
+
+    ``mode``: ``bm25``, ``vector`` or ``hybrid`` (default ``config.mode``);
+    without a query vector or a dense index the vector source is empty and
+    hybrid degrades to BM25. Each hit's ``score`` is the fused score after
+    expansion; ``signals`` holds the parts. Raises sqlite3.Error on a broken index.
+    """
+    mode = mode or config.mode
+    signals: dict[str, dict] = {}
+    lists: list[tuple[str, float, list[str]]] = []
+    if mode in ("bm25", "hybrid"):
+        lexical = bm25_search(conn, text, limit=config.candidates, kinds=kinds)
+        for rank, hit in enumerate(lexical, 1):
+            signals.setdefault(hit.id, {}).update(bm25_rank=rank, bm25=round(hit.score, 3))
+        lists.append(("bm25", config.bm25_weight, [h.id for h in lexical]))
+    if mode in ("vector", "hybrid") and query_vector is not None and dense is not None:
+        nearest = dense.search(query_vector, config.candidates, kinds)
+        for rank, (entity_id, similarity) in enumerate(nearest, 1):
+            signals.setdefault(entity_id, {}).update(vector_rank=rank, cosine=round(similarity, 4))
+        lists.append(("vector", config.vector_weight, [i for i, _ in nearest]))
+
+    fused: dict[str, float] = {}
+    for _name, weight, ids in lists:
+        for rank, entity_id in enumerate(ids, 1):
+            fused[entity_id] = fused.get(entity_id, 0.0) + weight / (config.rrf_k + rank)
+    for entity_id, score in fused.items():
+        signals[entity_id]["rrf"] = round(score, 5)
+
+    gained = _expand(conn, fused, config.expand_decay, signals)
+    for entity_id, add in gained.items():
+        fused[entity_id] = fused.get(entity_id, 0.0) + add
+        signals.setdefault(entity_id, {})["expansion"] = round(add, 5)
+
+    ranked_ids = sorted(fused, key=fused.get, reverse=True)[: max(limit * 2, limit)]
+    hits = _fetch(conn, ranked_ids)
+    result = []
+    for entity_id in ranked_ids:
+        hit = hits.get(entity_id)
+        if hit is None or (kinds and hit.kind not in kinds):
+            continue
+        hit.score = fused[entity_id]
+        hit.signals = signals.get(entity_id, {})
+        result.append(hit)
+        if len(result) >= limit:
+            break
+    return result
+
+
+def _similarity(a: Hit, b: Hit, vectors: dict[str, np.ndarray]) -> float:
+    va, vb = vectors.get(a.id), vectors.get(b.id)
+    if va is not None and vb is not None:
+        return float(max(0.0, va @ vb))
+    if a.parent_id and a.parent_id == b.parent_id and "::" in a.parent_id:
+        return 0.8
+    if a.path == b.path:
+        return 0.5
+    return 0.0
+
+
+def select(
+    hits: list[Hit], config: RetrieveConfig, *, per_file_cap: int, prompt: str = "",
+    dense: DenseIndex | None = None, limit: int = 40,
+) -> list[Hit]:
+    """Priors, then MMR with a per-file cap: the order a pack shows items in.
+
+    Relevance is the prior-weighted score scaled to [0, 1]. A file entity is
+    dropped once an entity inside it is selected (the narrower item says the
+    same with line numbers). Returns at most ``limit`` hits.
+    """
+    if not hits:
+        return []
+    tests_ok = about_tests(prompt)
+    for hit in hits:
+        prior = KIND_PRIOR.get(hit.kind, 1.0)
+        if not tests_ok and is_test_path(hit.path):
+            prior *= TEST_PRIOR
+        hit.signals["prior"] = round(prior, 3)
+        hit.score *= prior
+    top = max(h.score for h in hits) or 1.0
+    vectors = dense.vectors([h.id for h in hits]) if dense is not None else {}
+    lam = config.mmr_lambda
+    remaining = sorted(hits, key=lambda h: h.score, reverse=True)
+    chosen: list[Hit] = []
+    per_file: Counter[str] = Counter()
+    while remaining and len(chosen) < limit:
+        best, best_value, best_penalty = None, -1e9, 0.0
+        for hit in remaining[:80]:
+            if per_file[hit.path] >= per_file_cap or (hit.kind == "file" and per_file[hit.path]):
+                continue
+            penalty = max((_similarity(hit, s, vectors) for s in chosen), default=0.0)
+            value = lam * (hit.score / top) - (1 - lam) * penalty
+            if value > best_value:
+                best, best_value, best_penalty = hit, value, penalty
+        if best is None:
+            break
+        best.signals["mmr"] = round(best_value, 4)
+        if best_penalty:
+            best.signals["redundancy"] = round(best_penalty, 3)
+        chosen.append(best)
+        per_file[best.path] += 1
+        remaining.remove(best)
+    return chosen

@@ -1,0 +1,74 @@
+"""The vector projection: LanceDB rows keyed by id, exact in-memory KNN with filters before the cut."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from cogd.index.vectors import DenseIndex, VectorStore
+
+
+def unit(values) -> np.ndarray:
+    v = np.asarray(values, dtype=np.float32)
+    return v / np.linalg.norm(v)
+
+
+def rows(n: int, model: str = "m1"):
+    rng = np.random.default_rng(7)
+    return [
+        {"id": f"f.py::e{i}", "kind": "class" if i % 5 == 0 else "function", "path": "f.py", "model": model,
+         "src_hash": f"h{i}", "vector": unit(rng.normal(size=8))}
+        for i in range(n)
+    ]
+
+
+def test_upsert_is_keyed_by_id_and_never_duplicates(tmp_path):
+    store = VectorStore(tmp_path / "vectors", 8)
+    data = rows(40)
+    store.upsert(data)
+    store.upsert(data[:10])  # same ids again
+    changed = dict(data[3], src_hash="new")
+    store.upsert([changed])
+    assert store.count() == 40
+    state = store.state()
+    assert state["f.py::e3"] == ("m1", "new") and state["f.py::e4"] == ("m1", "h4")
+    store.delete(["f.py::e0", "f.py::e1", "no-such-id"])
+    assert store.count() == 38 and "f.py::e0" not in store.state()
+
+
+def test_lancedb_filtered_search_returns_k_rows_of_the_kind(tmp_path):
+    store = VectorStore(tmp_path / "vectors", 8)
+    data = rows(100)
+    store.upsert(data)
+    query = data[7]["vector"]  # a function; classes are 1 in 5
+    found = store.search(query, 10, kinds=("class",))
+    assert len(found) == 10
+    assert {i for i, _ in found} <= {r["id"] for r in data if r["kind"] == "class"}
+    assert store.search(query, 1)[0][0] == "f.py::e7"
+
+
+def test_load_keeps_only_the_current_model(tmp_path):
+    store = VectorStore(tmp_path / "vectors", 8)
+    store.upsert(rows(10, "old"))
+    store.upsert([dict(r, id=r["id"] + "_n") for r in rows(4, "new")])
+    ids, kinds, paths, matrix = store.load("new")
+    assert sorted(ids) == [f"f.py::e{i}_n" for i in range(4)]
+    assert matrix.shape == (4, 8) and matrix.dtype == np.float32
+
+
+def test_dense_index_exact_knn_with_kind_filter_before_the_cut():
+    index = DenseIndex(8)
+    data = rows(200)
+    index.replace([r["id"] for r in data], [r["kind"] for r in data], np.stack([r["vector"] for r in data]))
+    query = data[11]["vector"]
+    best = index.search(query, 5)
+    assert best[0] == ("f.py::e11", pytest.approx(1.0, abs=1e-5))
+    expected = sorted(((float(r["vector"] @ query), r["id"]) for r in data), reverse=True)[:5]
+    assert [i for i, _ in best] == [i for _, i in expected]
+    classes = index.search(query, 30, kinds=("class",))
+    assert len(classes) == 30 and all(int(i.split("e")[-1]) % 5 == 0 for i, _ in classes)
+    index.remove(["f.py::e11"])
+    assert index.search(query, 1)[0][0] != "f.py::e11"
+    index.upsert(["f.py::e11", "g.py::new"], ["function", "function"], np.stack([query, -query]))
+    assert index.search(query, 1)[0][0] == "f.py::e11"
+    assert len(index) == 201
