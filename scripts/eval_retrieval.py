@@ -21,7 +21,8 @@ and the files and functions the change modified as the gold. For each *arm*
    (``cogd --root W start``) and, after every move, runs ``cogd --root W index``
    (returns when the index is current). For the vector and hybrid arms, when
    ``cogd status --json`` reports ``embedding.coverage``, it waits until that is
-   1.0 (``--embed-timeout``) and records the wait;
+   1.0 with the embedder idle (``--embed-timeout``) and records the wait; the
+   bm25 arm runs with ``[embed] enabled = false`` (the mode reads no vectors);
 3. pipes a UserPromptSubmit payload (``tests/fixtures/hook-payloads/
    user_prompt_submit.json`` with ``cwd`` = W, ``prompt`` = the task's query, a
    fresh ``session_id``) through the real ``cogd-hook prompt-submit`` process
@@ -44,6 +45,8 @@ Scoring (the data README's, made precise)
   order (kinds from ``cogd context --json``; without it, from the item heading,
   and a pointer of unknown kind with ``::`` counts as a function). The row
   ``fn ... (slots)`` instead ranks every id, so a file or class item takes a slot.
+* cogd names a repeated definition of one qualified name ``name~2``; the gold
+  has plain names, so ``~N`` is dropped before matching (first occurrence kept).
 * recall@k = share of the gold found in the first k; Acc@k = 1 when all of the
   gold is in the first k; MRR = 1 / rank of the first gold item (0 if none).
 * Tokens = characters / 4. An id is *delivered within B tokens* when the end of
@@ -250,7 +253,19 @@ def rank_metrics(ranked: list[str], gold: list[str], prefix: str) -> dict[str, f
     return out
 
 
+_TWIN = re.compile(r"~\d+$")
+
+
+def gold_form(entity_id: str) -> str:
+    """An id as the gold spells it: cogd marks a repeated definition of one name ``name~2``
+    (e.g. the other branch of ``if WIN: def f ... else: def f``); the gold has one ``name``."""
+    return _TWIN.sub("", entity_id)
+
+
 def score_task(task: dict, items: list[dict], budgets: list[int]) -> dict:
+    items = [{**i, "id": gold_form(i["id"])} for i in items]
+    seen: set[str] = set()
+    items = [i for i in items if not (i["id"] in seen or seen.add(i["id"]))]  # first occurrence of a twin
     ids = [i["id"] for i in items]
     files: list[str] = []
     for entity_id in ids:

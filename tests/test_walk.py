@@ -284,15 +284,18 @@ def test_unreadable_file_is_kept_by_path_and_retried(tmp_path, monkeypatch):
     repo = make_repo(tmp_path / "repo", {"ok.py": APP_PY, "locked.py": "def locked():\n    pass\n"})
     st = (repo / "locked.py").stat()
     os.utime(repo / "locked.py", ns=(st.st_atime_ns, st.st_mtime_ns - 10**10))  # old: stat alone would say "unchanged"
-    real_read_bytes = Path.read_bytes
+    import cogd.index.indexer as indexer_module
+
+    real_read_source = indexer_module.read_source
     locked = [True]
 
-    def read_bytes(self):
-        if self.name == "locked.py" and locked[0]:
-            raise PermissionError(13, "Permission denied", str(self))
-        return real_read_bytes(self)
+    # Tests run as root, which chmod cannot lock out: fail the read itself.
+    def read_source(path, limit):
+        if Path(path).name == "locked.py" and locked[0]:
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_read_source(path, limit)
 
-    monkeypatch.setattr(Path, "read_bytes", read_bytes)
+    monkeypatch.setattr(indexer_module, "read_source", read_source)
     ix = Indexer(repo, tmp_path / "index.db")
     try:
         result = ix.refresh()

@@ -10,12 +10,14 @@ current" means for ``cogd index``.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from pathlib import Path
 
 from cogd.config import IndexConfig
-from cogd.index.indexer import Indexer, RefreshResult
+from cogd.index.indexer import Indexer, RefreshResult, parse_job, timeout_result
+from cogd.index.parsepool import ParsePool
 
 log = logging.getLogger("cogd.worker")
 
@@ -94,9 +96,13 @@ class IndexWorker:
 
     def _run(self) -> None:
         c = self._config
+        # One parser process per spare core (at least one): a pathological file
+        # can be killed there, and parsing overlaps the SQLite writes here.
+        pool = ParsePool(max(1, min((os.cpu_count() or 2) - 1, 3)), parse_job, timeout_result)
         indexer = Indexer(
             self._root, self._db_path, c.max_file_bytes, parse_timeout_ms=c.parse_timeout_ms,
             minified_line_bytes=c.minified_line_bytes, minified_mean_line_bytes=c.minified_mean_line_bytes,
+            pool=pool,
         )
         try:
             while True:
@@ -136,3 +142,4 @@ class IndexWorker:
                 self.state = "stopped"
                 self._cond.notify_all()
             indexer.close()
+            pool.terminate()

@@ -16,6 +16,7 @@ import tree_sitter
 import xxhash
 
 from cogd.index.languages import grammar
+from cogd.index.queries import run_query
 from cogd.index.references import Reference, collect_references
 
 # tags.scm capture → (kind, subkind); the capture names are listed in cogd.index.languages.
@@ -331,7 +332,7 @@ def _definitions(matches: list, src: bytes) -> list[_Definition]:
     return sorted(definitions, key=lambda d: (d.node.start_byte, -d.node.end_byte))
 
 
-def extract(path: str, source: bytes, language: str) -> ParsedFile:
+def extract(path: str, source: bytes, language: str, tree: tree_sitter.Tree | None = None) -> ParsedFile:
     """Parse ``source`` (raw bytes of ``path``, a repo-relative POSIX path).
 
     Returns the file entity (id = ``path``), one entity per module, class,
@@ -342,10 +343,12 @@ def extract(path: str, source: bytes, language: str) -> ParsedFile:
     ``Type.method`` and contained in that type when it is defined above it in
     the same file, else in the enclosing module or file. Raises
     KeyError for a language cogd does not know. Never raises on bad syntax:
-    tree-sitter recovers and yields what it can.
+    tree-sitter recovers and yields what it can. ``tree``: an already parsed
+    tree of ``source`` (callers that bound the parse time parse themselves).
     """
     gram = grammar(language)
-    tree = gram.parser.parse(source)
+    if tree is None:  # callers that bound the parse time pass their own tree
+        tree = gram.parser.parse(source)
     root = tree.root_node
     if language == "python":
         file_doc = _python_docstring(root, source)
@@ -381,7 +384,7 @@ def extract(path: str, source: bytes, language: str) -> ParsedFile:
     spans: list[tuple[int, int, str]] = []  # byte spans, for attributing references
 
     # One pass of the tags query serves both definitions and call references.
-    tag_matches = tree_sitter.QueryCursor(gram.tags).matches(root)
+    tag_matches = run_query(gram.tags, root)
     for definition in _definitions(tag_matches, source):
         node = definition.node
         while stack and node.start_byte >= stack[-1][1]:
@@ -447,7 +450,7 @@ def extract(path: str, source: bytes, language: str) -> ParsedFile:
         stack.append((entity, node.end_byte))
         spans.append((outer.start_byte, node.end_byte, entity.id))
 
-    parsed.references = collect_references(tree, gram, spans, file_entity.id, tag_matches)
+    parsed.references = collect_references(tree, gram, spans, file_entity.id, tag_matches, source)
 
     # Containers are searched by their header, docstring and member names, not
     # by a copy of every member's body (members are entities of their own).

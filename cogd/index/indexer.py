@@ -40,6 +40,7 @@ import logging
 import os
 import posixpath
 import sqlite3
+import stat
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -49,6 +50,7 @@ from cogd.config import IndexConfig
 from cogd.index import resolve, store
 from cogd.index.extract import Entity, ParsedFile, content_hash, extract, line_count
 from cogd.index.languages import grammar, language_for_path
+from cogd.index.parsepool import ParsePool
 from cogd.index.sources import git_head, list_source_files
 
 log = logging.getLogger("cogd.index")
@@ -58,6 +60,7 @@ log = logging.getLogger("cogd.index")
 RACY_WINDOW_NS = 2_000_000_000
 BATCH_FILES = 200  # files per transaction: readers see progress, writes stay short
 BINARY_SNIFF_BYTES = 8192
+MINIFIED_BY_LONGEST_LINE = {"javascript", "typescript", "tsx"}
 MINIFIED_SNIFF_BYTES = 65536  # how much of a file over the size limit the minified check reads
 MINIFIED_MEAN_MIN_BYTES = 4096  # the mean-line-length rule needs at least this much text
 READ_CHUNK_BYTES = 8192  # slice handed to tree-sitter per read callback
@@ -103,14 +106,20 @@ def _file_only(path: str, language: str, data: bytes, line_count: int) -> Parsed
 def to_utf8(data: bytes) -> bytes:
     """``data`` as UTF-8 for the parser: UTF-8 BOM stripped, UTF-16/32 with a BOM transcoded.
 
-    Other bytes are returned unchanged (not copied). Never raises: undecodable
-    UTF-16/32 code units become U+FFFD.
+    Valid UTF-8 is returned unchanged (not copied); anything else is read as
+    Latin-1. Never raises: undecodable UTF-16/32 code units become U+FFFD.
     """
     if data.startswith(codecs.BOM_UTF8):
         return data[len(codecs.BOM_UTF8):]
     for bom, codec in _WIDE_BOMS:
         if data.startswith(bom):
             return data.decode(codec, errors="replace").encode("utf-8", errors="replace")
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        # Not UTF-8: read it as Latin-1 (every byte is a character, so line
+        # numbers stay put and identifiers like `café` stay whole).
+        return data.decode("latin-1").encode("utf-8")
     return data
 
 
@@ -126,53 +135,126 @@ def looks_minified(text: bytes, max_line: int, max_mean: int) -> bool:
     return len(text) >= MINIFIED_MEAN_MIN_BYTES and len(text) / max(len(lines), 1) > max_mean
 
 
+def read_source(path: Path, max_file_bytes: int) -> bytes:
+    """The bytes of a regular file; only a head (over the limit by one byte) when it is too large.
+
+    Opens without blocking and refuses anything but a regular file, so a FIFO
+    or device that appears at an indexed path cannot hang the indexer. Raises
+    OSError (including for a non-regular file).
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(f"{path} is not a regular file")
+        limit = max(max_file_bytes, MINIFIED_SNIFF_BYTES) + 1
+        chunks, size = [], 0
+        while size < limit:
+            chunk = os.read(fd, min(1 << 20, limit - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
 class ParseTimeout(Exception):
     """A tree-sitter parse ran past its deadline and was cancelled."""
 
 
-class _DeadlineParser:
-    """Stands in for a grammar's ``tree_sitter.Parser`` during one ``extract`` call.
+READ_AHEAD_FILES = 256  # files read and parsed per round (bounds memory on huge trees)
+GUARDED_PARSE_BYTES = 64 * 1024  # smaller files parse in a few ms: no deadline machinery
+
+
+def parse_with_deadline(parser, data: bytes, budget_s: float):
+    """Parse ``data`` with ``parser``, cancelling after ``budget_s`` seconds.
 
     py-tree-sitter honours ``progress_callback`` only when the source comes
-    from a read callback (it warns and ignores it for a bytestring), so the
-    bytes are served in slices and the callback cancels the parse once the
-    deadline has passed; the parser is then reset so its next parse starts
-    afresh. A tree parsed from a callback answers ``Node.text`` by calling it
-    again, slowly, so a finished parse is redone from the bytes with that tree
-    as ``old_tree``: nothing changed, every node is reused (about a tenth of
-    a parse). Everything else is delegated to the real parser.
+    from a read callback (it ignores it for a bytestring), so the bytes are
+    served in slices and the callback cancels the parse once the deadline has
+    passed; the parser is then reset. A tree parsed from a callback answers
+    ``Node.text`` by calling it again, slowly, so a finished parse is redone
+    from the bytes with that tree as ``old_tree`` (every node is reused).
+    Raises ParseTimeout when cancelled.
     """
+    deadline = time.perf_counter() + budget_s
 
-    def __init__(self, parser, budget_s: float):
-        self._parser = parser
-        self._budget_s = budget_s
+    def read(offset: int, _point) -> bytes:
+        return data[offset : offset + READ_CHUNK_BYTES]
 
-    def parse(self, source, old_tree=None, encoding="utf8"):
-        extra = {} if old_tree is None else {"old_tree": old_tree}  # 0.26 refuses old_tree=None
-        if not isinstance(source, (bytes, bytearray, memoryview)):
-            return self._parser.parse(source, encoding=encoding, **extra)
-        data = bytes(source)
-        deadline = time.perf_counter() + self._budget_s
+    def past_deadline(_offset: int, _has_error: bool) -> bool:
+        return time.perf_counter() > deadline
 
-        def read(offset: int, _point) -> bytes:
-            return data[offset : offset + READ_CHUNK_BYTES]
+    try:
+        tree = parser.parse(read, progress_callback=past_deadline)
+    except ValueError:  # "Parsing failed": how 0.26 reports a cancelled parse
+        if time.perf_counter() <= deadline:
+            raise
+        tree = None
+    if tree is None:
+        parser.reset()
+        raise ParseTimeout(f"parse cancelled after {budget_s * 1000:.0f} ms")
+    return parser.parse(data, old_tree=tree)
 
-        def past_deadline(_offset: int, _has_error: bool) -> bool:
-            return time.perf_counter() > deadline
 
-        try:
-            tree = self._parser.parse(read, encoding=encoding, progress_callback=past_deadline, **extra)
-        except ValueError:  # "Parsing failed": how 0.26 reports a cancelled parse
-            if time.perf_counter() <= deadline:
-                raise
-            tree = None
-        if tree is None:
-            self._parser.reset()
-            raise ParseTimeout(f"parse cancelled after {self._budget_s * 1000:.0f} ms")
-        return self._parser.parse(data, old_tree=tree, encoding=encoding)
+def _extract(path: str, text: bytes, language: str, parse_timeout_ms: int) -> ParsedFile:
+    """``extract`` with the parse bounded by ``parse_timeout_ms`` (raises ParseTimeout).
 
-    def __getattr__(self, name: str):
-        return getattr(self._parser, name)
+    Only the parse: query time is bounded by running the whole of this in a
+    child process the daemon can kill (:mod:`cogd.index.parsepool`).
+    """
+    if not parse_timeout_ms or len(text) < GUARDED_PARSE_BYTES:
+        return extract(path, text, language)
+    tree = parse_with_deadline(grammar(language).parser, text, parse_timeout_ms / 1000)
+    return extract(path, text, language, tree=tree)
+
+
+def parse_file(path: str, data: bytes, limits: tuple[int, int, int, int]) -> tuple[ParsedFile, str]:
+    """Entities of ``path`` (raw bytes ``data``) and its status: ``ok`` or a skip reason.
+
+    ``limits``: (max_file_bytes, parse_timeout_ms, minified_line_bytes,
+    minified_mean_line_bytes). Module-level and free of state so worker
+    processes can run it. Never raises for bad content.
+    """
+    max_file_bytes, parse_timeout_ms, minified_line_bytes, minified_mean_line_bytes = limits
+    language = language_for_path(path) or "text"
+    oversized = len(data) > max_file_bytes  # read_source gives a bit more than the limit, never all of it
+    text = to_utf8(data[:MINIFIED_SNIFF_BYTES] if oversized else data)
+    if b"\0" in text[:BINARY_SNIFF_BYTES]:
+        return _file_only(path, language, data, 0), "binary"
+    sample = text
+    # One very long line marks minified JavaScript; other languages keep
+    # their entities unless the *average* line is long (a Python file with
+    # one long data line is still hand-written code).
+    line_limit = minified_line_bytes if language in MINIFIED_BY_LONGEST_LINE else 1 << 62
+    if looks_minified(sample, line_limit, minified_mean_line_bytes):
+        return _file_only(path, language, data, line_count(text)), "minified"
+    if oversized:
+        return _file_only(path, language, data, line_count(text)), "too_large"
+    try:
+        parsed = _extract(path, text, language, parse_timeout_ms)
+    except ParseTimeout:
+        log.warning("parse of %s (%d bytes) exceeded %d ms: indexed by path only", path, len(data), parse_timeout_ms)
+        return _file_only(path, language, data, line_count(text)), "timeout"
+    except Exception:  # one bad file must never stop the index
+        log.exception("parse failed: %s", path)
+        return _file_only(path, language, data, line_count(text)), "unreadable"
+    if text is not data:  # the file's hash is of its bytes on disk, as refresh() compares
+        parsed.entities[0].hash = content_hash(data)
+    return parsed, "ok"
+
+
+def parse_job(job: tuple[str, bytes, tuple[int, int, int, int]]) -> tuple[ParsedFile, str]:
+    """:func:`parse_file` on one (path, data, limits) tuple: what parser processes run."""
+    return parse_file(*job)
+
+
+def timeout_result(job: tuple) -> tuple[ParsedFile, str]:
+    """What a file whose parse ran out of time is indexed as: its path only."""
+    path, data, _limits = job
+    return _file_only(path, language_for_path(path) or "text", data, line_count(data)), "timeout"
 
 
 class Indexer:
@@ -191,9 +273,13 @@ class Indexer:
         parse_timeout_ms: int = _DEFAULTS.parse_timeout_ms,
         minified_line_bytes: int = _DEFAULTS.minified_line_bytes,
         minified_mean_line_bytes: int = _DEFAULTS.minified_mean_line_bytes,
+        pool: ParsePool | None = None,
     ):
         self.root = root
         self.conn = store.connect(db_path)
+        # The daemon parses in child processes it can kill; direct callers
+        # (tests, scripts, the CLI without a daemon) parse in-process.
+        self.pool = pool
         self.max_file_bytes = max_file_bytes
         self.parse_timeout_ms = parse_timeout_ms
         self.minified_line_bytes = minified_line_bytes
@@ -211,42 +297,12 @@ class Indexer:
     def close(self) -> None:
         self.conn.close()
 
-    def _extract(self, path: str, text: bytes, language: str) -> ParsedFile:
-        """``extract`` with the parse bounded by ``parse_timeout_ms`` (raises ParseTimeout)."""
-        if not self.parse_timeout_ms:
-            return extract(path, text, language)
-        gram = grammar(language)  # the per-thread grammar extract() itself will use
-        real = gram.parser
-        gram.parser = _DeadlineParser(real, self.parse_timeout_ms / 1000)
-        try:
-            return extract(path, text, language)
-        finally:
-            gram.parser = real
+    def _limits(self) -> tuple[int, int, int, int]:
+        return (self.max_file_bytes, self.parse_timeout_ms, self.minified_line_bytes, self.minified_mean_line_bytes)
 
     def _parse(self, path: str, data: bytes) -> tuple[ParsedFile, str]:
         """Entities of ``path`` (raw bytes ``data``) and its status (``ok`` or a skip reason)."""
-        language = language_for_path(path) or "text"
-        text = to_utf8(data)
-        if b"\0" in text[:BINARY_SNIFF_BYTES]:
-            return _file_only(path, language, data, 0), "binary"
-        oversized = len(data) > self.max_file_bytes
-        sample = text[:MINIFIED_SNIFF_BYTES] if oversized else text
-        if looks_minified(sample, self.minified_line_bytes, self.minified_mean_line_bytes):
-            return _file_only(path, language, data, line_count(text)), "minified"
-        if oversized:
-            return _file_only(path, language, data, line_count(text)), "too_large"
-        try:
-            parsed = self._extract(path, text, language)
-        except ParseTimeout:
-            log.warning("parse of %s (%d bytes) exceeded %d ms: indexed by path only",
-                        path, len(data), self.parse_timeout_ms)
-            return _file_only(path, language, data, line_count(text)), "timeout"
-        except Exception:  # one bad file must never stop the index
-            log.exception("parse failed: %s", path)
-            return _file_only(path, language, data, line_count(text)), "unreadable"
-        if text is not data:  # the file's hash is of its bytes on disk, as refresh() compares
-            parsed.entities[0].hash = content_hash(data)
-        return parsed, "ok"
+        return parse_file(path, data, self._limits())
 
     def _resolve(
         self, known: dict, parsed_paths: list[str], gone: list[str], names_before: set[tuple[str, str]],
@@ -311,40 +367,56 @@ class Indexer:
         total = len(to_parse)
         parsed_paths: list[str] = []
         names_before: set[tuple[str, str]] = set()  # (name, id) defined in re-parsed files, before
-        for i, (path, st) in enumerate(to_parse, 1):
-            try:
-                data = (self.root / path).read_bytes()
-            except FileNotFoundError:  # vanished between stat and read
-                if path in known:
-                    gone.append(path)
-                continue
-            except OSError as exc:
-                log.warning("unreadable %s: %s", path, exc)
-                result.skipped["unreadable"] = result.skipped.get("unreadable", 0) + 1
-                # Recorded by path (like any skipped file); mtime 0 so the next refresh tries again.
-                names_before |= resolve.entity_names(self.conn, [path])
-                store.write_file(self.conn, _file_only(path, language_for_path(path) or "text", b"", 0),
-                                 size=st.st_size, mtime_ns=0, status="unreadable", now=time.time())
-                parsed_paths.append(path)
-                result.parsed += 1
-                continue
-            mtime_ns = 0 if now_ns - st.st_mtime_ns < RACY_WINDOW_NS else st.st_mtime_ns
-            row = known.get(path)
-            if not full and row is not None and row["hash"] == content_hash(data) and row["status"] == "ok":
-                store.update_file_stat(self.conn, path, st.st_size, mtime_ns)
-                result.unchanged += 1
+        done = 0
+        for start in range(0, len(to_parse), READ_AHEAD_FILES):
+            jobs: list[tuple[str, os.stat_result, int, bytes]] = []
+            for path, st in to_parse[start : start + READ_AHEAD_FILES]:
+                try:
+                    data = read_source(self.root / path, self.max_file_bytes)
+                except FileNotFoundError:  # vanished between stat and read
+                    if path in known:
+                        gone.append(path)
+                    continue
+                except OSError as exc:
+                    log.warning("unreadable %s: %s", path, exc)
+                    result.skipped["unreadable"] = result.skipped.get("unreadable", 0) + 1
+                    # Recorded by path (like any skipped file); mtime 0 so the next refresh tries again.
+                    names_before |= resolve.entity_names(self.conn, [path])
+                    store.write_file(self.conn, _file_only(path, language_for_path(path) or "text", b"", 0),
+                                     size=st.st_size, mtime_ns=0, status="unreadable", now=time.time())
+                    parsed_paths.append(path)
+                    result.parsed += 1
+                    continue
+                mtime_ns = 0 if now_ns - st.st_mtime_ns < RACY_WINDOW_NS else st.st_mtime_ns
+                row = known.get(path)
+                if not full and row is not None and row["hash"] == content_hash(data) and row["status"] == "ok":
+                    store.update_file_stat(self.conn, path, st.st_size, mtime_ns)
+                    result.unchanged += 1
+                    continue
+                jobs.append((path, st, mtime_ns, data))
+            batch = [(path, data, self._limits()) for path, _st, _m, data in jobs]
+            if self.pool is not None:
+                outcomes = self.pool.map(batch, max(self.parse_timeout_ms / 1000, 1.0) * 2)
             else:
-                parsed, status = self._parse(path, data)
+                outcomes = [parse_job(job) for job in batch]
+            for (path, st, mtime_ns, _data), (parsed, status) in zip(jobs, outcomes):
                 if status != "ok":
                     result.skipped[status] = result.skipped.get(status, 0) + 1
                 names_before |= resolve.entity_names(self.conn, [path])
-                store.write_file(self.conn, parsed, size=st.st_size, mtime_ns=mtime_ns, status=status, now=time.time())
+                store.write_file(self.conn, parsed, size=st.st_size, mtime_ns=mtime_ns, status=status,
+                                 now=time.time())
                 parsed_paths.append(path)
                 result.parsed += 1
-            if i % BATCH_FILES == 0:
-                self.conn.commit()
-            if progress is not None:
-                progress(i, total, path)
+                done += 1
+                if done % BATCH_FILES == 0:
+                    self.conn.commit()
+                if progress is not None:
+                    progress(done, total, path)
+            end = min(start + READ_AHEAD_FILES, total)
+            if end > done:  # unchanged and unreadable files in this round count as done too
+                done = end
+                if progress is not None:
+                    progress(done, total, to_parse[end - 1][0])
 
         for path in gone:
             store.delete_file(self.conn, path)

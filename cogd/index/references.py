@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import tree_sitter
 
 from cogd.index.languages import Grammar
+from cogd.index.queries import run_query
 
 MAX_REFERENCES = 5000  # per file: generated code can hold hundreds of thousands of calls
 MAX_TEXT = 200
@@ -72,26 +73,24 @@ def _text(node: tree_sitter.Node) -> str:
     return (node.text or b"").decode("utf-8", errors="replace")[:MAX_TEXT]
 
 
-def _call_node(node: tree_sitter.Node) -> tree_sitter.Node:
-    # Some tags patterns capture the arguments of a member call, not the call.
-    if node.child_by_field_name("function") is None and node.parent is not None:
-        if node.parent.child_by_field_name("function") is not None:
-            return node.parent
-    return node
+# The receiver chain right before a callee's name: `self.`, `os.path.`, `a->`, `A::`, `x?.`, `f().`.
+_RECEIVER = re.compile(r"((?:[\w$]+(?:\(\))?(?:\?\.|\.|->|::))+)\s*$")
+_NOT_RECEIVER = {"new", "await", "yield", "return"}
 
 
-def _receiver(call: tree_sitter.Node, name: str) -> str:
-    """The text before the callee's name: ``self`` for ``self.f()``, ``''`` for ``f()``."""
-    function = call.child_by_field_name("function") or call.child_by_field_name("method")
-    receiver = call.child_by_field_name("receiver") or call.child_by_field_name("object")
-    if receiver is not None and function is not None and function.type in ("identifier", "simple_identifier"):
-        return " ".join(_text(receiver).split())  # Ruby / Kotlin style: receiver.method
-    if function is None:
+def _receiver(name: tree_sitter.Node, source: bytes) -> str:
+    """The text before the callee's name: ``self`` for ``self.f()``, ``''`` for ``f()``.
+
+    Read from at most 120 bytes of source before the name, so it costs the
+    same for any syntax (``a.f()``, ``a->f()``, ``A::f()``, Ruby's ``a.f``)
+    and never walks the tree (``Node.parent`` is linear in the depth).
+    """
+    before = source[max(0, name.start_byte - 120) : name.start_byte].decode("utf-8", errors="replace")
+    match = _RECEIVER.search(before)
+    if not match:
         return ""
-    text = " ".join(_text(function).split())
-    if text.endswith(name):
-        return text[: len(text) - len(name)].rstrip(".:->?&!")
-    return ""
+    text = match.group(1).rstrip(".:->?")
+    return "" if text in _NOT_RECEIVER else text
 
 
 def _strip_quotes(text: str) -> str:
@@ -104,6 +103,7 @@ def collect_references(
     spans: list[tuple[int, int, str]],
     file_id: str,
     tag_matches: list | None = None,
+    source: bytes = b"",
 ) -> list[Reference]:
     """Every call, import and base-class reference in ``tree``.
 
@@ -114,12 +114,13 @@ def collect_references(
     de-duplicated, in source order. Never raises on odd syntax trees.
     """
     enclosing = _Enclosing(spans, file_id)
+    tree_source = source
     found: dict[Reference, None] = {}
     seen_calls: set[tuple[str, str, str]] = set()  # one call reference per (caller, callee, receiver)
     root = tree.root_node
 
     if tag_matches is None:
-        tag_matches = tree_sitter.QueryCursor(gram.tags).matches(root)
+        tag_matches = run_query(gram.tags, root)
     for _pattern, captures in tag_matches:
         names = captures.get("name")
         if not names:
@@ -128,16 +129,15 @@ def collect_references(
             n for n in captures.get("reference.class", []) if n.type == "new_expression"
         ]
         for node in calls:
-            call = _call_node(node)
             name = _text(names[0])
             if not name:
                 continue
-            src = enclosing(call.start_byte)
-            receiver = _receiver(call, name)
+            src = enclosing(names[0].start_byte)
+            receiver = _receiver(names[0], tree_source) if tree_source else ""
             if (src, name, receiver) in seen_calls:
                 continue
             seen_calls.add((src, name, receiver))
-            found[Reference(src, "calls", name, receiver, "", call.start_point.row + 1)] = None
+            found[Reference(src, "calls", name, receiver, "", names[0].start_point.row + 1)] = None
             if len(found) >= MAX_REFERENCES:
                 return list(found)
 
@@ -145,7 +145,7 @@ def collect_references(
         # The same import can match a general and a more specific pattern:
         # keep one per (module, symbol, line), with the alias when one knows it.
         imports: dict[tuple[str, str, int], str] = {}
-        for _pattern, captures in tree_sitter.QueryCursor(gram.imports).matches(root):
+        for _pattern, captures in run_query(gram.imports, root):
             modules = captures.get("module")
             if not modules:
                 continue
@@ -162,7 +162,7 @@ def collect_references(
 
     if gram.inherits is not None:
         entity_ids = {entity_id for _s, _e, entity_id in spans}
-        for _pattern, captures in tree_sitter.QueryCursor(gram.inherits).matches(root):
+        for _pattern, captures in run_query(gram.inherits, root):
             # `impl Trait for Type` (Rust) names the implementing type in @type.
             owner = None
             if captures.get("type"):

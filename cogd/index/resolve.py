@@ -64,6 +64,7 @@ class Resolver:
         self._import_cache: dict[tuple[str, str, str], list[str]] = {}
         self._dirs: dict[str, list[str]] | None = None
         self._stems: dict[str, list[str]] | None = None
+        self._unique_cache: dict[tuple, str | None] = {}
         self._go_module: str | None | bool = False
 
     # ---- name tables ------------------------------------------------------
@@ -248,11 +249,15 @@ class Resolver:
         language = self.files.get(path, "")
         return FAMILY.get(language, language)
 
+
     def _unique(self, name: str, kinds: tuple[str, ...], from_path: str) -> str | None:
         """The only definition named ``name`` in the caller's language family, if exactly one."""
         family = self._family(from_path)
-        matches = [e for e in self._by_name.get(name, []) if e[1] in kinds and self._family(e[2]) == family]
-        return matches[0][0] if len(matches) == 1 else None
+        key = (name, kinds, family)
+        if key not in self._unique_cache:
+            matches = [e for e in self._by_name.get(name, []) if e[1] in kinds and self._family(e[2]) == family]
+            self._unique_cache[key] = matches[0][0] if len(matches) == 1 else None
+        return self._unique_cache[key]
 
     def resolve_file(self, path: str) -> list[tuple[str, str, str, str, str]]:
         """Edges (src, dst, kind, path, resolution) for the stored references of ``path``."""

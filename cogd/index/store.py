@@ -177,15 +177,18 @@ def write_file(
         "INSERT INTO files(path, language, hash, size, mtime_ns, status, indexed_at) VALUES (?,?,?,?,?,?,?)",
         (parsed.path, parsed.language, file_hash, size, mtime_ns, status, now),
     )
-    for entity in parsed.entities:
-        cur = conn.execute(
-            f"INSERT INTO entities({', '.join(ENTITY_COLUMNS)}) VALUES ({', '.join('?' * len(ENTITY_COLUMNS))})",
-            tuple(getattr(entity, column) for column in ENTITY_COLUMNS),
-        )
-        conn.execute(
-            "INSERT INTO entities_fts(rowid, path, name, signature, doc, body) VALUES (?,?,?,?,?,?)",
-            (cur.lastrowid, *_fts_row(entity)),
-        )
+    # Explicit rowids let entities and their FTS rows go in as two batches
+    # instead of one statement per entity (the FTS rowid must match).
+    first = conn.execute("SELECT coalesce(max(rowid), 0) + 1 FROM entities").fetchone()[0]
+    rowids = range(first, first + len(parsed.entities))
+    conn.executemany(
+        f"INSERT INTO entities(rowid, {', '.join(ENTITY_COLUMNS)}) VALUES (?, {', '.join('?' * len(ENTITY_COLUMNS))})",
+        [(rowid, *(getattr(entity, column) for column in ENTITY_COLUMNS)) for rowid, entity in zip(rowids, parsed.entities)],
+    )
+    conn.executemany(
+        "INSERT INTO entities_fts(rowid, path, name, signature, doc, body) VALUES (?,?,?,?,?,?)",
+        [(rowid, *_fts_row(entity)) for rowid, entity in zip(rowids, parsed.entities)],
+    )
     conn.executemany(
         "INSERT OR IGNORE INTO edges(src, dst, kind, path) VALUES (?,?,?,?)",
         [(edge.src, edge.dst, edge.kind, parsed.path) for edge in parsed.edges],
