@@ -68,15 +68,24 @@ class RemoteBackend:
         pass
 
 
-def _layout(root: str | None) -> Layout:
+def _layout(root: str | None, create: bool = True) -> Layout:
+    """The repository's layout; ``create`` makes ``.cogd/`` (read-only commands pass False)."""
     start = Path(root) if root else Path.cwd()
     found = find_root(start)
     if found is None:
-        if root:
+        if root and Path(root).is_dir():
             found = Path(root).resolve()
+        elif root:
+            raise click.ClickException(f"{root} is not a directory")
         else:
             raise click.ClickException(f"{start} is not inside a git repository (use --root to pick a folder)")
-    return Layout(found).ensure()
+    layout = Layout(found)
+    if create:
+        try:
+            layout.ensure()
+        except OSError as exc:
+            raise click.ClickException(f"cannot create {layout.cogd_dir}: {exc}") from exc
+    return layout
 
 
 @contextmanager
@@ -170,8 +179,8 @@ def main(ctx: click.Context, root: str | None) -> None:
     ctx.obj = {"root": root}
 
 
-def _layout_from(ctx: click.Context) -> Layout:
-    return _layout(ctx.obj.get("root"))
+def _layout_from(ctx: click.Context, create: bool = True) -> Layout:
+    return _layout(ctx.obj.get("root"), create)
 
 
 _LOCAL_HELP = "Write the hooks to .claude/settings.local.json (private, not committed) instead of settings.json."
@@ -236,7 +245,10 @@ def install_hooks(ctx: click.Context, local_hooks: bool) -> None:
 def start(ctx: click.Context) -> None:
     """Start the daemon in the background and wait until it answers."""
     layout = _layout_from(ctx)
-    started = control.spawn(layout)
+    try:
+        started = control.spawn(layout)
+    except OSError as exc:
+        raise click.ClickException(f"cannot start the daemon: {exc}") from exc
     if not control.wait_ready(layout, timeout=60):
         raise click.ClickException("the daemon did not come up; see `cogd logs`")
     pid = (control.read_pid(layout) or {}).get("pid")
@@ -252,6 +264,12 @@ def stop(ctx: click.Context) -> None:
         console.print("no daemon running")
         return
     if not control.stop(layout):
+        info = control.read_pid(layout) or {}
+        if not isinstance(info.get("pid"), int) or not control.is_daemon_process(info["pid"], layout):
+            raise click.ClickException(
+                "the lock is held by another cogd process, not a daemon (probably a command working "
+                "without one); try again when it has finished"
+            )
         raise click.ClickException("the daemon did not stop")
     console.print("daemon stopped")
 
@@ -281,7 +299,7 @@ def _embedding_line(e: dict) -> str:
 @click.pass_context
 def status(ctx: click.Context, as_json: bool) -> None:
     """Show whether the daemon runs, and the state of the index."""
-    layout = _layout_from(ctx)
+    layout = _layout_from(ctx, create=False)
     result: dict = {"running": False, "root": str(layout.root)}
     if control.is_running(layout):
         try:
@@ -505,12 +523,13 @@ def models(ctx: click.Context, as_json: bool) -> None:
 
 
 @main.command()
-@click.option("-n", "lines", default=40, show_default=True, help="How many lines from the end.")
+@click.option("-n", "lines", default=40, show_default=True, type=click.IntRange(min=1),
+              help="How many lines from the end.")
 @click.option("--hook", is_flag=True, help="The hook client's log instead of the daemon's.")
 @click.pass_context
 def logs(ctx: click.Context, lines: int, hook: bool) -> None:
     """Show the end of the daemon's (or the hook client's) log."""
-    layout = _layout_from(ctx)
+    layout = _layout_from(ctx, create=False)
     path = layout.hook_log if hook else layout.daemon_log
     if not path.exists():
         console.print(f"no log yet at {path}")

@@ -27,6 +27,8 @@ from cogd.daemon.client import DaemonUnavailable, RemoteError, call
 from cogd.locate import cogd_file, find_root, socket_path
 
 DEFAULT_DEADLINE_MS = 1500
+MAX_DEADLINE_MS = 60_000  # Claude Code's own ceiling for a hook; larger settings are clamped
+MAX_CONTEXT_CHARS = 9_500  # never inject more than this, whatever the daemon says (clients.md: 10,000)
 SOCKET_MARGIN_S = 0.05  # left for printing and exiting after the call
 MAX_STDIN_BYTES = 256 * 1024 * 1024
 LOG_MAX_BYTES = 1 << 20
@@ -45,13 +47,41 @@ _BULKY_INPUT = ("content", "old_string", "new_string", "edits", "new_source")
 _BULKY_RESPONSE = ("originalFile", "originalFileContents", "oldString", "newString", "stdout", "stderr", "edits", "usage")
 
 
+def _process_started() -> float:
+    """When this process started, on the ``time.monotonic()`` clock.
+
+    The deadline covers the hook's whole life, interpreter start-up included,
+    so it counts from the process's start time in ``/proc/self/stat`` rather
+    than from the first line of Python. Falls back to now.
+    """
+    now = time.monotonic()
+    try:
+        with open("/proc/self/stat", "rb") as fh:
+            start_ticks = int(fh.read().rsplit(b")", 1)[1].split()[19])
+        with open("/proc/uptime", "rb") as fh:
+            uptime = float(fh.read().split()[0])
+        elapsed = uptime - start_ticks / os.sysconf("SC_CLK_TCK")
+        return now - min(max(elapsed, 0.0), 5.0)
+    except (OSError, ValueError, IndexError):
+        return now
+
+
+def _parse_ms(value: object) -> int | None:
+    """A deadline in ms from env or config, clamped to [1, MAX_DEADLINE_MS]; None if unusable."""
+    if isinstance(value, str):
+        value = int(value) if value.isascii() and value.isdigit() and len(value) < 10 else None
+    if type(value) is not int or value <= 0:
+        return None
+    return min(value, MAX_DEADLINE_MS)
+
+
 class _Log:
     """Appends one line per notable outcome to ``.cogd/logs/hook.log`` (or the user log)."""
 
     def __init__(self) -> None:
         self.path: str | None = None
         self.event = "?"
-        self.started = time.monotonic()
+        self.started = _process_started()
 
     def _fallback_path(self) -> str:
         """Where to log before the payload named a repository (e.g. unparsable stdin).
@@ -83,17 +113,17 @@ log = _Log()
 
 
 def _deadline_ms(root: str | None) -> int:
-    env = os.environ.get("COGD_HOOK_DEADLINE_MS", "")
-    if env.isdigit():
-        return int(env)
+    env = _parse_ms(os.environ.get("COGD_HOOK_DEADLINE_MS", ""))
+    if env is not None:
+        return env
     config = cogd_file(root, "config.toml") if root is not None else ""
     if config and os.path.isfile(config):
         try:
             import tomllib  # only when a config exists
 
             with open(config, encoding="utf-8") as fh:
-                value = tomllib.loads(fh.read()).get("hook", {}).get("deadline_ms")
-            if isinstance(value, int) and value > 0:
+                value = _parse_ms(tomllib.loads(fh.read()).get("hook", {}).get("deadline_ms"))
+            if value is not None:
                 return value
         except Exception as exc:  # a broken config must not break the hook
             log(f"config ignored: {exc}")
@@ -200,26 +230,30 @@ def run(argv: list[str]) -> str | None:
     text = result.get("text")
     if not isinstance(text, str) or not text:
         return None
+    if len(text) > MAX_CONTEXT_CHARS:  # a client over its limit swaps the text for a preview: send nothing
+        log(f"pack of {len(text)} characters is over {MAX_CONTEXT_CHARS}: not injected")
+        return None
     return json.dumps({"hookSpecificOutput": {"hookEventName": hook_event_name, "additionalContext": text}})
 
 
 def main(argv: list[str] | None = None) -> int:
     """Console entry point. Always returns 0."""
-    argv = sys.argv[1:] if argv is None else argv
-    env = os.environ.get("COGD_HOOK_DEADLINE_MS", "")
-    _arm((int(env) if env.isdigit() else DEFAULT_DEADLINE_MS) / 1000)  # covers reading stdin too
+    output = None
     try:
+        argv = sys.argv[1:] if argv is None else argv
+        deadline_ms = _parse_ms(os.environ.get("COGD_HOOK_DEADLINE_MS", "")) or DEFAULT_DEADLINE_MS
+        _arm(deadline_ms / 1000 - (time.monotonic() - log.started))  # covers reading stdin too
         output = run(argv)
     except BaseException as exc:  # noqa: BLE001 — nothing may escape to the agent
         log(f"no context: {exc.__class__.__name__}: {str(exc)[:300]}")
         output = None
-    signal.setitimer(signal.ITIMER_REAL, 0)
-    if output:
-        try:
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        if output:
             sys.stdout.write(output + "\n")
             sys.stdout.flush()
-        except OSError:
-            pass
+    except BaseException:  # noqa: BLE001
+        pass
     return 0
 
 

@@ -86,35 +86,57 @@ def install_claude_hooks(root: Path, command: str | None = None, *, local: bool 
     changed or the file did not exist). Raises SettingsError when the existing
     file is not valid JSON or not an object — it is then left untouched.
     """
-    path = root / ".claude" / ("settings.local.json" if local else "settings.json")
-    existing: dict = {}
-    original = None
-    if path.exists():
-        original = path.read_text(encoding="utf-8")
-        try:
-            existing = json.loads(original) if original.strip() else {}
-        except ValueError as exc:
-            raise SettingsError(f"{path} is not valid JSON ({exc}); fix it or move it away, then run again") from exc
-        if not isinstance(existing, dict):
-            raise SettingsError(f"{path} holds a JSON {type(existing).__name__}, not an object")
-    updated = merged_settings(existing, command or hook_command())
-    text = json.dumps(updated, indent=2, ensure_ascii=False) + "\n"
-    if original is not None and existing == updated:
-        return {"path": str(path), "changed": False, "backup": None}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    backup = None
-    if original is not None:
-        stamp = time.strftime("%Y%m%d-%H%M%S")
-        backup = path.with_name(f"settings.json.cogd-backup-{stamp}")
-        n = 1
-        while backup.exists():  # two changes in one second must not overwrite the older backup
-            n += 1
-            backup = path.with_name(f"settings.json.cogd-backup-{stamp}-{n}")
-        backup.write_text(original, encoding="utf-8")
+    link = root / ".claude" / ("settings.local.json" if local else "settings.json")
+    try:
+        # A symlinked settings file (dotfile managers) is updated where it points.
+        path = link.resolve() if link.is_symlink() else link
+        if link.parent.exists() and not link.parent.is_dir():
+            raise SettingsError(f"{link.parent} exists but is not a directory")
+        if path.exists() and not path.is_file():
+            raise SettingsError(f"{path} exists but is not a regular file")
+        existing: dict = {}
+        original = None
+        mode = 0o644
+        if path.exists():
+            raw = path.read_bytes()
+            mode = path.stat().st_mode & 0o777
+            try:
+                original = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise SettingsError(f"{path} is not UTF-8 text ({exc}); fix it or move it away, then run again") from exc
+            try:
+                existing = json.loads(original) if original.strip() else {}
+            except ValueError as exc:
+                raise SettingsError(f"{path} is not valid JSON ({exc}); fix it or move it away, then run again") from exc
+            if not isinstance(existing, dict):
+                raise SettingsError(f"{path} holds a JSON {type(existing).__name__}, not an object")
+        updated = merged_settings(existing, command or hook_command())
+        text = json.dumps(updated, indent=2, ensure_ascii=False) + "\n"
+        if original is not None and existing == updated:
+            return {"path": str(link), "changed": False, "backup": None}
+        path.parent.mkdir(parents=True, exist_ok=True)
+        backup = None
+        if original is not None:
+            stamp = time.strftime("%Y%m%d-%H%M%S")
+            backup = path.with_name(f"{path.name}.cogd-backup-{stamp}")
+            n = 1
+            while backup.exists():  # two changes in one second must not overwrite the older backup
+                n += 1
+                backup = path.with_name(f"{path.name}.cogd-backup-{stamp}-{n}")
+            _write(backup, original, mode)  # as private as the original (settings may hold secrets in env)
+        _write(path, text, mode)
+    except OSError as exc:
+        raise SettingsError(f"cannot update {link}: {exc}") from exc
+    return {"path": str(link), "changed": True, "backup": str(backup) if backup else None}
+
+
+def _write(path: Path, text: str, mode: int) -> None:
+    """Write ``text`` atomically (temp file, fsync, rename) with permission bits ``mode``."""
     tmp = path.with_name(f".{path.name}.cogd-tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
         fh.write(text)
         fh.flush()
         os.fsync(fh.fileno())
+    os.chmod(tmp, mode)
     os.replace(tmp, path)
-    return {"path": str(path), "changed": True, "backup": str(backup) if backup else None}

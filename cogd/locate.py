@@ -42,18 +42,22 @@ def find_root(start: str | os.PathLike[str]) -> str | None:
 
 
 def runtime_dir() -> str:
-    """The private per-user directory for hashed sockets (created with mode 0700).
+    """The private per-user directory for hashed sockets: ``/tmp/cogd-<uid>`` (mode 0700).
 
-    ``$XDG_RUNTIME_DIR/cogd`` when that variable is set, else
-    ``/tmp/cogd-<uid>``. Raises PermissionError when the directory belongs to
-    another user or is open to others, since a socket there could be hijacked.
+    Deliberately not ``$XDG_RUNTIME_DIR``: every process that talks to the
+    daemon (a hook started by an editor, a CLI in a login shell, a cron job)
+    must compute the same path, and that variable differs between them.
+    Raises PermissionError when the directory belongs to another user or is
+    open to others, since a socket there could be hijacked.
     """
-    base = os.environ.get("XDG_RUNTIME_DIR")
-    path = os.path.join(base, "cogd") if base else os.path.join("/tmp", f"cogd-{os.getuid()}")
+    path = os.path.join("/tmp", f"cogd-{os.getuid()}")
     os.makedirs(path, mode=0o700, exist_ok=True)
-    st = os.stat(path)
-    if st.st_uid != os.getuid() or st.st_mode & 0o077:
-        raise PermissionError(f"{path} must be owned by uid {os.getuid()} with mode 0700")
+    st = os.lstat(path)
+    if st.st_uid != os.getuid() or st.st_mode & 0o077 or not os.path.isdir(path) or os.path.islink(path):
+        raise PermissionError(
+            f"{path} must be a directory owned by uid {os.getuid()} with mode 0700 "
+            f"(fix: chmod 700 {path}, or remove it)"
+        )
     return path
 
 

@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 
 from cogd.config import EmbedConfig
-from cogd.embed import model as model_mod
 from cogd.embed.cache import EmbeddingCache
 from cogd.embed.encoder import Encoder
 from cogd.embed.model import (BUNDLED_SHA256, BUNDLED_TOKENIZER, MANIFEST_FILE, ModelError, list_models,

@@ -119,6 +119,20 @@ def _alive(pid: int) -> bool:
         return True
 
 
+def is_daemon_process(pid: int, layout: Layout) -> bool:
+    """True when ``pid`` runs ``cogd.daemon`` for this repository (never signal anything else).
+
+    A stale pid file (after ``kill -9``) may name a pid the system has since
+    given to an unrelated process.
+    """
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            argv = fh.read().split(b"\0")
+    except OSError:
+        return False
+    return b"cogd.daemon" in argv and os.fsencode(str(layout.root)) in argv
+
+
 def stop(layout: Layout, timeout: float = 15.0) -> bool:
     """Stop the running daemon: SIGTERM, then wait for the lock to be released.
 
@@ -129,8 +143,8 @@ def stop(layout: Layout, timeout: float = 15.0) -> bool:
     if not is_running(layout):
         return True
     pid = info.get("pid") if info else None
-    if not isinstance(pid, int):
-        return False
+    if not isinstance(pid, int) or not is_daemon_process(pid, layout):
+        return False  # the lock is held by something else (a command working without a daemon)
     try:
         os.kill(pid, signal.SIGTERM)
     except ProcessLookupError:

@@ -109,7 +109,6 @@ class EmbeddingWorker:
             self.state, self.error = "error", f"{exc.__class__.__name__}: {exc}"
             log.exception("embedding disabled: the model could not be loaded")
             return
-        conn = store.connect(self.index_db, readonly=True)
         try:
             while True:
                 with self._cond:
@@ -119,7 +118,12 @@ class EmbeddingWorker:
                     self._pending = False
                 self.state = "embedding"
                 try:
-                    self._pass(conn, vectors)
+                    # A fresh connection per pass: the index file may have been rebuilt since.
+                    conn = store.connect(self.index_db, readonly=True)
+                    try:
+                        self._pass(conn, vectors)
+                    finally:
+                        conn.close()
                     self.error = None
                 except Exception as exc:
                     self.error = f"{exc.__class__.__name__}: {exc}"
@@ -127,7 +131,6 @@ class EmbeddingWorker:
                 self.state = "idle"
         finally:
             self.state = "stopped"
-            conn.close()
 
     def _interrupted(self) -> bool:
         with self._cond:

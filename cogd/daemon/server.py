@@ -35,6 +35,8 @@ from cogd.paths import Layout
 log = logging.getLogger("cogd.daemon")
 
 HOUSEKEEPING_S = 1.0
+MAX_CONNECTIONS = 256  # open client connections; more are closed at once (file descriptors are finite)
+IDLE_CONNECTION_S = 30.0  # a connection that sends no complete line for this long is closed
 
 
 def _setup_logging(layout: Layout, foreground: bool) -> None:
@@ -43,6 +45,7 @@ def _setup_logging(layout: Layout, foreground: bool) -> None:
     handler = logging.handlers.RotatingFileHandler(layout.daemon_log, maxBytes=1 << 20, backupCount=3, encoding="utf-8")
     handler.setFormatter(logging.Formatter("%(asctime)s %(process)d %(levelname)s %(name)s: %(message)s"))
     root_logger.addHandler(handler)
+    logging.getLogger("asyncio").addHandler(handler)  # errors inside the event loop go to the same log
     if foreground:
         root_logger.addHandler(logging.StreamHandler())
 
@@ -58,6 +61,7 @@ class Daemon:
         self.pool = concurrent.futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix="cogd-req")
         self.stop_event: asyncio.Event | None = None
         self.stop_reason = ""
+        self.connections = 0
 
     def request_stop(self, reason: str) -> None:
         if self.stop_event is not None and not self.stop_event.is_set():
@@ -67,10 +71,17 @@ class Daemon:
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         loop = asyncio.get_running_loop()
+        if self.connections >= MAX_CONNECTIONS:
+            log.warning("refusing a connection: %d open", self.connections)
+            writer.close()
+            return
+        self.connections += 1
         try:
             while True:
                 try:
-                    line = await reader.readline()
+                    line = await asyncio.wait_for(reader.readline(), IDLE_CONNECTION_S)
+                except asyncio.TimeoutError:
+                    break  # a client that sends nothing (or half a line) does not hold a slot forever
                 except (asyncio.LimitOverrunError, ValueError):
                     writer.write(encode(error_response(None, RpcError("bad_request", "request line too long", INVALID_REQUEST))))
                     break
@@ -83,6 +94,7 @@ class Daemon:
         except (ConnectionError, BrokenPipeError):
             pass
         finally:
+            self.connections -= 1
             try:
                 writer.close()
             except Exception:
@@ -92,8 +104,8 @@ class Daemon:
         """One request line → one response object (None for a notification)."""
         try:
             message = json.loads(line)
-        except (ValueError, UnicodeDecodeError) as exc:
-            return error_response(None, RpcError("bad_request", f"parse error: {exc}", PARSE_ERROR))
+        except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+            return error_response(None, RpcError("bad_request", f"parse error: {exc.__class__.__name__}", PARSE_ERROR))
         if not isinstance(message, dict) or message.get("jsonrpc") != "2.0" or not isinstance(message.get("method"), str):
             return error_response(
                 message.get("id") if isinstance(message, dict) else None,
@@ -132,7 +144,12 @@ class Daemon:
                 self.request_stop(".cogd/ was removed or replaced")
             elif not self.socket_path.exists():
                 self.request_stop("socket file was removed")
-            elif idle and self.service and time.monotonic() - self.service.last_request_at > idle:
+            elif self.service is not None:
+                try:
+                    await asyncio.get_running_loop().run_in_executor(self.pool, self.service.check_projection)
+                except Exception:
+                    log.exception("projection check failed")
+            if idle and self.service and time.monotonic() - self.service.last_request_at > idle:
                 if self.service.worker.state == "idle":
                     self.request_stop(f"idle for {idle} s")
 

@@ -42,6 +42,14 @@ def _clean_text(value: object, name: str, *, required: bool = False, limit: int 
     return value[:limit].encode("utf-8", errors="replace").decode("utf-8")
 
 
+def _timeout(params: dict, default: float, limit: float = 3600.0) -> float:
+    """``params["timeout_s"]`` as seconds in (0, limit], or ``default``; bad_request otherwise."""
+    value = params.get("timeout_s", default)
+    if type(value) not in (int, float) or not 0 < value <= limit:
+        raise RpcError("bad_request", f"timeout_s must be a number of seconds in (0, {limit:g}]", INVALID_PARAMS)
+    return float(value)
+
+
 def _session_id(params: dict) -> str:
     return _clean_text(params.get("session_id"), "session_id")[:SESSION_ID_MAX] or "unknown"
 
@@ -58,6 +66,8 @@ class Service:
         self.requests = 0
         self._local = threading.local()
         store.connect(layout.index_db).close()  # schema exists before any reader opens it
+        self._index_inode = layout.index_db.stat().st_ino
+        self._generation = 0
         self.ledger = Ledger(layout.state_db)
         self.embedder = None
         if config.embed.enabled and start_embedder:
@@ -114,10 +124,32 @@ class Service:
 
     def _reader(self) -> sqlite3.Connection:
         conn = getattr(self._local, "conn", None)
-        if conn is None:
+        if conn is None or getattr(self._local, "generation", -1) != self._generation:
+            if conn is not None:
+                conn.close()
             conn = store.connect(self.layout.index_db, readonly=True)
             self._local.conn = conn
+            self._local.generation = self._generation
         return conn
+
+    def check_projection(self) -> None:
+        """Rebuild the index if its database file was deleted or replaced (called every second).
+
+        The index is a projection, so losing it loses nothing; but connections
+        still open on the old file would fail or serve a ghost. Readers reopen
+        (a new generation) and the index worker rebuilds from the work tree.
+        """
+        try:
+            inode = self.layout.index_db.stat().st_ino
+        except FileNotFoundError:
+            inode = None
+        if inode == self._index_inode:
+            return
+        log.warning("index database %s was deleted or replaced: rebuilding it", self.layout.index_db)
+        store.connect(self.layout.index_db).close()  # the schema exists before any reader reopens
+        self._index_inode = self.layout.index_db.stat().st_ino
+        self._generation += 1
+        self.worker.reopen()
 
     def _keep_fresh(self) -> None:
         """Run a cheap stat-scan refresh before a pack, waiting a bounded time.
@@ -211,8 +243,9 @@ class Service:
             raise RpcError("bad_request", "payload must be the PostToolUse object", INVALID_PARAMS)
         tool = _clean_text(payload.get("tool_name"), "tool_name")[:200] or "unknown"
         touches = touches_from_tool_use(payload, self.layout.root)
-        tool_use_id = payload.get("tool_use_id") if isinstance(payload.get("tool_use_id"), str) else ""
-        row = self.ledger.record_tool_use(_session_id(payload), tool, tool_use_id[:200], touches)
+        raw_id = payload.get("tool_use_id")
+        tool_use_id = _clean_text(raw_id, "tool_use_id")[:200] if isinstance(raw_id, str) else ""
+        row = self.ledger.record_tool_use(_session_id(payload), tool, tool_use_id, touches)
         if tool in ("Edit", "MultiEdit", "Write", "NotebookEdit") and touches:
             self.worker.request(sorted({t.path for t in touches}))
         return {"tool_use": row, "touches": [t.as_dict() for t in touches]}
@@ -232,23 +265,25 @@ class Service:
             relative = os.path.relpath(full, self.layout.root)
             if not relative.startswith(".."):
                 rel.append(relative.replace(os.sep, "/"))
+        timeout = _timeout(params, 60.0)
         ticket = self.worker.request(rel)
         if params.get("wait"):
-            self.worker.wait(ticket, timeout=float(params.get("timeout_s", 60)))
+            self.worker.wait(ticket, timeout=timeout)
         return {"queued": rel, "ticket": ticket}
 
     def index_refresh(self, params: dict) -> dict:
+        timeout = _timeout(params, 3600.0, limit=86400.0)
         ticket = self.worker.request(None, full=params.get("full") is True)
         if params.get("wait", True):
-            done = self.worker.wait(ticket, timeout=float(params.get("timeout_s", 3600)))
+            done = self.worker.wait(ticket, timeout=timeout)
             result = self.worker.last_result
             return {"ticket": ticket, "done": done, "result": result.as_dict() if result else None}
         return {"ticket": ticket, "done": False, "result": None}
 
     def search(self, params: dict) -> dict:
         query = _clean_text(params.get("query"), "query", required=True)
-        kind = params.get("kind")
-        kinds = (kind,) if isinstance(kind, str) and kind else None
+        kind = _clean_text(params.get("kind"), "kind")[:40]
+        kinds = (kind,) if kind else None
         limit = params.get("limit", 20)
         if not isinstance(limit, int) or not 0 < limit <= 1000:
             raise RpcError("bad_request", "limit must be an integer in 1..1000", INVALID_PARAMS)

@@ -39,6 +39,7 @@ class IndexWorker:
         self._requested = 0  # last ticket handed out
         self._completed = 0  # every ticket <= this has been served
         self._stopping = False
+        self._reopen = False  # the database file was replaced: reopen before the next refresh
         self.state = "idle"  # idle | indexing
         self.progress = {"done": 0, "total": 0, "path": ""}
         self.last_result: RefreshResult | None = None
@@ -54,6 +55,8 @@ class IndexWorker:
         Returns a ticket for :meth:`wait`.
         """
         with self._cond:
+            if paths is not None and not paths and not full:
+                return self._completed  # nothing to do: a ticket that is already served
             if full:
                 self._pending_full = True
             if paths is None or full:
@@ -82,6 +85,12 @@ class IndexWorker:
         with self._cond:
             return self._requested - self._completed
 
+    def reopen(self) -> int:
+        """The index database was deleted or replaced: reopen it and rebuild. Returns a ticket."""
+        with self._cond:
+            self._reopen = True
+        return self.request(None, full=True)
+
     def stop(self, timeout: float = 30.0) -> None:
         """Finish the file being written, commit, and end the thread."""
         with self._cond:
@@ -95,15 +104,7 @@ class IndexWorker:
             raise _Stopping
 
     def _run(self) -> None:
-        c = self._config
-        # One parser process per spare core (at least one): a pathological file
-        # can be killed there, and parsing overlaps the SQLite writes here.
-        pool = ParsePool(max(1, min((os.cpu_count() or 2) - 1, 3)), parse_job, timeout_result)
-        indexer = Indexer(
-            self._root, self._db_path, c.max_file_bytes, parse_timeout_ms=c.parse_timeout_ms,
-            minified_line_bytes=c.minified_line_bytes, minified_mean_line_bytes=c.minified_mean_line_bytes,
-            pool=pool,
-        )
+        indexer, pool = self._open()
         try:
             while True:
                 with self._cond:
@@ -114,8 +115,12 @@ class IndexWorker:
                     full = self._pending_full
                     self._pending_all, self._pending_full, self._pending_paths = False, False, set()
                     ticket = self._requested
+                    reopen, self._reopen = self._reopen, False
                     self.state = "indexing"
                     self.progress = {"done": 0, "total": 0, "path": ""}
+                if reopen:
+                    indexer.close()
+                    indexer = Indexer(**self._indexer_args(pool))
                 self.last_refresh_started = time.monotonic()
                 try:
                     result = indexer.refresh(paths, progress=self._progress, full=full)
@@ -143,3 +148,17 @@ class IndexWorker:
                 self._cond.notify_all()
             indexer.close()
             pool.terminate()
+
+    def _indexer_args(self, pool: ParsePool) -> dict:
+        c = self._config
+        return dict(
+            root=self._root, db_path=self._db_path, max_file_bytes=c.max_file_bytes,
+            parse_timeout_ms=c.parse_timeout_ms, minified_line_bytes=c.minified_line_bytes,
+            minified_mean_line_bytes=c.minified_mean_line_bytes, pool=pool,
+        )
+
+    def _open(self) -> tuple[Indexer, ParsePool]:
+        # One parser process per spare core (at least one): a pathological file
+        # can be killed there, and parsing overlaps the SQLite writes here.
+        pool = ParsePool(max(1, min((os.cpu_count() or 2) - 1, 3)), parse_job, timeout_result)
+        return Indexer(**self._indexer_args(pool)), pool

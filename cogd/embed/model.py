@@ -17,10 +17,11 @@ A model's id is ``<name>@<first 12 hex digits of the weights' sha256>``, so it
 changes whenever the weights change: stored vectors record the id that made
 them and are never mixed across models.
 
-Verification cost (measured on the 22.9 MB bundled file): about 13–15 ms of
-sha256 with the file in the page cache, against about 185 ms for onnxruntime to
-build the session. cogd therefore hashes on every load rather than caching a
-(path, size, mtime) verdict, which a same-size, same-mtime rewrite would fool;
+Verification cost (measured on the 22.9 MB bundled file, in the page cache):
+13–15 ms of sha256, 15–25 ms to locate and verify in all, against 160–210 ms
+for onnxruntime to build the session. cogd therefore hashes on every load
+rather than caching a (path, size, mtime) verdict, which a same-size,
+same-mtime rewrite would fool;
 the encoder also hashes the very bytes it hands to onnxruntime
 (:func:`read_verified`), so nothing can change between check and load.
 """

@@ -107,16 +107,24 @@ def _first_line(text: str, limit: int = 200) -> str:
     return line if len(line) <= limit else line[: limit - 1].rstrip() + "…"
 
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def _safe(text: str) -> str:
+    """Control characters (a newline in a file name) would break the markdown: show them as ?."""
+    return _CONTROL.sub("?", text)
+
+
 def _render_item(n: int, hit: Hit, excerpt: str, language: str) -> str:
     kind = f"{hit.subkind} " if hit.subkind else ""
-    head = f"{n}. `{hit.path}:{hit.start_line}-{hit.end_line}` {kind}{hit.kind} **{hit.qualname}**"
+    head = f"{n}. `{_safe(hit.path)}:{hit.start_line}-{hit.end_line}` {kind}{hit.kind} **{_safe(hit.qualname)}**"
     lines = [head]
     if hit.signature and hit.kind != "file":
         lines.append(f"   `{hit.signature}`")
     doc = _first_line(hit.doc)
     if doc:
         lines.append(f"   {doc}")
-    lines.append(f"   id: `{hit.id}`")
+    lines.append(f"   id: `{_safe(hit.id)}`")
     if excerpt:
         fence = "```"
         lines.append(f"{fence}{language}\n{excerpt}\n{fence}")
@@ -169,7 +177,7 @@ def assemble(
             used += len(section) + 1
     pointers = []
     for hit in leftovers[: config.max_pointers]:
-        line = f"- `{hit.id}` ({hit.path}:{hit.start_line}-{hit.end_line})\n"
+        line = f"- `{_safe(hit.id)}` ({_safe(hit.path)}:{hit.start_line}-{hit.end_line})\n"
         if used + len(line) + 40 > budget:
             break
         pointers.append(line)

@@ -21,7 +21,11 @@ from pathlib import Path
 # Strength of the evidence, strongest first. Later issues weigh hits by it.
 ACTIONS = ("edit", "write", "read", "search", "mention")
 
-_PATHISH = re.compile(r"[\w./\\-]+\.[A-Za-z0-9]{1,8}\b")
+# A token of free text that looks like a file path: no quadratic backtracking,
+# because tokens are split on whitespace and quotes first and capped in length.
+_PATHISH = re.compile(r"^[\w./\\-]{1,400}\.[A-Za-z0-9]{1,8}$")
+_TOKEN_SPLIT = re.compile(r"[\s'\"`(),;:=<>|&]+")
+MAX_TEXT_PARTS = 20
 # Line numbers are capped at 9 digits: int() of a 5,000-digit string raises.
 _GREP_LINE = re.compile(r"^(?P<path>[^:\n]+):(?P<line>\d{1,9})(?::|$)")
 _GREP_LINE_NO_PATH = re.compile(r"^(?P<line>\d{1,9})[:-]")
@@ -145,13 +149,18 @@ def touches_from_tool_use(payload: dict, root: Path) -> list[Touch]:
             add(name, "search")
     elif tool in ("Bash", "Task"):
         texts = [tool_input.get("command"), tool_input.get("prompt")]
-        for part in _list(response.get("content")):
+        content = response.get("content")
+        for part in (content if isinstance(content, list) else [])[:MAX_TEXT_PARTS]:
             if isinstance(part, dict):
                 texts.append(part.get("text"))
         for text in texts:
-            if isinstance(text, str):
-                for token in _PATHISH.findall(text[:20_000]):
-                    rel = _relative(root, cwd, token)
-                    if rel is not None and _is_file(root / rel):
-                        found.append(Touch(rel, "mention"))
+            if not isinstance(text, str):
+                continue
+            for token in _TOKEN_SPLIT.split(text[:20_000]):
+                token = token.rstrip(".!?]}")  # sentence punctuation after a path
+                if len(token) > 400 or not _PATHISH.match(token):
+                    continue
+                rel = _relative(root, cwd, token)
+                if rel is not None and _is_file(root / rel):
+                    found.append(Touch(rel, "mention"))
     return list(dict.fromkeys(found))
