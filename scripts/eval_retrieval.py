@@ -407,19 +407,21 @@ def status(work: Path) -> dict:
 def wait_embeddings(work: Path, timeout: float) -> tuple[float, dict | None, bool]:
     """Wait until the embedder has caught up; returns (seconds waited, last ``embedding`` status, timed out).
 
-    Caught up: ``embedding.coverage`` >= 1.0 with the embedder ``idle`` and no
-    pass queued (the daemon reports coverage 1.0 while still loading the model,
-    so coverage alone is not enough). No ``embedding`` key, or the states
-    ``disabled``/``error``/``stopped``, end the wait at once (the arm then runs
-    on BM25 alone; the report counts those tasks).
+    The wait ends when the embedder is ``idle`` with no pass queued (the daemon
+    reports coverage 1.0 while still loading the model, so coverage alone is not
+    enough); if coverage is below 1.0 then, the embedder has stalled (an error)
+    and the report counts the task as run without full vectors. No
+    ``embedding`` key, or the states ``disabled``/``error``/``stopped``, end the
+    wait at once.
     """
     started = time.perf_counter()
     while True:
         emb = status(work).get("embedding")
         if not isinstance(emb, dict) or emb.get("state") in ("disabled", "error", "stopped"):
             return time.perf_counter() - started, emb, False
-        coverage = emb.get("coverage")
-        if (coverage is None or coverage >= 1.0) and emb.get("state") == "idle" and not emb.get("queued"):
+        if emb.get("state") == "idle" and not emb.get("queued"):
+            # Caught up, or stalled (idle with nothing due but coverage < 1, e.g. after
+            # an error): either way nothing more will come; the record keeps the status.
             return time.perf_counter() - started, emb, False
         if time.perf_counter() - started > timeout:
             return time.perf_counter() - started, emb, True
@@ -521,8 +523,9 @@ def run_arm(arm: str, tasks: list[dict], args, budgets: list[int]) -> dict:
             if (n + 1) % 10 == 0 or n + 1 == len(tasks):
                 print(f"  [{arm}] {n + 1}/{len(tasks)} tasks, {time.perf_counter() - arm_started:.0f} s",
                       file=sys.stderr)
-    except Exception as exc:  # noqa: BLE001 — an arm's failure is reported, the other arms still run
+    except (Exception, KeyboardInterrupt) as exc:  # noqa: BLE001 — reported; the other arms still run
         result["error"] = f"{exc.__class__.__name__}: {exc}"
+        result["interrupted"] = isinstance(exc, KeyboardInterrupt)
         log = work / ".cogd" / "logs" / "daemon.log"
         if log.exists():
             result["daemon_log_tail"] = log.read_text(encoding="utf-8", errors="replace").splitlines()[-15:]
@@ -595,8 +598,10 @@ def report(results: list[dict], budgets: list[int]) -> str:
             for e in embs:
                 key = e.get("state") if isinstance(e, dict) else str(e)
                 states[key] = states.get(key, 0) + 1
-            out.append(f"embedder {arm} when the hook ran: states {states}; "
-                       f"last {json.dumps(embs[-1])}")
+            short = sum(1 for e in embs if not isinstance(e, dict) or (e.get("coverage") or 0) < 1.0
+                        or e.get("error"))
+            out.append(f"embedder {arm} when the hook ran: states {states}; tasks without full coverage or "
+                       f"with an embedder error: {short}/{len(embs)}; last {json.dumps(embs[-1])}")
         if arm != "bm25" and "bm25" in tables:
             base = {r["commit"]: [i["id"] for i in r["items"]]
                     for res2 in results if res2["arm"] == "bm25" for r in res2["records"]}
@@ -650,6 +655,9 @@ def main(argv: list[str] | None = None) -> int:
     for arm in arms:
         print(f"arm {arm} …", file=sys.stderr)
         results.append(run_arm(arm, tasks, args, budgets))
+        if results[-1].get("interrupted"):
+            print("interrupted: no further arms; reporting what ran", file=sys.stderr)
+            break
     text = report(results, budgets)
     changed = source.get("uncommitted")
     text = (f"cogd code: {source['path']} (project HEAD {source.get('project_head')}"

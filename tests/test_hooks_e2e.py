@@ -49,11 +49,32 @@ def repo(stdlib_template, tmp_path_factory):
     with open(root / "email" / "utils.py", "a") as fh:  # a focused commit after the bulk import
         fh.write("\n# touched by the e2e fixture\n")
     git(root, "commit", "-qam", "touch email.utils")
-    lexical_only(root)
-    up = run_cogd(root, "up", timeout=180)
+    up = run_cogd(root, "up", "--wait-embed", "0", timeout=180)
     root_up_output = up.stdout
+    # The packs below are the default hybrid ones: wait until every entity has
+    # its vector (real model, about 2,400 entities).
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline:
+        embedding = json.loads(run_cogd(root, "status", "--json").stdout)["embedding"]
+        if embedding["coverage"] == 1.0 and embedding["state"] == "idle" and not embedding["queued"]:
+            break
+        assert embedding["state"] != "error", embedding
+        time.sleep(1)
+    else:
+        raise AssertionError(f"embedding did not finish: {embedding}")
     yield root, root_up_output
     run_cogd(root, "stop", check=False)
+
+
+# Worded without the names of the code they are about: BM25 misses the place,
+# the embeddings find it.
+PARAPHRASES = [
+    ("make the event loop's debug mode warn about slow callbacks",
+     {"asyncio/base_events.py::BaseEventLoop._run_once", "asyncio/base_events.py::BaseEventLoop.set_debug"}),
+    ("subprocess stdout pipe is not closed when the child process exits",
+     {"asyncio/base_subprocess.py::BaseSubprocessTransport._process_exited",
+      "asyncio/subprocess.py::SubprocessStreamProtocol.pipe_connection_lost"}),
+]
 
 
 def _pack(proc) -> str:
@@ -107,6 +128,28 @@ def test_prompt_pack_lists_the_right_code(repo, prompt, expected):
         path = entity_id.split("::")[0]
         assert (root / path).is_file()
     assert re.search(r"`[\w/]+\.py:\d+-\d+`", text)
+
+
+@pytest.mark.parametrize("prompt,expected", PARAPHRASES, ids=[p[:40] for p, _ in PARAPHRASES])
+def test_embeddings_find_what_bm25_misses(repo, prompt, expected):
+    root, _ = repo
+    hybrid = json.loads(run_cogd(root, "context", prompt, "--json").stdout)
+    lexical = json.loads(run_cogd(root, "context", prompt, "--json", "--mode", "bm25").stdout)
+    hybrid_top = [i["entity_id"] for i in hybrid["items"][:5]]
+    lexical_top = [i["entity_id"] for i in lexical["items"][:5]]
+    assert expected & set(hybrid_top), hybrid_top
+    assert not expected & set(lexical_top), lexical_top
+    assert hybrid["text"].startswith("## cogd: code that may matter for this prompt\n(BM25 + embeddings")
+    item = next(i for i in hybrid["items"] if i["entity_id"] in expected)
+    assert "vector_rank" in item["signals"] and "rrf" in item["signals"]
+
+
+def test_status_reports_embedding_coverage(repo):
+    root, _ = repo
+    status = json.loads(run_cogd(root, "status", "--json").stdout)
+    assert status["embedding"]["model"].startswith("all-MiniLM-L6-v2-int8@8199be6f699a")
+    assert status["embedding"]["coverage"] == 1.0
+    assert status["embedding"]["entities"] == status["index"]["entities"] + status["index"]["files"]
 
 
 def test_prompt_pack_is_recorded_as_a_delivery(repo):

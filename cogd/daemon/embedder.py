@@ -90,7 +90,7 @@ class EmbeddingWorker:
         from cogd.embed.encoder import Encoder
         from cogd.embed.model import resolve_model
 
-        info = resolve_model(self.config)
+        info = resolve_model(self.config, self.index_dir.parent.parent)  # model_dir may be relative to the root
         self.encoder = Encoder(info, self.config.threads, self.config.max_tokens, self.config.batch_size)
         self.model_id = info.id
         self._cache = EmbeddingCache(self.index_dir / "embed_cache.db")
@@ -170,7 +170,7 @@ class EmbeddingWorker:
             if missing:
                 fresh = self.encoder.encode([texts[i] for i in missing])
                 new = {keys[i]: fresh[n] for n, i in enumerate(missing)}
-                self._cache.put_many(new)
+                self._cache.put_many(new, model)
                 cached.update(new)
                 self.embedded += len(missing)
             batch = [
