@@ -71,8 +71,12 @@ README's BM25 reference), ``--limit N`` (only the first N of those), ``--arms
 bm25,vector,hybrid``, ``--budgets 2000,4000,8000``, ``--out results.json``,
 ``--set section.key=value`` (extra ``config.toml`` values, repeatable),
 ``--embed-timeout 600``, ``--no-context``, ``--keep`` (keep the scratch trees;
-daemons are still stopped). Standard library only; cogd through its console
-scripts next to ``sys.executable``.
+daemons are still stopped), ``--cogd-src DIR`` (put DIR first on cogd's
+``PYTHONPATH``: an exported older ``cogd/`` to compare against, e.g. from
+``git archive COMMIT cogd | tar -x -C DIR``). Run it with the interpreter of
+cogd's environment. Standard library only; cogd through its console scripts
+next to ``sys.executable``. Exit status 1 when an arm failed. Results are
+macro-averages over ~150 tasks: a difference of a point or two is noise.
 """
 
 from __future__ import annotations

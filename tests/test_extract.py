@@ -200,7 +200,10 @@ def test_python_bodies_and_hashes():
     assert cached.hash == content_hash(expected_text.encode())
     # Containers are summarised by header, doc and member names.
     assert e["pkg/tables.py::Outer"].body == "class Outer(Base, metaclass=Meta)\nOuter doc.\nInner value fetch"
-    assert e["pkg/tables.py"].body.endswith("plain cached Outer plain plain")
+    file_body = e["pkg/tables.py"].body
+    assert "\nplain cached Outer plain plain\n" in file_body  # member names...
+    assert "import functools" in file_body  # ...and module-level code outside every definition
+    assert "def plain" not in file_body
 
 
 def test_python_hash_changes_only_for_the_edited_function():

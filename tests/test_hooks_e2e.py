@@ -225,7 +225,7 @@ def test_an_edit_reaches_the_next_pack(repo):
             if "json/scanner.py::zanzibar_quokka_lookup" in ids:
                 break
             time.sleep(0.2)
-        assert ids[:1] == ["json/scanner.py::zanzibar_quokka_lookup"]
+        assert "json/scanner.py::zanzibar_quokka_lookup" in ids[:3]
     finally:
         target.write_text(original)
         run_cogd(root, "index")

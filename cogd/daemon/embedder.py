@@ -75,6 +75,7 @@ class EmbeddingWorker:
             "entities": self.total, "embedded_entities": self.done, "pending": remaining,
             "rate_per_s": round(self.rate, 1), "eta_s": round(eta, 1), "error": self.error,
             "queued": self._pending,  # a pass is due (the index changed since the last one)
+            "computed": self.embedded,  # vectors the model computed since start (the rest came from the cache)
         }
 
     def query_vector(self, text: str) -> np.ndarray | None:

@@ -13,7 +13,7 @@ them into float32 once, at load, so a loaded encoder holds about 200 MB
 (weights plus pre-packed copies) on top of the interpreter. Activations add
 roughly ``b × s × 1536 × 4`` bytes per layer for a batch of ``b`` texts of ``s``
 tokens (attention maps ``b × 12 × s² × 4``); the CPU arena keeps the largest
-batch's worth, about 150 MB for 8 × 256, which is why the default batch is small.
+batch's worth, about 170–190 MB for 8 × 256, which is why the default batch is small.
 """
 
 from __future__ import annotations

@@ -5,9 +5,10 @@ The text leads with what a searcher would say: the kind, the qualified name
 token soup to WordPiece), the file, the signature, the docstring; then the
 head of the body. Whitespace is collapsed: it costs the tokenizer nothing but
 would eat the character budget. The whole text is capped at ``max_chars``
-characters (default 1,200): source code runs at roughly 3–5 characters per
-WordPiece token, so this lands near a 256-token cap rather than far beyond it
-(anything past the cap is truncated by the encoder anyway, at a cost).
+characters (default 1,200) so that tokenising it stays cheap: on 3,581
+standard-library functions the texts averaged 2.9 characters per WordPiece
+token (136 tokens mean, 380 at p95, 794 at most), and 14% of them exceed a
+256-token cap, which cuts the tail of their body.
 """
 
 from __future__ import annotations

@@ -458,4 +458,27 @@ def extract(path: str, source: bytes, language: str, tree: tree_sitter.Tree | No
         if entity.kind not in _CALLABLE_KINDS:
             names = " ".join(members.get(entity.id, []))
             entity.body = f"{entity.signature}\n{entity.doc}\n{names}".strip()[:MAX_BODY_CHARS]
+    # A file is also found by what it says outside its definitions: imports,
+    # module-level settings (`__version__ = "7.1"`), exports.
+    file_entity.body = f"{file_entity.body}\n{_module_level_text(source, spans)}".strip()[:MAX_BODY_CHARS]
     return parsed
+
+
+MODULE_TEXT_CHARS = 2000
+
+
+def _module_level_text(source: bytes, spans: list[tuple[int, int, str]]) -> str:
+    """Up to MODULE_TEXT_CHARS of the file's text that lies outside every entity."""
+    parts, position, budget = [], 0, MODULE_TEXT_CHARS
+    for start, end, _entity_id in sorted(spans):
+        if start > position:
+            chunk = source[position:start][:budget * 2].decode("utf-8", errors="replace").strip()
+            if chunk:
+                parts.append(chunk[:budget])
+                budget -= len(parts[-1])
+        position = max(position, end)
+        if budget <= 0:
+            break
+    if budget > 0 and position < len(source):
+        parts.append(source[position:position + budget * 2].decode("utf-8", errors="replace").strip()[:budget])
+    return "\n".join(p for p in parts if p)

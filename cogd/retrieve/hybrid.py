@@ -33,6 +33,7 @@ from cogd.retrieve.lexical import Hit, bm25_search
 
 KIND_PRIOR = {"file": 0.7, "module": 0.8, "class": 0.9, "function": 1.0, "method": 1.0, "constant": 0.8}
 TEST_PRIOR = 0.5  # tests share their subject's vocabulary but are rarely the place to start
+EXAMPLE_PRIOR = 0.7  # examples, demos and docs code use the API everywhere but implement none of it
 SEEDS = 20  # top fused candidates whose neighbours are considered
 # Edge kind / resolution → how much of a seed's score crosses it.
 EDGE_WEIGHT = {
@@ -44,6 +45,8 @@ EDGE_WEIGHT = {
 _TEST_PATH = re.compile(
     r"(^|/)(tests?|testing|__tests__|spec|specs)/|(^|/)test_[^/]*$|_test\.[a-z]+$|\.(test|spec)\.[jt]sx?$|(^|/)conftest\.py$"
 )
+_EXAMPLE_PATH = re.compile(r"(^|/)(examples?|samples?|demos?|docs?|benchmarks?)/")
+_MENTIONS_EXAMPLES = re.compile(r"\b(examples?|samples?|demos?|docs?|documentation|benchmarks?)\b", re.I)
 _MENTIONS_TESTS = re.compile(r"\b(tests?|testing|unit ?tests?|pytest|spec|fixtures?)\b", re.I)
 
 _COLUMNS = "id, kind, subkind, path, name, qualname, start_line, end_line, signature, doc, parent_id"
@@ -122,6 +125,8 @@ def retrieve(
     expansion; ``signals`` holds the parts. Raises sqlite3.Error on a broken index.
     """
     mode = mode or config.mode
+    if mode == "vector" and (query_vector is None or dense is None or not len(dense)):
+        mode = "bm25"  # no vectors yet (model loading, coverage 0): lexical beats an empty pack
     signals: dict[str, dict] = {}
     lists: list[tuple[str, float, list[str]]] = []
     if mode in ("bm25", "hybrid"):
@@ -186,10 +191,13 @@ def select(
     if not hits:
         return []
     tests_ok = about_tests(prompt)
+    examples_ok = bool(_MENTIONS_EXAMPLES.search(prompt[:20_000]))
     for hit in hits:
         prior = KIND_PRIOR.get(hit.kind, 1.0)
         if not tests_ok and is_test_path(hit.path):
             prior *= TEST_PRIOR
+        elif not examples_ok and _EXAMPLE_PATH.search(hit.path):
+            prior *= EXAMPLE_PRIOR
         hit.signals["prior"] = round(prior, 3)
         hit.score *= prior
     top = max(h.score for h in hits) or 1.0

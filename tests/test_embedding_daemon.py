@@ -1,0 +1,90 @@
+"""The daemon's embedding: vectors follow the index, the cache spares the model, modes and --explain."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+
+import pytest
+
+from conftest import make_repo, run_cogd
+
+CODE = {
+    "shop/cart.py": (
+        '"""A shopping cart."""\n\n\n'
+        "class Cart:\n"
+        "    def add_item(self, sku, quantity):\n"
+        '        """Put a product in the basket."""\n'
+        "        self.items[sku] = self.items.get(sku, 0) + quantity\n\n"
+        "    def total_price(self, prices):\n"
+        '        """Sum what the customer owes."""\n'
+        "        return sum(prices[s] * q for s, q in self.items.items())\n"
+    ),
+    "shop/mail.py": (
+        "def send_receipt(address, body):\n"
+        '    """Email the receipt to the customer."""\n'
+        "    return (address, body)\n"
+    ),
+}
+
+
+def wait_embedded(root, timeout: float = 120) -> dict:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        embedding = json.loads(run_cogd(root, "status", "--json").stdout)["embedding"]
+        assert embedding["state"] != "error", embedding
+        if embedding["state"] == "idle" and not embedding["queued"] and embedding["coverage"] == 1.0:
+            return embedding
+        time.sleep(0.3)
+    raise AssertionError(f"embedding did not finish: {embedding}")
+
+
+@pytest.fixture
+def repo(tmp_path):
+    root = make_repo(tmp_path / "repo", CODE)
+    yield root
+    run_cogd(root, "stop", check=False)
+
+
+def test_vectors_follow_the_index_and_the_cache_spares_the_model(repo):
+    run_cogd(repo, "start")
+    run_cogd(repo, "index")
+    first = wait_embedded(repo)
+    assert first["entities"] == 6 and first["computed"] == 6  # 2 files, 1 class, 3 functions
+
+    # An edit re-embeds only what changed.
+    cart = repo / "shop" / "cart.py"
+    cart.write_text(CODE["shop/cart.py"] + "\n\ndef apply_coupon(total, code):\n    return total\n")
+    run_cogd(repo, "index")
+    second = wait_embedded(repo)
+    assert second["entities"] == 7 and second["computed"] == 6 + 2  # the new function and its file
+
+    # The vector table is a projection: lose it, restart, and the cache refills it without the model.
+    run_cogd(repo, "stop")
+    shutil.rmtree(repo / ".cogd" / "index" / "vectors")
+    run_cogd(repo, "start")
+    third = wait_embedded(repo)
+    assert third["entities"] == 7 and third["computed"] == 0
+
+    hits = json.loads(run_cogd(repo, "search", "basket", "--mode", "vector", "--json").stdout)
+    assert hits[0]["id"] == "shop/cart.py::Cart.add_item"
+    assert hits[0]["signals"]["vector_rank"] == 1 and "bm25_rank" not in hits[0]["signals"]
+
+
+def test_explain_shows_each_signal(repo):
+    run_cogd(repo, "start")
+    run_cogd(repo, "index")
+    wait_embedded(repo)
+    proc = run_cogd(repo, "context", "how much does the customer owe", "--explain")
+    assert "shop/cart.py::Cart.total_price" in proc.stdout
+    assert "ranking signals" in proc.stderr and "cosine=" in proc.stderr and "rrf=" in proc.stderr
+    listing = run_cogd(repo, "search", "email the customer", "--explain").stdout
+    assert "send_receipt" in listing and "vector_rank=" in listing
+
+
+def test_models_lists_the_bundled_default(repo):
+    models = json.loads(run_cogd(repo, "models", "--json").stdout)
+    active = [m for m in models if m.get("active")]
+    assert len(active) == 1 and active[0]["dim"] == 384
+    assert active[0]["id"].startswith("all-MiniLM-L6-v2-int8@8199be6f699a")
