@@ -34,7 +34,7 @@ class PackConfig:
     max_pointers: int = 8
     excerpt_items: int = 3  # how many top items carry a body excerpt
     excerpt_lines: int = 14
-    per_file_cap: int = 3  # diversity: at most this many items from one file
+    per_file_cap: int = 8  # at most this many items from one file (3 cost 18 points of function recall on the dev set)
 
 
 @dataclass
