@@ -47,6 +47,15 @@ def test_lancedb_filtered_search_returns_k_rows_of_the_kind(tmp_path):
     assert store.search(query, 1)[0][0] == "f.py::e7"
 
 
+def test_status_filter_is_pushed_down(tmp_path):
+    store = VectorStore(tmp_path / "vectors", 8)
+    data = rows(60)
+    store.upsert([dict(r, status="stale" if i % 3 else "active") for i, r in enumerate(data)])
+    found = store.search(data[1]["vector"], 10)  # row 1 is stale: never returned by default
+    assert len(found) == 10 and all(int(i.split("e")[-1]) % 3 == 0 for i, _ in found)
+    assert store.search(data[1]["vector"], 1, statuses=("stale",))[0][0] == "f.py::e1"
+
+
 def test_load_keeps_only_the_current_model(tmp_path):
     store = VectorStore(tmp_path / "vectors", 8)
     store.upsert(rows(10, "old"))

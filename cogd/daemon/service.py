@@ -31,6 +31,7 @@ from cogd.usage.touches import touches_from_tool_use
 log = logging.getLogger("cogd.service")
 
 SESSION_ID_MAX = 200
+RECENT_FILES_TTL_S = 10.0
 
 
 def _clean_text(value: object, name: str, *, required: bool = False, limit: int = 2_000_000) -> str:
@@ -68,6 +69,7 @@ class Service:
         store.connect(layout.index_db).close()  # schema exists before any reader opens it
         self._index_inode = layout.index_db.stat().st_ino
         self._generation = 0
+        self._recent_cache: tuple[float, list[str]] | None = None
         self.ledger = Ledger(layout.state_db)
         self.embedder = None
         if config.embed.enabled and start_embedder:
@@ -224,9 +226,18 @@ class Service:
     def context_session_start(self, params: dict) -> dict:
         source = _clean_text(params.get("source"), "source")[:40] or "startup"
         self._keep_fresh()
-        recent = recently_changed_files(self.layout.root)
+        recent = self._recent_files()
         pack = overview_pack(self._reader(), self.layout.root, recent, self.config.pack)
         return self._deliver(params, "session_start", source, "", pack)
+
+    def _recent_files(self) -> list[str]:
+        """``recently_changed_files``, reused for RECENT_FILES_TTL_S (it runs git twice: ~10 ms)."""
+        now = time.monotonic()
+        cached = self._recent_cache
+        if cached is None or now - cached[0] > RECENT_FILES_TTL_S:
+            cached = (now, recently_changed_files(self.layout.root))
+            self._recent_cache = cached
+        return cached[1]
 
     def context_prompt(self, params: dict) -> dict:
         prompt = _clean_text(params.get("prompt"), "prompt", required=True)

@@ -344,7 +344,12 @@ class Indexer:
             gone = [p for p in known if p not in current_set]
         else:
             wanted = sorted({posixpath.normpath(p.replace(os.sep, "/")).lstrip("/") for p in paths})
-            present = set(list_source_files(self.root)) if wanted else set()
+            if all(p in known for p in wanted):
+                # Saves of files already indexed: they passed the ignore rules when
+                # listed, so a stat is enough (listing the tree costs ~10 ms per save).
+                present = {p for p in wanted if os.path.isfile(self.root / p)}
+            else:
+                present = set(list_source_files(self.root)) if wanted else set()
             current = [p for p in wanted if p in present]
             gone = [p for p in wanted if p not in present and p in known]
         result.scanned = len(current)
@@ -422,8 +427,11 @@ class Indexer:
             store.delete_file(self.conn, path)
         result.removed = len(gone)
         self._resolve(known, parsed_paths, gone, names_before, everything=full and paths is None)
-        result.commit = git_head(self.root)
-        store.set_meta(self.conn, "commit", result.commit or "")
+        if paths is None or not store.get_meta(self.conn, "commit"):
+            result.commit = git_head(self.root)
+            store.set_meta(self.conn, "commit", result.commit or "")
+        else:  # a save does not move HEAD; whole-tree refreshes (every pack's stat scan) do record it
+            result.commit = store.get_meta(self.conn, "commit") or None
         store.set_meta(self.conn, "indexed_at", f"{time.time():.3f}")
         self.conn.commit()
         result.duration_ms = (time.perf_counter() - started) * 1000

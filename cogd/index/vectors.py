@@ -50,6 +50,7 @@ class VectorStore:
         self._schema = pa.schema([
             pa.field("id", pa.string()),
             pa.field("kind", pa.string()),
+            pa.field("status", pa.string()),  # "active" for code; memory statuses later
             pa.field("path", pa.string()),
             pa.field("model", pa.string()),
             pa.field("src_hash", pa.string()),
@@ -58,8 +59,8 @@ class VectorStore:
         existing = set(self._db.list_tables().tables) if hasattr(self._db, "list_tables") else set()
         if TABLE in existing:
             self.table = self._db.open_table(TABLE)
-            if self.table.schema.field("vector").type.list_size != dim:
-                log.info("vector table has another dimension: dropping it (a model change)")
+            if self.table.schema != self._schema:
+                log.info("vector table has another schema or dimension: dropping it (the cache refills it)")
                 self._db.drop_table(TABLE)
                 self.table = self._db.create_table(TABLE, schema=self._schema)
         else:
@@ -75,9 +76,11 @@ class VectorStore:
         return {i: (m, h) for i, m, h in zip(data["id"], data["model"], data["src_hash"])}
 
     def upsert(self, rows: list[dict]) -> None:
-        """Insert or replace rows keyed by ``id``: dicts with id, kind, path, model, src_hash, vector."""
+        """Insert or replace rows keyed by ``id``: dicts with id, kind, path, model, src_hash, vector
+        (and ``status``, default ``active``)."""
         if not rows:
             return
+        rows = [row if "status" in row else {**row, "status": "active"} for row in rows]
         self.table.merge_insert("id").when_matched_update_all().when_not_matched_insert_all().execute(rows)
         self._note_write()
 
@@ -119,11 +122,22 @@ class VectorStore:
         flat = data.column("vector").combine_chunks().flatten().to_numpy(zero_copy_only=False)
         return ids, kinds, paths, np.asarray(flat, dtype=np.float32).reshape(len(ids), self.dim)
 
-    def search(self, vector: np.ndarray, k: int, kinds: tuple[str, ...] | None = None) -> list[tuple[str, float]]:
-        """KNN in LanceDB (cosine), kind filter pushed down before the k cut. (id, similarity) best first."""
+    def search(
+        self, vector: np.ndarray, k: int, kinds: tuple[str, ...] | None = None,
+        statuses: tuple[str, ...] | None = ("active",),
+    ) -> list[tuple[str, float]]:
+        """KNN in LanceDB (cosine) with kind/status filters pushed down before the k cut.
+
+        Returns (id, cosine similarity) best first, up to ``k`` rows that pass the filters.
+        """
         query = self.table.search(np.asarray(vector, dtype=np.float32)).metric("cosine").limit(k)
+        where = []
         if kinds:
-            query = query.where(f"kind IN ({', '.join(_quote(x) for x in kinds)})", prefilter=True)
+            where.append(f"kind IN ({', '.join(_quote(x) for x in kinds)})")
+        if statuses:
+            where.append(f"status IN ({', '.join(_quote(x) for x in statuses)})")
+        if where:
+            query = query.where(" AND ".join(where), prefilter=True)
         return [(row["id"], 1.0 - float(row["_distance"])) for row in query.to_list()]
 
 
