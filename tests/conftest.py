@@ -34,17 +34,23 @@ def git(root: Path, *args: str) -> str:
     return subprocess.run(["git", "-C", str(root), *args], check=True, capture_output=True, text=True, env=env).stdout
 
 
+def write(root: Path, rel: str, content: str | bytes) -> Path:
+    """Write ``content`` (text as UTF-8, or bytes) to ``root/rel``, creating folders."""
+    path = root / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    else:
+        path.write_text(content, encoding="utf-8")
+    return path
+
+
 def make_repo(root: Path, files: dict[str, str | bytes] | None = None, commit: bool = True) -> Path:
     """A git repository at ``root`` holding ``files`` (path → text or bytes)."""
     root.mkdir(parents=True, exist_ok=True)
     git(root, "init", "-q", "-b", "main")
     for rel, content in (files or {}).items():
-        path = root / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        if isinstance(content, bytes):
-            path.write_bytes(content)
-        else:
-            path.write_text(content, encoding="utf-8")
+        write(root, rel, content)
     if commit:
         git(root, "add", "-A")
         git(root, "commit", "-q", "--allow-empty", "-m", "initial")

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from conftest import git, make_repo
+from conftest import write as write_file
 from cogd.index import store
 from cogd.index.indexer import Indexer
 from cogd.index.sources import git_head, list_source_files, recently_changed_files
@@ -92,12 +93,8 @@ def age_tree(root: Path) -> None:
 
 
 def write(root: Path, rel: str, content: str | bytes) -> Path:
-    path = root / rel
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if isinstance(content, bytes):
-        path.write_bytes(content)
-    else:
-        path.write_text(content, encoding="utf-8")
+    """conftest's write, with an mtime old enough that the racy-clean rule does not apply."""
+    path = write_file(root, rel, content)
     set_old_mtime(path)
     return path
 

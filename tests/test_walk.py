@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import STDLIB, git, make_repo
+from conftest import STDLIB, git, make_repo, write
 from cogd.config import load_config
 from cogd.index import store
 from cogd.index.extract import content_hash
@@ -27,15 +27,6 @@ from cogd.index.indexer import Indexer
 from cogd.index.sources import list_source_files
 from cogd.retrieve.lexical import bm25_search
 
-
-def write(root: Path, rel: str, content: str | bytes) -> Path:
-    path = root / rel
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if isinstance(content, bytes):
-        path.write_bytes(content)
-    else:
-        path.write_text(content, encoding="utf-8")
-    return path
 
 
 def plain_tree(tmp_path: Path, monkeypatch, files: dict[str, str | bytes]) -> Path:
