@@ -157,7 +157,7 @@ def _embed_with_progress(be, wait_s: float) -> None:
                 break
             if e.get("state") != "loading":
                 progress.update(task, total=e.get("entities") or None, completed=e.get("embedded_entities", 0),
-                                note=f"ETA {e.get('eta_s', 0):.0f} s" if e.get("pending") else "")
+                                note=f"ETA {e.get('eta_s', 0):.0f} s" if e.get("pending") and e.get("rate_per_s") else "")
                 if not e.get("pending") and e.get("state") == "idle" and not e.get("queued"):
                     break
             if time.monotonic() > deadline:
@@ -288,8 +288,9 @@ def _embedding_line(e: dict) -> str:
         return "disabled"
     if e.get("state") == "error":
         return f"error: {e.get('error')}"
-    line = f"{e.get('state')}, {e.get('coverage', 0) * 100:.1f}% of {e.get('entities', 0)} entities ({e.get('model')})"
-    if e.get("pending"):
+    line = (f"{e.get('state')}, {e.get('coverage', 0) * 100:.1f}% of {e.get('entities', 0)} entities, "
+            f"files included ({e.get('model')})")
+    if e.get("pending") and e.get("rate_per_s"):
         line += f", {e['pending']} to go at {e.get('rate_per_s', 0)}/s, ETA {e.get('eta_s', 0):.0f} s"
     return line
 
@@ -413,7 +414,7 @@ def show(ctx: click.Context, entity_id: str, as_json: bool) -> None:
             how = f" ({edge['resolution']})" if edge.get("resolution") else ""
             console.print(f"  {label} {edge['kind']:9} {edge['id']}{how}", markup=False)
     u = result["usage"]
-    console.print(f"delivered {u['retrieval_count']}×, hits {u['used_count']}, misses {u['ignored_count']}")
+    console.print(f"delivered {u['retrieval_count']}× (hit/miss accounting is not built yet)")
 
 
 def _format_age(seconds: float) -> str:
@@ -513,7 +514,8 @@ def models(ctx: click.Context, as_json: bool) -> None:
         click.echo(json.dumps(found, indent=2, default=str))
         return
     table = Table("active", "name", "id", "dim", "path")
-    table.columns[4].overflow = "fold"
+    for column in table.columns[1:]:
+        column.overflow = "fold"
     for m in found:
         table.add_row("*" if m.get("active") else "", str(m.get("name", "")), str(m.get("id", "")),
                       str(m.get("dim", "")), str(m.get("path", "")))

@@ -75,6 +75,17 @@ class DaemonConfig:
 
 
 @dataclass
+class WatchConfig:
+    """The file watcher (:mod:`cogd.daemon.watcher`)."""
+
+    enabled: bool = True  # False: no watcher; edits reach the index through hooks and pre-pack scans only
+    debounce_ms: int = 50  # a batch is flushed after this long without a new event ...
+    max_delay_ms: int = 500  # ... or this long after its first event, whichever comes first
+    poll_interval_s: float = 2.0  # polling fallback: seconds between whole-tree stat refreshes
+    force_polling: bool = False  # True: skip inotify and poll (for file systems without inotify, e.g. some network mounts)
+
+
+@dataclass
 class Config:
     hook: HookConfig = field(default_factory=HookConfig)
     pack: PackConfig = field(default_factory=PackConfig)
@@ -82,6 +93,7 @@ class Config:
     embed: EmbedConfig = field(default_factory=EmbedConfig)
     retrieve: RetrieveConfig = field(default_factory=RetrieveConfig)
     daemon: DaemonConfig = field(default_factory=DaemonConfig)
+    watch: WatchConfig = field(default_factory=WatchConfig)
 
 
 def _apply(section: object, values: dict, where: str) -> None:
@@ -118,7 +130,7 @@ def load_config(path: Path | None) -> Config:
             data = tomllib.loads(path.read_text(encoding="utf-8"))
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
             raise ConfigError(f"{path}: {exc}") from exc
-        for name in ("hook", "pack", "index", "embed", "retrieve", "daemon"):
+        for name in ("hook", "pack", "index", "embed", "retrieve", "daemon", "watch"):
             section = data.get(name)
             if isinstance(section, dict):
                 _apply(getattr(config, name), section, name)

@@ -13,7 +13,7 @@ from cogd import locate
 from cogd.locate import AF_UNIX_PATH_MAX, COGD_DIR  # noqa: F401 (re-exported)
 
 GITIGNORE_TEXT = """\
-# cogd: only the canonical memory and the config are meant for git (DESIGN.md §1).
+# cogd: only the memory records and the config are meant for git; the rest is rebuilt locally.
 *
 !.gitignore
 !config.toml

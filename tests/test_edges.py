@@ -176,3 +176,20 @@ def test_standard_library_edges(stdlib_template, tmp_path):
     assert ("logging/handlers.py::RotatingFileHandler", "logging/handlers.py::BaseRotatingHandler", "file") in inherits
     assert ("json/decoder.py::JSONDecodeError", "ValueError", "external") in inherits
     ix.close()
+
+
+def test_unique_name_guesses_stay_plausible(tmp_path):
+    files = {
+        "lib/store.py": "import os\n\n\ndef connect(path):\n    return path\n\n\ndef save(sock, log):\n"
+                        "    os.replace('a', 'b')\n    sock.connect()\n    log('saved')\n    return helper_only_here()\n",
+        "lib/index.py": "class Dense:\n    def replace(self, ids):\n        return ids\n",
+        "tests/test_store.py": "def log(message):\n    return message\n\n\ndef helper_only_here():\n    return 1\n",
+    }
+    root = make_repo(tmp_path / "repo", files)
+    ix = Indexer(root, tmp_path / "index.db")
+    ix.refresh()
+    calls = {(s, d) for s, d, _how in edges(ix.conn, "calls")}
+    # os is an external module; sock is an unknown object (only a method could be meant, and
+    # connect here is a function); library code does not call into tests.
+    assert not {c for c in calls if c[0] == "lib/store.py::save"}
+    ix.close()

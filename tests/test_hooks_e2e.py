@@ -169,6 +169,13 @@ def test_prompt_pack_is_recorded_as_a_delivery(repo):
     assert items[0][1] == ID_LINE.findall(text)[0]
 
 
+@pytest.mark.parametrize("prompt", ["ok", "continue", "yes please", "thanks!", "   "])
+def test_chat_filler_gets_no_pack(repo, prompt):
+    root, _ = repo
+    proc, _ = run_hook("prompt-submit", payload("user_prompt_submit.json", root, prompt=prompt))
+    assert proc.returncode == 0 and proc.stdout == b""
+
+
 def test_cli_context_prints_what_the_hook_injects(repo):
     root, _ = repo
     prompt = "the rotating log file handler never rolls over at midnight"

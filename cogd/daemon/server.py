@@ -14,6 +14,7 @@ import json
 import logging
 import logging.handlers
 import os
+import select
 import signal
 import time
 from pathlib import Path
@@ -37,6 +38,27 @@ log = logging.getLogger("cogd.daemon")
 HOUSEKEEPING_S = 1.0
 MAX_CONNECTIONS = 256  # open client connections; more are closed at once (file descriptors are finite)
 IDLE_CONNECTION_S = 30.0  # a connection that sends no complete line for this long is closed
+# Methods whose answer is their whole point and whose ledger record says "delivered". A hook
+# that gave up at its deadline closes its connection; if it is gone before its request's turn
+# no pack is built (under overload this sheds the work for clients that left), and if it
+# left while the pack was built, the delivery is taken back out of the ledger.
+DELIVERING = frozenset({"context.prompt", "context.session_start"})
+
+
+def _hung_up(fd: int | None) -> bool:
+    """True when the client has closed its end of the connection for good (POLLHUP).
+
+    A client that only shut down its sending side (``shutdown(SHUT_WR)``, as ``nc -N``
+    does) can still read the answer: that is POLLRDHUP, not POLLHUP, and counts as here.
+    """
+    if fd is None:
+        return False
+    try:
+        poller = select.poll()
+        poller.register(fd, 0)  # POLLHUP, POLLERR and POLLNVAL are always reported
+        return any(events & (select.POLLHUP | select.POLLERR | select.POLLNVAL) for _, events in poller.poll(0))
+    except (OSError, ValueError):
+        return False
 
 
 def _setup_logging(layout: Layout, foreground: bool) -> None:
@@ -76,6 +98,8 @@ class Daemon:
             writer.close()
             return
         self.connections += 1
+        sock = writer.get_extra_info("socket")
+        fd = sock.fileno() if sock is not None else None
         try:
             while True:
                 try:
@@ -87,7 +111,7 @@ class Daemon:
                     break
                 if not line:
                     break
-                answer = await loop.run_in_executor(self.pool, self._answer, line)
+                answer = await loop.run_in_executor(self.pool, self._answer, line, fd)
                 if answer is not None:
                     writer.write(encode(answer))
                     await writer.drain()
@@ -100,8 +124,11 @@ class Daemon:
             except Exception:
                 pass
 
-    def _answer(self, line: bytes) -> dict | None:
-        """One request line → one response object (None for a notification)."""
+    def _answer(self, line: bytes, fd: int | None = None) -> dict | None:
+        """One request line → one response object (None for a notification or a client gone).
+
+        ``fd``: the connection's socket, to skip (or retract) a delivery its client will never read.
+        """
         try:
             message = json.loads(line)
         except (ValueError, UnicodeDecodeError, RecursionError) as exc:
@@ -120,7 +147,19 @@ class Daemon:
                 result: object = {"ok": True}
             else:
                 assert self.service is not None
+                if method in DELIVERING and _hung_up(fd):
+                    log.info("%s: the client hung up before its turn; no pack built", method)
+                    return None
                 result = self.service.call(method, params)
+                if method in DELIVERING and _hung_up(fd):
+                    delivery_id = result.get("delivery_id") if isinstance(result, dict) else None
+                    if delivery_id is not None:
+                        try:
+                            self.service.ledger.retract_delivery(delivery_id)
+                        except Exception:
+                            log.exception("could not retract delivery %s", delivery_id)
+                    log.info("%s: the client hung up while its pack was built; delivery %s retracted", method, delivery_id)
+                    return None
         except RpcError as exc:
             return error_response(request_id, exc)
         if "id" not in message:

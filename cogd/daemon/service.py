@@ -19,6 +19,7 @@ from pathlib import Path
 from cogd import __version__
 from cogd.config import Config
 from cogd.daemon.protocol import INVALID_PARAMS, METHOD_NOT_FOUND, PROTOCOL_VERSION, RpcError
+from cogd.daemon.watcher import Watcher, off_status
 from cogd.daemon.worker import IndexWorker
 from cogd.index import store
 from cogd.index.sources import recently_changed_files
@@ -94,8 +95,14 @@ class Service:
         }
         if start_index:
             self.worker.request(None)
+        # The file watcher runs in the daemon only (start_index), not for one in-process CLI command.
+        self.watcher: Watcher | None = None
+        if config.watch.enabled and start_index:
+            self.watcher = Watcher(layout.root, self.worker, config.watch).start()
 
     def close(self) -> None:
+        if self.watcher is not None:
+            self.watcher.stop()
         self.worker.stop()
         if self.embedder is not None:
             self.embedder.stop()
@@ -195,6 +202,8 @@ class Service:
                 "last_refresh": result.as_dict() if result else None,
             },
             "embedding": self._embedding_status(),
+            "watch": self.watcher.status() if self.watcher is not None else off_status(
+                "disabled by [watch] enabled = false" if not self.config.watch.enabled else "not started"),
         }
 
     def _embedding_status(self) -> dict:

@@ -368,6 +368,12 @@ class Indexer:
                 continue
             to_parse.append((path, st))
 
+        # Batches commit re-parsed files (dropping their reference edges) before
+        # references are resolved at the end: if this refresh is cut short, the
+        # flag, committed with the first batch, makes the next one resolve all.
+        resolve_all = store.get_meta(self.conn, "resolve_pending") == "1"
+        if to_parse:
+            store.set_meta(self.conn, "resolve_pending", "1")
         now_ns = time.time_ns()
         total = len(to_parse)
         parsed_paths: list[str] = []
@@ -426,7 +432,8 @@ class Indexer:
         for path in gone:
             store.delete_file(self.conn, path)
         result.removed = len(gone)
-        self._resolve(known, parsed_paths, gone, names_before, everything=full and paths is None)
+        self._resolve(known, parsed_paths, gone, names_before, everything=(full and paths is None) or resolve_all)
+        store.set_meta(self.conn, "resolve_pending", "0")
         if paths is None or not store.get_meta(self.conn, "commit"):
             result.commit = git_head(self.root)
             store.set_meta(self.conn, "commit", result.commit or "")

@@ -267,6 +267,7 @@ class Resolver:
         language = self.files.get(path, "")
         # What this file's imports bind: local name → target files, and the files themselves.
         bound: dict[str, list[str]] = {}
+        external: set[str] = set()  # local names bound to modules outside the repository
         imported_files: list[str] = []
         edges: dict[tuple[str, str, str], str] = {}
         for src, kind, name, symbol, alias in refs:
@@ -285,11 +286,13 @@ class Resolver:
             local = alias or symbol or (parts[0] if language == "python" and parts else parts[-1] if parts else "")
             if local and targets:
                 bound.setdefault(local, []).extend(targets)
+            elif local:
+                external.add(local)
 
         self._load_names({name for _s, kind, name, _q, _a in refs if kind in ("calls", "inherits")})
         for src, kind, name, qualifier, _alias in refs:
             if kind == "calls":
-                target, how = self._resolve_call(path, language, src, name, qualifier, bound, imported_files)
+                target, how = self._resolve_call(path, language, src, name, qualifier, bound, imported_files, external)
                 if target is not None and target != src:
                     edges.setdefault((src, target, "calls"), how)
             elif kind == "inherits":
@@ -307,7 +310,7 @@ class Resolver:
 
     def _resolve_call(
         self, path: str, language: str, src: str, name: str, qualifier: str,
-        bound: dict[str, list[str]], imported_files: list[str],
+        bound: dict[str, list[str]], imported_files: list[str], external: set[str],
     ) -> tuple[str | None, str]:
         head = qualifier.split(".")[0].split("::")[0] if qualifier else ""
         if qualifier in SELF_LIKE or (not qualifier and language in IMPLICIT_THIS):
@@ -328,6 +331,8 @@ class Resolver:
             target = self._in_files(name, bound[head], CALLABLE)
             if target is not None:
                 return target, "import"
+        elif head in external:
+            return None, ""  # os.replace(), json.dumps(): a library's function, not ours
         else:
             # Class.method() / Type::f() on a class defined in this file.
             owner = self._in_files(head, [path], CLASS_LIKE)
@@ -335,8 +340,25 @@ class Resolver:
                 member = self._members_of(owner).get(name)
                 if member is not None:
                     return member, "file"
-        target = self._unique(name, CALLABLE, path)
+        # The last resort, a unique name: on an unknown receiver (`sock.connect()`)
+        # only a method can be meant; and library code never calls into tests,
+        # scripts or examples, so those are not candidates for it.
+        kinds = CALLABLE if not qualifier or qualifier in SELF_LIKE else ("method",)
+        target = self._unique(name, kinds, path)
+        if target is not None and _auxiliary(target) and not _auxiliary(path):
+            return None, ""
         return (target, "global") if target is not None else (None, "")
+
+
+_AUXILIARY = re.compile(
+    r"(^|/)(tests?|testing|__tests__|spec|specs|examples?|samples?|demos?|docs?|benchmarks?|scripts?)/"
+    r"|(^|/)test_[^/]*$|_test\.[a-z]+$|\.(test|spec)\.[jt]sx?$|(^|/)conftest\.py$"
+)
+
+
+def _auxiliary(path_or_id: str) -> bool:
+    """Code around a project (tests, scripts, examples, docs, benchmarks) rather than in it."""
+    return bool(_AUXILIARY.search(path_or_id.split("::", 1)[0]))
 
 
 def entity_names(conn: sqlite3.Connection, paths: Iterable[str]) -> set[tuple[str, str]]:

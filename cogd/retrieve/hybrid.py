@@ -33,7 +33,7 @@ from cogd.retrieve.lexical import Hit, bm25_search
 
 KIND_PRIOR = {"file": 0.7, "module": 0.8, "class": 0.9, "function": 1.0, "method": 1.0, "constant": 0.8}
 TEST_PRIOR = 0.5  # tests share their subject's vocabulary but are rarely the place to start
-EXAMPLE_PRIOR = 0.7  # examples, demos and docs code use the API everywhere but implement none of it
+EXAMPLE_PRIOR = 0.7  # examples, demos, docs, benchmarks and scripts use the code but implement none of it
 SEEDS = 20  # top fused candidates whose neighbours are considered
 # Edge kind / resolution → how much of a seed's score crosses it.
 EDGE_WEIGHT = {
@@ -45,8 +45,8 @@ EDGE_WEIGHT = {
 _TEST_PATH = re.compile(
     r"(^|/)(tests?|testing|__tests__|spec|specs)/|(^|/)test_[^/]*$|_test\.[a-z]+$|\.(test|spec)\.[jt]sx?$|(^|/)conftest\.py$"
 )
-_EXAMPLE_PATH = re.compile(r"(^|/)(examples?|samples?|demos?|docs?|benchmarks?)/")
-_MENTIONS_EXAMPLES = re.compile(r"\b(examples?|samples?|demos?|docs?|documentation|benchmarks?)\b", re.I)
+_EXAMPLE_PATH = re.compile(r"(^|/)(examples?|samples?|demos?|docs?|benchmarks?|scripts?)/")
+_MENTIONS_EXAMPLES = re.compile(r"\b(examples?|samples?|demos?|docs?|documentation|benchmarks?|bench|scripts?)\b", re.I)
 _MENTIONS_TESTS = re.compile(r"\b(tests?|testing|unit ?tests?|pytest|spec|fixtures?)\b", re.I)
 
 _COLUMNS = "id, kind, subkind, path, name, qualname, start_line, end_line, signature, doc, parent_id"

@@ -28,7 +28,9 @@ STOPWORDS = frozenset(
     she should so some such than that the their them then there these they this those through
     to too under until up us use used using very via want was way we were what when where which
     while who whom why will with would you your yours fix fixed fixes issue bug problem add
-    adds added change changes changed instead something thing things currently still""".split()
+    adds added change changes changed instead something thing things currently still
+    ok okay yes yeah yep sure thanks thank great good nice cool go ahead continue proceed next
+    done right alright hi hello hey""".split()
 )
 
 _WORD = re.compile(r"[^\W\d][\w]*", re.UNICODE)

@@ -20,7 +20,7 @@ import numpy as np
 from cogd.config import PACK_HARD_CAP_CHARS, PackConfig, RetrieveConfig
 from cogd.index.vectors import DenseIndex
 from cogd.retrieve.hybrid import is_test_path, retrieve, select
-from cogd.retrieve.lexical import Hit
+from cogd.retrieve.lexical import Hit, query_terms
 
 CANDIDATES = 60  # retrieved before selection
 
@@ -201,7 +201,13 @@ def prompt_pack(
     query_vector: np.ndarray | None = None,
     dense: DenseIndex | None = None,
 ) -> Pack:
-    """The pack for one user prompt: hybrid candidates, priors, MMR, budgeted rendering."""
+    """The pack for one user prompt: hybrid candidates, priors, MMR, budgeted rendering.
+
+    A prompt with no searchable word ("ok", "continue", "thanks!") gets no pack:
+    anything retrieved for it would be noise in the agent's context.
+    """
+    if not query_terms(prompt):
+        return Pack("")
     hits = retrieve(conn, prompt, retrieve_config, mode=mode, query_vector=query_vector, dense=dense, limit=CANDIDATES)
     ranked = select(hits, retrieve_config, per_file_cap=config.per_file_cap, prompt=prompt, dense=dense,
                     limit=config.max_items + config.max_pointers)

@@ -4,7 +4,8 @@ A *delivery* is one context pack handed to an agent; each *delivery item* is
 one entity in it with rank, score and outcome (``pending`` until hit/miss
 accounting resolves it). Tool uses are stored with the files and line ranges
 they touched — the raw material for hits. The ledger is not a projection: it
-survives ``cogd reset``.
+cannot be rebuilt from the work tree, so nothing that rebuilds the index
+touches it.
 
 Thread-safe: one connection guarded by a lock, because ledger writes are
 small and must not queue behind the index writer (separate database).
@@ -112,6 +113,16 @@ class Ledger:
                 (session_id, now),
             )
         return delivery_id
+
+    def retract_delivery(self, delivery_id: int) -> bool:
+        """Remove a delivery and its items: its pack never reached the agent (the hook left first).
+
+        Returns whether there was such a delivery. The session row stays (the session did happen).
+        """
+        with self._lock, self._conn:
+            self._conn.execute("DELETE FROM delivery_items WHERE delivery_id = ?", (delivery_id,))
+            cur = self._conn.execute("DELETE FROM deliveries WHERE id = ?", (delivery_id,))
+        return cur.rowcount == 1
 
     def record_tool_use(
         self, session_id: str, tool_name: str, tool_use_id: str, touches: list[Touch], now: float | None = None
