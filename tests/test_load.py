@@ -25,6 +25,7 @@ import json
 import math
 import os
 import signal
+import socket
 import sqlite3
 import subprocess
 import tempfile
@@ -35,7 +36,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import COGD_HOOK, copy_stdlib, lexical_only, payload, run_cogd, run_hook
+from conftest import COGD_HOOK, copy_stdlib, lexical_only, make_repo, payload, run_cogd, run_hook
 from cogd.daemon.client import DaemonUnavailable, call
 from cogd.index.indexer import Indexer
 
@@ -336,12 +337,13 @@ def test_ledger_writes_and_cli_during_full_reindex(repo, tmp_path):
 def test_hooks_that_gave_up_record_no_delivery(repo):
     """A pack whose hook hit its deadline before the answer came never reached the agent: not a delivery.
 
-    Under load the answer can come after the deadline (the first load runs here lost 9 hooks of 1,000
-    that way, each still recorded as delivered). SIGSTOP makes it deterministic: the requests wait in
-    the socket while their hooks give up, then the daemon resumes.
+    Under load the answer can come after the deadline (in the first load runs here 9 hooks of 1,000
+    did, and each of their packs was still recorded as delivered). SIGSTOP makes it deterministic: the
+    requests wait in the socket while their hooks give up, then the daemon resumes.
     """
     pid = call(repo / ".cogd" / "run" / "cogd.sock", "status", {}, timeout=10)["pid"]
     sessions = [f"gave-up-{i}" for i in range(5)]
+    hung_up_before = _log(repo, "daemon.log").count("hung up")
     os.kill(pid, signal.SIGSTOP)
     try:
         with ThreadPoolExecutor(len(sessions)) as pool:
@@ -353,15 +355,67 @@ def test_hooks_that_gave_up_record_no_delivery(repo):
         assert proc.returncode == 0 and proc.stdout == b"" and seconds < DEADLINE_S + 1.0
     _still_serving(repo)  # answered after the five stale requests, on the same daemon
     deadline = time.monotonic() + 10
-    while _log(repo, "daemon.log").count("hung up") < len(sessions) and time.monotonic() < deadline:
+    while _log(repo, "daemon.log").count("hung up") < hung_up_before + len(sessions):
+        assert time.monotonic() < deadline, "the daemon never got to the requests of the hooks that left"
         time.sleep(0.05)
     placeholders = ",".join("?" * len(sessions))
     assert _ledger(repo, f"SELECT session_id FROM deliveries WHERE session_id IN ({placeholders})", tuple(sessions)) == []
-    assert _ledger(repo, f"SELECT count(*) FROM delivery_items WHERE delivery_id NOT IN (SELECT id FROM deliveries)") == [(0,)]
+    assert _ledger(repo, "SELECT count(*) FROM delivery_items WHERE delivery_id NOT IN (SELECT id FROM deliveries)") == [(0,)]
     # A hook with time to wait still gets its pack, recorded once.
     proc, _ = run_hook("prompt-submit", payload("user_prompt_submit.json", repo, session_id="gave-up-not", prompt=PROMPTS[0]))
     _pack_text(proc.stdout)
     assert _ledger(repo, "SELECT count(*) FROM deliveries WHERE session_id = 'gave-up-not'") == [(1,)]
+
+
+def test_server_skips_or_retracts_packs_for_clients_that_left(tmp_path):
+    """The server's side of the above, each case in turn: gone before, gone during, still there, half-closed."""
+    from cogd.config import Config
+    from cogd.daemon.server import Daemon
+    from cogd.daemon.service import Service
+    from cogd.paths import Layout
+
+    root = make_repo(tmp_path / "repo", {"calc.py": "def add_numbers(a, b):\n    return a + b\n"})
+    layout = Layout(root).ensure()
+    lock_fd = os.open(layout.lock_file, os.O_RDWR | os.O_CREAT, 0o600)
+    daemon = Daemon(layout, Config(), lock_fd)
+    service = daemon.service = Service(layout, Config(), start_index=False, start_embedder=False)
+    try:
+        service.call("index.refresh", {"wait": True})
+        real_call = service.call
+
+        def ask(session: str, during=None) -> dict | None:
+            server_end, client_end = socket.socketpair()
+            try:
+                if during == "before":
+                    client_end.close()
+                elif during == "half-closed":
+                    client_end.shutdown(socket.SHUT_WR)
+                elif during == "while-built":
+                    def call_then_leave(method, params):
+                        result = real_call(method, params)
+                        client_end.close()
+                        return result
+                    service.call = call_then_leave
+                line = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "context.prompt",
+                                   "params": {"session_id": session, "prompt": "add numbers"}}).encode() + b"\n"
+                return daemon._answer(line, server_end.fileno())
+            finally:
+                service.call = real_call
+                server_end.close()
+                client_end.close()
+
+        assert ask("gone-before", "before") is None
+        assert ask("gone-while-built", "while-built") is None
+        assert ask("still-there")["result"]["text"]
+        assert ask("half-closed", "half-closed")["result"]["text"]  # shutdown(SHUT_WR) still reads
+        sessions = [r[0] for r in service.ledger._conn.execute("SELECT session_id FROM deliveries ORDER BY id")]
+        assert sessions == ["still-there", "half-closed"]
+        assert service.ledger.totals()["delivery_items"] == sum(
+            r[0] for r in service.ledger._conn.execute("SELECT item_count FROM deliveries"))
+    finally:
+        service.close()
+        daemon.pool.shutdown()
+        os.close(lock_fd)
 
 
 # ---------------------------------------------------------------- 3. huge payloads
