@@ -47,6 +47,7 @@ import errno
 import functools
 import logging
 import os
+import stat
 import subprocess
 import threading
 import time
@@ -75,7 +76,11 @@ Ident = tuple[int, int]  # (st_dev, st_ino) of a directory
 
 
 class WatchLimitError(Exception):
-    """Inotify cannot cover the tree; the message says why and how to fix it."""
+    """Inotify cannot (or is not to) cover the tree; the message says why and how to fix it."""
+
+    def __init__(self, message: str, *, chosen: bool = False):
+        super().__init__(message)
+        self.chosen = chosen  # the configuration asked for polling: nothing to warn about
 
 
 @functools.lru_cache(maxsize=1 << 14)
@@ -165,31 +170,30 @@ class DirectoryScanner:
             self.rules.add_dir(Path(self.root), rel_dir, self.rule_names)
         children = []
         for entry in entries:
-            if entry.name in NEVER_DIRS:
-                continue
             try:
-                if not entry.is_dir(follow_symlinks=False):  # a symlinked directory is never entered
-                    continue
+                if entry.name not in NEVER_DIRS and entry.is_dir(follow_symlinks=False):
+                    children.append(f"{rel_dir}/{entry.name}" if rel_dir else entry.name)
             except OSError:
                 continue
-            rel = f"{rel_dir}/{entry.name}" if rel_dir else entry.name
-            try:
-                rel.encode("utf-8")
-            except UnicodeEncodeError:  # files below a non-UTF-8 name are not indexed either
-                continue
-            children.append(rel)
         return children
 
     def _judge(self, level: list[str], seen: set[Ident]) -> dict[str, Ident]:
-        """Those of ``level`` that no rule ignores, with their identities."""
+        """Those of ``level`` that are real directories no rule ignores, with their identities.
+
+        Never ``.git``/``.cogd``, a symlink (so a symlink cycle cannot recurse),
+        or a name that is not UTF-8 (files below it are not indexed either).
+        """
         kept: dict[str, Ident] = {}
         for rel in level:
-            if self.rules.matches(rel, True):
+            if rel.rpartition("/")[2] in NEVER_DIRS or self.rules.matches(rel, True):
                 continue
             full = os.path.join(self.root, rel)
             try:
+                rel.encode("utf-8")
                 st = os.lstat(full)
-            except OSError:
+            except (OSError, UnicodeEncodeError):  # gone, or a name no indexed path can have
+                continue
+            if not stat.S_ISDIR(st.st_mode):  # a symlink (never followed) or no longer a directory
                 continue
             ident = (st.st_dev, st.st_ino)
             if ident in seen:  # the same directory reached twice (a bind mount): one watch
@@ -351,7 +355,8 @@ class Watcher:
               full_scan: bool = False, reason: str | None = None, error: bool = False) -> None:
         now = time.monotonic()
         with self._cond:
-            if not self._pending():
+            opens = not self._pending()
+            if opens:
                 self._first = now
             self._last = now
             if path is not None:
@@ -366,7 +371,8 @@ class Watcher:
                 self._reasons.append(reason)
             if error:
                 self.last_error = reason
-            self._cond.notify_all()
+            if opens:  # later events only move the quiet window, which the flusher re-reads when it wakes
+                self._cond.notify_all()
 
     def _take_batch(self) -> dict:
         batch = {"paths": self._paths, "added": self._added, "removed": self._removed,
@@ -384,7 +390,7 @@ class Watcher:
             # Catch-up: edits between the daemon's first listing and the watches are not lost.
             self.worker.request(None)
         except WatchLimitError as exc:
-            self._to_polling(str(exc), warn=True)
+            self._to_polling(str(exc), warn=not exc.chosen)
         except Exception as exc:
             log.exception("file watcher could not start")
             self._to_polling(f"inotify could not start: {exc.__class__.__name__}: {exc}", warn=True, error=True)
@@ -404,7 +410,7 @@ class Watcher:
     def _start_inotify(self) -> None:
         """Walk the tree and watch it, or raise WatchLimitError (or anything else) to poll."""
         if self.config.force_polling:
-            raise WatchLimitError("polling because [watch] force_polling = true")
+            raise WatchLimitError("polling because [watch] force_polling = true", chosen=True)
         try:
             from watchdog.observers.inotify_c import InotifyFD  # Linux only; raises elsewhere
         except Exception as exc:

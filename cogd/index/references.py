@@ -74,23 +74,30 @@ def _text(node: tree_sitter.Node) -> str:
 
 
 # The receiver chain right before a callee's name: `self.`, `os.path.`, `a->`, `A::`, `x?.`, `f().`.
-_RECEIVER = re.compile(r"((?:[\w$]+(?:\(\))?(?:\?\.|\.|->|::))+)\s*$")
+_RECEIVER = re.compile(r"(?:[\w$]+(?:\(\))?(?:\?\.|\.|->|::))+")
+_RECEIVER_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_$.?->:()")
 _NOT_RECEIVER = {"new", "await", "yield", "return"}
 
 
 def _receiver(name: tree_sitter.Node, source: bytes) -> str:
     """The text before the callee's name: ``self`` for ``self.f()``, ``''`` for ``f()``.
 
-    Read from at most 120 bytes of source before the name, so it costs the
-    same for any syntax (``a.f()``, ``a->f()``, ``A::f()``, Ruby's ``a.f``)
-    and never walks the tree (``Node.parent`` is linear in the depth).
+    Read by scanning back from the name over at most 120 bytes of receiver
+    characters, so it costs the same for any syntax (``a.f()``, ``a->f()``,
+    ``A::f()``, Ruby's ``a.f``) and never walks the tree (``Node.parent`` is
+    linear in the depth; an end-anchored regex search would be quadratic).
     """
     before = source[max(0, name.start_byte - 120) : name.start_byte].decode("utf-8", errors="replace")
-    match = _RECEIVER.search(before)
-    if not match:
-        return ""
-    text = match.group(1).rstrip(".:->?")
-    return "" if text in _NOT_RECEIVER else text
+    start = len(before)
+    while start > 0 and before[start - 1] in _RECEIVER_CHARS:
+        start -= 1
+    tail = before[start:]
+    # The chain must end right before the name; keep its longest well-formed suffix.
+    for offset in range(len(tail)):
+        if _RECEIVER.fullmatch(tail, offset):
+            text = tail[offset:].rstrip(".:->?")
+            return "" if text in _NOT_RECEIVER else text
+    return ""
 
 
 def _strip_quotes(text: str) -> str:
