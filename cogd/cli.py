@@ -295,6 +295,14 @@ def _embedding_line(e: dict) -> str:
     return line
 
 
+def _watch_line(w: dict) -> str:
+    mode = w.get("mode") or "off"
+    line = f"{mode}, {w.get('watched_dirs', 0)} directories" if mode == "inotify" else mode
+    if w.get("reason"):
+        line += f" ({w['reason']})"
+    return line
+
+
 @main.command()
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.pass_context
@@ -325,6 +333,7 @@ def status(ctx: click.Context, as_json: bool) -> None:
         ("index", f"{index['files']} files, {index['entities']} code entities, {index['edges']} edges"),
         ("commit", index["commit"] or "-"), ("worker", f"{index['state']} (queue {index['queue_depth']})"),
         ("embedding", _embedding_line(result.get("embedding") or {})),
+        ("watching", _watch_line(result.get("watch") or {})),
         ("last error", result.get("last_error") or "-"),
     ):
         table.add_row(f"[bold]{key}[/]", str(value))

@@ -67,6 +67,15 @@ def test_vectors_follow_the_index_and_the_cache_spares_the_model(repo):
     third = wait_embedded(repo)
     assert third["entities"] == 7 and third["computed"] == 0
 
+    # A restart that loads stored vectors, then an edit: the loaded matrix must accept updates.
+    run_cogd(repo, "stop")
+    run_cogd(repo, "start")
+    wait_embedded(repo)
+    (repo / "shop" / "mail.py").write_text(CODE["shop/mail.py"] + "\n\ndef send_invoice(address):\n    return address\n")
+    run_cogd(repo, "index")
+    fourth = wait_embedded(repo)
+    assert fourth["entities"] == 8 and fourth["error"] is None
+
     hits = json.loads(run_cogd(repo, "search", "basket", "--mode", "vector", "--json").stdout)
     assert hits[0]["id"] == "shop/cart.py::Cart.add_item"
     assert hits[0]["signals"]["vector_rank"] == 1 and "bm25_rank" not in hits[0]["signals"]

@@ -81,3 +81,13 @@ def test_dense_index_exact_knn_with_kind_filter_before_the_cut():
     index.upsert(["f.py::e11", "g.py::new"], ["function", "function"], np.stack([query, -query]))
     assert index.search(query, 1)[0][0] == "f.py::e11"
     assert len(index) == 201
+
+
+def test_dense_index_accepts_updates_after_loading_a_read_only_matrix():
+    index = DenseIndex(8)
+    data = rows(5)
+    matrix = np.stack([r["vector"] for r in data])
+    matrix.setflags(write=False)  # what a LanceDB/Arrow load hands over
+    index.replace([r["id"] for r in data], [r["kind"] for r in data], matrix)
+    index.upsert(["f.py::e0"], ["function"], np.stack([-data[0]["vector"]]))
+    assert index.search(-data[0]["vector"], 1)[0][0] == "f.py::e0"

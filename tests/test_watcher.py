@@ -1,6 +1,7 @@
 """The file watcher against a real daemon on real git repositories: saves,
 atomic saves, directories moved in and out, a branch switch, ignored
-directories, the polling fallback; and a real kernel queue overflow."""
+directories, the polling fallback. In-process (with a stand-in for the index
+worker): a real kernel queue overflow, and directories moved within the tree."""
 
 from __future__ import annotations
 
@@ -187,9 +188,7 @@ def test_branch_switch_of_300_files_equals_a_fresh_index(tmp_path):
         assert len(expected[0]) > 1000 and len(expected[1]) > 1000
 
         db = Layout(root).index_db
-        t0 = time.monotonic()
         assert wait_for(lambda: index_rows(db) == expected, 20, step=0.2), "index differs from a fresh one"
-        print("consistent after", time.monotonic() - t0)
         watch = status(root)["watch"]
         assert watch["rescans"] >= 1  # more than 200 paths, and a new directory: whole-tree refreshes
         assert watch["batches"] - batches_before <= 6  # a storm of ~900 events, a handful of batches
@@ -280,7 +279,7 @@ def test_kernel_queue_overflow_triggers_a_whole_tree_rescan(tmp_path):
     worker = FakeWorker()
     watcher = Watcher(root, worker, WatchConfig()).start()
     try:
-        assert wait_for(lambda: watcher.mode == "inotify", 5)
+        assert wait_for(lambda: watcher.mode == "inotify" and worker.requests, 5)  # the catch-up refresh
         assert watcher.watched_dirs == 2
         requests_before = len(worker.requests)
         with watcher._lock:  # the reader thread stalls on its first event; the kernel queue fills up
@@ -292,3 +291,34 @@ def test_kernel_queue_overflow_triggers_a_whole_tree_rescan(tmp_path):
     finally:
         watcher.stop()
     assert watcher.watched_dirs == 0 and not any(t.name == "cogd-watch" and t.is_alive() for t in threading.enumerate())
+
+
+def test_directories_moved_within_the_tree_stay_watched_under_their_new_names(tmp_path):
+    root = make_repo(tmp_path / "repo", {"a/b/m.py": "x = 1\n", "c/n.py": "y = 1\n"})
+    worker = FakeWorker()
+    watcher = Watcher(root, worker, WatchConfig()).start()
+
+    def requested_after(n: int, path: str) -> bool:
+        return any(r is not None and path in r for r in worker.requests[n:])
+
+    def watched() -> list[str]:
+        with watcher._lock:
+            return sorted(watcher._by_path)
+
+    try:
+        assert wait_for(lambda: watcher.mode == "inotify" and worker.requests, 5)  # the catch-up refresh
+        assert watched() == ["", "a", "a/b", "c"]
+        n = len(worker.requests)
+        os.rename(root / "a", root / "x")  # away and back within one batch
+        os.rename(root / "x", root / "a")
+        assert wait_for(lambda: None in worker.requests[n:], 2)
+        (root / "a" / "b" / "new.py").write_text("z = 1\n")
+        assert wait_for(lambda: requested_after(n, "a/b/new.py"), 2)
+        assert watched() == ["", "a", "a/b", "c"]
+        os.rename(root / "a" / "b", root / "c" / "b2")  # to another parent: old name unwatched, new one watched
+        assert wait_for(lambda: watched() == ["", "a", "c", "c/b2"], 2)
+        n = len(worker.requests)
+        (root / "c" / "b2" / "later.py").write_text("w = 1\n")
+        assert wait_for(lambda: requested_after(n, "c/b2/later.py"), 2)
+    finally:
+        watcher.stop()

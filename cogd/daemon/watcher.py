@@ -325,7 +325,9 @@ class Watcher:
             rel = f"{rel_dir}/{name}" if rel_dir else name
             watched = rel in self._by_path
         if event.is_directory:
-            if event.is_create or event.is_moved_to:
+            if rel == ".git":  # `git init` or a removed repository: the ignore rules change wholesale
+                self._note(full_scan=True, reason=".git added or removed")
+            elif event.is_create or event.is_moved_to:
                 self._note(added=rel, reason="directory added")
             elif watched:  # deleted or moved away; an unwatched (ignored) one changes nothing
                 self._note(removed=rel, reason="directory removed")
@@ -570,11 +572,14 @@ class Watcher:
         try:
             if batch["full_scan"]:
                 self._retry_scan = False
+                self._scanner = DirectoryScanner(self.root)  # git or not, and the walk's defaults, afresh
                 wanted = self._scanner.scan_all()
                 with self._lock:
+                    stale = {rel: None for rel, (_wd, ident) in self._by_path.items() if wanted.get(rel) != ident}
+                self._apply(stale, {})  # (also unwatches what lies below a stale directory)
+                with self._lock:
                     current = {rel: ident for rel, (_wd, ident) in self._by_path.items()}
-                stale = {rel: None for rel, ident in current.items() if wanted.get(rel) != ident}
-                self._apply(stale, {rel: i for rel, i in wanted.items() if current.get(rel) != i})
+                self._apply({}, {rel: i for rel, i in wanted.items() if current.get(rel) != i})
                 whole = True
             elif batch["added"] or batch["removed"]:
                 whole = self._update_dirs(batch["added"], batch["removed"])
@@ -609,13 +614,12 @@ class Watcher:
     def _update_dirs(self, added: set[str], removed: set[str]) -> bool:
         """Unwatch directories that went away, watch those that came (and below); whether any did."""
         removed = set(removed)
-        fresh_level = []
+        candidates = []
         for rel in sorted(added):
-            if self._covered(rel, added):
-                continue  # an ancestor was added too: its scan reaches this one
             with self._lock:
                 entry = self._by_path.get(rel)
-            if entry is not None:
+            # A directory moved away and back within the batch is unwatched below, so scanned afresh.
+            if entry is not None and not self._covered(rel, removed, True):
                 try:
                     st = os.lstat(os.path.join(str(self.root), rel))
                     if (st.st_dev, st.st_ino) == entry[1]:
@@ -623,7 +627,9 @@ class Watcher:
                 except OSError:
                     pass
                 removed.add(rel)  # replaced by another directory of the same name
-            fresh_level.append(rel)
+            candidates.append(rel)
+        chosen = set(candidates)
+        fresh_level = [rel for rel in candidates if not self._covered(rel, chosen)]  # an ancestor's scan covers it
         for rel in removed:
             self._scanner.forget(rel)
         self._apply(dict.fromkeys(removed), {})

@@ -166,7 +166,8 @@ class DenseIndex:
             self._ids = list(ids)
             self._pos = {entity_id: i for i, entity_id in enumerate(ids)}
             self._kinds = np.array(kinds, dtype=object)
-            self._matrix = np.ascontiguousarray(matrix, dtype=np.float32)
+            # A copy: a matrix loaded from LanceDB is read-only, and upserts write rows in place.
+            self._matrix = np.array(matrix, dtype=np.float32, copy=True)
             self._alive = np.ones(len(ids), dtype=bool)
 
     def upsert(self, ids: list[str], kinds: list[str], matrix: np.ndarray) -> None:
