@@ -103,6 +103,7 @@ def test_stop_never_signals_a_process_that_is_not_the_daemon(repo, tmp_path):
 
 
 def test_hook_survives_absurd_deadline_settings(repo):
+    run_cogd(repo, "start")  # otherwise the hooks start one, which could outlive the fixture's stop
     for value in ("99999999999999999999", "²", "-5", "1e9"):
         proc, seconds = run_hook("prompt-submit", payload("user_prompt_submit.json", repo, prompt="alpha"),
                                  env={"COGD_HOOK_DEADLINE_MS": value})
