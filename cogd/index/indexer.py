@@ -39,7 +39,6 @@ import codecs
 import logging
 import os
 import posixpath
-import sqlite3
 import stat
 import time
 from collections.abc import Callable, Iterable

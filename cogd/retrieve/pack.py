@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import re
 import sqlite3
-from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
