@@ -219,7 +219,7 @@ def up(ctx: click.Context, no_hooks: bool, local_hooks: bool, wait_embed: int) -
 
 
 def _install_hooks(layout: Layout, local: bool = False) -> None:
-    from cogd.install import SettingsError, install_claude_hooks
+    from cogd.install import SettingsError, install_claude_hooks, install_mcp_server
 
     try:
         result = install_claude_hooks(layout.root, local=local)
@@ -230,6 +230,15 @@ def _install_hooks(layout: Layout, local: bool = False) -> None:
         console.print(f"hooks written to {result['path']}{backup}")
     else:
         console.print(f"hooks already in {result['path']}")
+    try:
+        mcp = install_mcp_server(layout.root)
+    except SettingsError as exc:
+        raise click.ClickException(str(exc)) from exc
+    if mcp["changed"]:
+        backup = f" (backup: {mcp['backup']})" if mcp["backup"] else ""
+        console.print(f"MCP server `cogd mcp` registered in {mcp['path']}{backup}")
+    else:
+        console.print(f"MCP server already in {mcp['path']}")
 
 
 @main.command("install-hooks")
@@ -338,6 +347,7 @@ def status(ctx: click.Context, as_json: bool) -> None:
     ):
         table.add_row(f"[bold]{key}[/]", str(value))
     console.print(table)
+    print_memory_status(result)  # counts, and refused hand edits / broken files with their fix
 
 
 @main.command()
@@ -360,7 +370,7 @@ def index(ctx: click.Context, full: bool) -> None:
 def _explain(signals: dict) -> str:
     """One line per item: each ranking signal and its value."""
     order = ("bm25_rank", "bm25", "vector_rank", "cosine", "rrf", "expansion", "expanded_from", "prior",
-             "mmr", "redundancy")
+             "utility", "utility_x", "working_set_x", "recency_x", "mmr", "redundancy")
     parts = [f"{key}={signals[key]}" for key in order if key in signals]
     parts += [f"{k}={v}" for k, v in signals.items() if k not in order]
     return "  ".join(parts)
@@ -423,7 +433,8 @@ def show(ctx: click.Context, entity_id: str, as_json: bool) -> None:
             how = f" ({edge['resolution']})" if edge.get("resolution") else ""
             console.print(f"  {label} {edge['kind']:9} {edge['id']}{how}", markup=False)
     u = result["usage"]
-    console.print(f"delivered {u['retrieval_count']}× (hit/miss accounting is not built yet)")
+    console.print(f"delivered {u['retrieval_count']}×: used {u['used_count']}, ignored {u['ignored_count']}, "
+                  f"pending {u['pending']}; utility {u['utility']:.3f} (Beta posterior mean)")
 
 
 def _format_age(seconds: float) -> str:
@@ -445,6 +456,8 @@ def stats(ctx: click.Context, as_json: bool) -> None:
     """Index contents by language and kind, edges by kind, and ledger totals."""
     with backend(_layout_from(ctx)) as be:
         result = _call(be, "stats")
+        # stats is deterministic (no clock fields); the index's age comes from status.
+        indexed_at = None if as_json else _call(be, "status")["index"].get("indexed_at")
     if as_json:
         click.echo(json.dumps(result, indent=2))
         return
@@ -466,12 +479,11 @@ def stats(ctx: click.Context, as_json: bool) -> None:
     if not by_reason:
         skipped.add_row("(none)", "0")
     console.print(skipped)
-    age_s = result["index"].get("age_s")
-    if age_s is None:
+    if not indexed_at:
         console.print("index age: never indexed")
     else:
-        at = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(result["index"]["indexed_at"]))
-        console.print(f"index age: {_format_age(age_s)} (last refresh finished {at})")
+        at = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(indexed_at))
+        console.print(f"index age: {_format_age(max(time.time() - indexed_at, 0.0))} (last refresh finished {at})")
     edges = Table("kind", "resolution", "edges", title="edges")
     for row in result["edges"]:
         edges.add_row(row["kind"], row["resolution"] or "-", str(row["n"]))
@@ -547,6 +559,102 @@ def logs(ctx: click.Context, lines: int, hook: bool) -> None:
         return
     tail = path.read_text(encoding="utf-8", errors="replace").splitlines()[-lines:]
     click.echo("\n".join(tail))
+
+
+_STATUS_STYLE = {"ok": "green", "warn": "yellow", "fail": "bold red"}
+
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.option("--no-model-load", is_flag=True, help="Verify the model's files but do not load it (saves ~1 s).")
+@click.pass_context
+def doctor(ctx: click.Context, as_json: bool, no_model_load: bool) -> None:
+    """Check this repository's cogd: daemon, socket, lock, model, inotify, index drift, databases, disk.
+
+    Exits 1 when any check fails (warnings do not). Works with or without a running daemon.
+    """
+    from rich.markup import escape
+
+    from cogd.doctor import exit_code, make_context, run_checks
+
+    layout = _layout_from(ctx, create=False)
+    results = run_checks(make_context(layout, load_model=not no_model_load))
+    code = exit_code(results)
+    if as_json:
+        click.echo(json.dumps({"root": str(layout.root), "ok": code == 0,
+                               "checks": [c.as_dict() for c in results]}, indent=2, default=str))
+    else:
+        table = Table("check", "status", "finding", "fix", title=f"cogd doctor: {layout.root}")
+        table.columns[2].overflow = table.columns[3].overflow = "fold"
+        for c in results:
+            style = _STATUS_STYLE.get(c.status, "")
+            table.add_row(escape(c.name), f"[{style}]{c.status}[/]", escape(c.finding), escape(c.fix))
+        console.print(table)
+        fails = sum(c.status == "fail" for c in results)
+        warns = sum(c.status == "warn" for c in results)
+        console.print(f"{fails} failed, {warns} warnings, {len(results) - fails - warns} ok")
+    sys.exit(code)
+
+
+@main.command()
+@click.option("--all", "wipe_all", is_flag=True, help="Also wipe the local ledger (.cogd/state.db): deliveries, tool uses, sessions.")
+@click.option("--yes", is_flag=True, help="Do not ask before wiping the ledger.")
+@click.option("--wait-embed", default=600, show_default=True, type=click.FloatRange(min=0),
+              help="Seconds to spend rebuilding vectors (from the embedding cache) before leaving the rest to the daemon.")
+@click.pass_context
+def reset(ctx: click.Context, wipe_all: bool, yes: bool, wait_embed: float) -> None:
+    """Drop and rebuild the projection (.cogd/index/) from the work tree; the embedding cache is kept.
+
+    Stops the daemon if it runs and starts it again afterwards.
+    """
+    from cogd.reset import ResetError, reset as do_reset
+
+    layout = _layout_from(ctx)
+    try:
+        config = load_config(layout.config_file)
+    except ConfigError as exc:
+        raise click.ClickException(str(exc)) from exc
+    if wipe_all and not yes:
+        click.confirm(f"Wipe the local ledger {layout.state_db} (deliveries, tool uses, sessions)? "
+                      "It cannot be rebuilt", abort=True, err=True)
+    try:
+        result = do_reset(layout, config, wipe_ledger=wipe_all, wait_embed_s=wait_embed,
+                          progress=lambda line: err.print(f"[dim]{line}[/]"))
+    except ResetError as exc:
+        raise click.ClickException(str(exc)) from exc
+    index = result["index"]
+    click.echo(f"projection rebuilt: {index['files']} files, {index['entities']} code entities, "
+               f"{index['edges']} edges ({result['duration_s']:.1f} s)")
+    v = result["vectors"]
+    if v is not None:
+        click.echo(f"vectors: {v.get('embedded_entities')} of {v.get('entities')}, "
+                   f"{v.get('computed')} computed by the model (the rest from the cache)"
+                   + (f"; error: {v['error']}" if v.get("error") else ""))
+    if result["ledger_wiped"]:
+        click.echo("ledger wiped")
+    if result["restarted"]:
+        click.echo(f"daemon restarted (pid {(control.read_pid(layout) or {}).get('pid')})")
+
+
+@main.command()
+@click.pass_context
+def mcp(ctx: click.Context) -> None:
+    """Serve the Model Context Protocol on stdin/stdout (for Claude Code and other MCP clients).
+
+    Talks to this repository's daemon, starting it if needed.
+    """
+    from cogd.mcp_server import run as run_mcp
+
+    run_mcp(_layout_from(ctx).root)
+
+
+from cogd.cli_memory import events, export, import_, memory_group, print_memory_status, verify  # noqa: E402
+
+main.add_command(memory_group)
+main.add_command(verify)
+main.add_command(events)
+main.add_command(export)
+main.add_command(import_)
 
 
 if __name__ == "__main__":

@@ -70,6 +70,31 @@ class RetrieveConfig:
 
 
 @dataclass
+class RankConfig:
+    """How the usage ledger feeds ranking (:mod:`cogd.usage.utility`). Every weight 0 = feedback off."""
+
+    utility_weight: float = 1.0  # score × exp(w·(utility − prior mean)); utility is a Beta posterior mean
+    prior_hits: float = 1.0  # Beta prior α: pseudo-hits every entity starts with
+    prior_misses: float = 3.0  # Beta prior β: pseudo-misses (prior mean α/(α+β) = 0.25)
+    working_set_weight: float = 0.5  # score × (1 + w) for entities touched in this session (half for their file)
+    recency_weight: float = 0.3  # score × (1 + w / (1 + position / 5)) for recently changed files (git order)
+
+
+@dataclass
+class UsageConfig:
+    """Hit/miss accounting."""
+
+    # Evidence weight of a hit by how the agent touched the entity: an edit proves use,
+    # a read is half-way, a search listing is weak (DESIGN.md §4 "utility").
+    edit_weight: float = 1.0
+    read_weight: float = 0.5
+    search_weight: float = 0.2
+    # Replays and tests may pass the event time as the request's ``now``
+    # (the hook client forwards $COGD_NOW); a real daemon uses its own clock.
+    trust_client_clock: bool = False
+
+
+@dataclass
 class DaemonConfig:
     idle_exit_s: int = 6 * 3600  # exit after this long without a request; 0 = never
 
@@ -86,6 +111,17 @@ class WatchConfig:
 
 
 @dataclass
+class MemoryConfig:
+    """Memory records (:mod:`cogd.memory`)."""
+
+    show_stale: bool = True  # packs show stale memories with their age and a "may be outdated" mark; False leaves them out
+    # Embedding cosine at or above which a new memory duplicates an active one of its type. High on
+    # purpose: with MiniLM a claim and its negation score 0.95 ("returns naive" / "returns aware").
+    duplicate_similarity: float = 0.97
+    tombstone_similarity: float = 0.92  # ... at or above which it is near a rejected one (accepted only as candidate, with a warning)
+
+
+@dataclass
 class Config:
     hook: HookConfig = field(default_factory=HookConfig)
     pack: PackConfig = field(default_factory=PackConfig)
@@ -94,6 +130,9 @@ class Config:
     retrieve: RetrieveConfig = field(default_factory=RetrieveConfig)
     daemon: DaemonConfig = field(default_factory=DaemonConfig)
     watch: WatchConfig = field(default_factory=WatchConfig)
+    memory: MemoryConfig = field(default_factory=MemoryConfig)
+    rank: RankConfig = field(default_factory=RankConfig)
+    usage: UsageConfig = field(default_factory=UsageConfig)
 
 
 def _apply(section: object, values: dict, where: str) -> None:
@@ -130,7 +169,7 @@ def load_config(path: Path | None) -> Config:
             data = tomllib.loads(path.read_text(encoding="utf-8"))
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
             raise ConfigError(f"{path}: {exc}") from exc
-        for name in ("hook", "pack", "index", "embed", "retrieve", "daemon", "watch"):
+        for name in ("hook", "pack", "index", "embed", "retrieve", "daemon", "watch", "rank", "usage", "memory"):
             section = data.get(name)
             if isinstance(section, dict):
                 _apply(getattr(config, name), section, name)
@@ -138,6 +177,8 @@ def load_config(path: Path | None) -> Config:
     if env and env.isdigit():
         config.hook.deadline_ms = int(env)
     config.pack.max_chars = min(config.pack.max_chars, PACK_HARD_CAP_CHARS)
+    if config.rank.prior_hits <= 0 or config.rank.prior_misses <= 0:
+        raise ConfigError("rank.prior_hits and rank.prior_misses must be above 0 (a Beta prior)")
     if config.retrieve.mode not in ("bm25", "vector", "hybrid"):
         raise ConfigError(f"retrieve.mode must be bm25, vector or hybrid, got {config.retrieve.mode!r}")
     return config

@@ -38,6 +38,7 @@ EVENTS: dict[str, tuple[str, str | None]] = {
     "session-start": ("context.session_start", "SessionStart"),
     "prompt-submit": ("context.prompt", "UserPromptSubmit"),
     "post-tool-use": ("usage.tool_use", None),
+    "pre-compact": ("session.pre_compact", None),
     "session-end": ("session.end", None),
     "file-save": ("index.touch", None),
 }
@@ -175,6 +176,17 @@ def _slim_tool_payload(payload: dict) -> dict:
 
 
 def _params(event: str, payload: dict, argv: list[str]) -> dict:
+    params = _event_params(event, payload, argv)
+    clock = os.environ.get("COGD_NOW")  # replays: the event's time (used only if the daemon trusts it)
+    if clock:
+        try:
+            params["now"] = float(clock)
+        except ValueError:
+            pass
+    return params
+
+
+def _event_params(event: str, payload: dict, argv: list[str]) -> dict:
     session = payload.get("session_id")
     if event == "session-start":
         return {"session_id": session, "source": payload.get("source")}
@@ -182,6 +194,8 @@ def _params(event: str, payload: dict, argv: list[str]) -> dict:
         return {"session_id": session, "prompt": payload.get("prompt")}
     if event == "post-tool-use":
         return {"payload": _slim_tool_payload(payload)}
+    if event == "pre-compact":
+        return {"session_id": session, "trigger": payload.get("trigger")}
     if event == "session-end":
         return {"session_id": session, "reason": payload.get("reason")}
     return {"paths": [os.path.abspath(p) for p in argv]}

@@ -20,6 +20,7 @@ CLAUDE_EVENTS: dict[str, tuple[str, str | None, int]] = {
     "SessionStart": ("session-start", None, 10),
     "UserPromptSubmit": ("prompt-submit", None, 10),
     "PostToolUse": ("post-tool-use", "Read|Edit|MultiEdit|Write|NotebookEdit|Grep|Glob|Bash|Task", 10),
+    "PreCompact": ("pre-compact", None, 5),
     "SessionEnd": ("session-end", None, 5),
 }
 _MARKERS = ("cogd-hook", "cogd.hookclient")
@@ -140,3 +141,72 @@ def _write(path: Path, text: str, mode: int) -> None:
         os.fsync(fh.fileno())
     os.chmod(tmp, mode)
     os.replace(tmp, path)
+
+
+# ---- MCP server registration (.mcp.json, Claude Code's project-scoped MCP servers) ----
+
+MCP_SERVER_NAME = "cogd"
+
+
+def mcp_command() -> tuple[str, list[str]]:
+    """(command, args) that start ``cogd mcp``: this installation's absolute ``cogd`` script.
+
+    Claude Code starts project MCP servers in the project directory, so no
+    ``--root`` is needed (the server finds the repository around its cwd).
+    """
+    script = Path(sys.executable).parent / "cogd"
+    if script.is_file() and os.access(script, os.X_OK):
+        return str(script), ["mcp"]
+    return sys.executable, ["-m", "cogd.cli", "mcp"]
+
+
+def install_mcp_server(root: Path, command: str | None = None, args: list[str] | None = None) -> dict:
+    """Register ``cogd mcp`` in ``root/.mcp.json`` as ``mcpServers.cogd`` (stdio).
+
+    Merged like the hooks: every other server and key is kept, a timestamped
+    backup is written before a change, the write is atomic, and a second run
+    changes nothing. Returns ``{"path", "changed", "backup"}``. Raises
+    SettingsError when the file is not a JSON object (or ``mcpServers`` is not
+    an object); the file is then left untouched.
+    """
+    if command is None:
+        command, default_args = mcp_command()
+        args = default_args if args is None else args
+    entry = {"type": "stdio", "command": command, "args": list(args or []), "env": {}}
+    link = root / ".mcp.json"
+    try:
+        path = link.resolve() if link.is_symlink() else link
+        if path.exists() and not path.is_file():
+            raise SettingsError(f"{path} exists but is not a regular file")
+        existing: dict = {}
+        original = None
+        mode = 0o644
+        if path.exists():
+            raw = path.read_bytes()
+            mode = path.stat().st_mode & 0o777
+            try:
+                original = raw.decode("utf-8")
+                existing = json.loads(original) if original.strip() else {}
+            except (UnicodeDecodeError, ValueError) as exc:
+                raise SettingsError(f"{path} is not valid JSON ({exc}); fix it or move it away, then run again") from exc
+            if not isinstance(existing, dict):
+                raise SettingsError(f"{path} holds a JSON {type(existing).__name__}, not an object")
+        servers = existing.get("mcpServers", {})
+        if not isinstance(servers, dict):
+            raise SettingsError(f'{path}: "mcpServers" is not an object')
+        if original is not None and servers.get(MCP_SERVER_NAME) == entry:
+            return {"path": str(link), "changed": False, "backup": None}
+        updated = {**existing, "mcpServers": {**servers, MCP_SERVER_NAME: entry}}
+        backup = None
+        if original is not None:
+            stamp = time.strftime("%Y%m%d-%H%M%S")
+            backup = path.with_name(f"{path.name}.cogd-backup-{stamp}")
+            n = 1
+            while backup.exists():
+                n += 1
+                backup = path.with_name(f"{path.name}.cogd-backup-{stamp}-{n}")
+            _write(backup, original, mode)
+        _write(path, json.dumps(updated, indent=2, ensure_ascii=False) + "\n", mode)
+    except OSError as exc:
+        raise SettingsError(f"cannot update {link}: {exc}") from exc
+    return {"path": str(link), "changed": True, "backup": str(backup) if backup else None}

@@ -92,11 +92,12 @@ def _ledger(root: Path, sql: str, args: tuple = ()) -> list[tuple]:
 def test_up_sets_everything_up(repo):
     root, output = repo
     assert "sample context pack" in output
-    assert "## cogd: repository overview" in output
+    assert "## cogd: repository map" in output
     assert (root / ".cogd" / ".gitignore").read_text().startswith("# cogd")
     settings = json.loads((root / ".claude" / "settings.json").read_text())
     for event, arg in (("SessionStart", "session-start"), ("UserPromptSubmit", "prompt-submit"),
-                       ("PostToolUse", "post-tool-use"), ("SessionEnd", "session-end")):
+                       ("PostToolUse", "post-tool-use"), ("PreCompact", "pre-compact"),
+                       ("SessionEnd", "session-end")):
         commands = [h["command"] for g in settings["hooks"][event] for h in g["hooks"]]
         assert len(commands) == 1 and commands[0].endswith(f"cogd-hook {arg}")
     status = json.loads(run_cogd(root, "status", "--json").stdout)
@@ -119,7 +120,9 @@ def test_up_twice_is_idempotent(repo):
 @pytest.mark.parametrize("prompt,expected", PROMPTS, ids=[p[:40] for p, _ in PROMPTS])
 def test_prompt_pack_lists_the_right_code(repo, prompt, expected):
     root, _ = repo
-    proc, _ = run_hook("prompt-submit", payload("user_prompt_submit.json", root, prompt=prompt))
+    # A session of its own: another test's touches would be this session's working set.
+    proc, _ = run_hook("prompt-submit", payload("user_prompt_submit.json", root, prompt=prompt,
+                                                session_id=f"e2e-right-code-{abs(hash(prompt))}"))
     text = _pack(proc)
     ids = ID_LINE.findall(text)
     assert expected & set(ids[:5]), f"none of {sorted(expected)} in the top five: {ids[:5]}"
@@ -179,7 +182,8 @@ def test_chat_filler_gets_no_pack(repo, prompt):
 def test_cli_context_prints_what_the_hook_injects(repo):
     root, _ = repo
     prompt = "the rotating log file handler never rolls over at midnight"
-    proc, _ = run_hook("prompt-submit", payload("user_prompt_submit.json", root, prompt=prompt))
+    # a new session has no working set, like the CLI's
+    proc, _ = run_hook("prompt-submit", payload("user_prompt_submit.json", root, prompt=prompt, session_id="e2e-cli-same"))
     assert run_cogd(root, "context", prompt).stdout == _pack(proc)
 
 
@@ -188,7 +192,7 @@ def test_session_start_pack_and_session_end(repo):
     session = "e2e-start-end"
     proc, _ = run_hook("session-start", payload("session_start.startup.json", root, session_id=session))
     text = _pack(proc)
-    assert text.startswith("## cogd: repository overview")
+    assert text.startswith("## cogd: repository map")
     recent = text.split("### Recently changed files\n", 1)[1]
     assert recent.splitlines()[0].startswith("- `email/utils.py` (")
     assert json.loads(proc.stdout)["hookSpecificOutput"]["hookEventName"] == "SessionStart"
@@ -253,7 +257,7 @@ def _still_serving(root: Path):
     assert status["running"] is True and status["index"]["entities"] > 0
 
 
-@pytest.mark.parametrize("event", ["prompt-submit", "session-start", "post-tool-use", "session-end"])
+@pytest.mark.parametrize("event", ["prompt-submit", "session-start", "post-tool-use", "pre-compact", "session-end"])
 @pytest.mark.parametrize("raw", [b"", b"   \n", b"{not json", b"[1, 2, 3]", b'"just a string"', b"\xff\xfe\x00garbage"],
                          ids=["empty", "blank", "invalid", "array", "string", "binary"])
 def test_malformed_stdin_is_harmless(repo, event, raw):

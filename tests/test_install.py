@@ -48,6 +48,7 @@ EXPECTED_FRESH = {
             "matcher": "Read|Edit|MultiEdit|Write|NotebookEdit|Grep|Glob|Bash|Task",
             "hooks": [{"type": "command", "command": f"{CMD} post-tool-use", "timeout": 10}],
         }],
+        "PreCompact": [{"hooks": [{"type": "command", "command": f"{CMD} pre-compact", "timeout": 5}]}],
         "SessionEnd": [{"hooks": [{"type": "command", "command": f"{CMD} session-end", "timeout": 5}]}],
     }
 }
@@ -71,7 +72,7 @@ def test_missing_file_is_created(tmp_path):
     result = install_claude_hooks(tmp_path, CMD)
     assert result == {"path": str(settings_path(tmp_path)), "changed": True, "backup": None}
     assert read_settings(tmp_path) == EXPECTED_FRESH
-    assert list(read_settings(tmp_path)["hooks"]) == ["SessionStart", "UserPromptSubmit", "PostToolUse", "SessionEnd"]
+    assert list(read_settings(tmp_path)["hooks"]) == ["SessionStart", "UserPromptSubmit", "PostToolUse", "PreCompact", "SessionEnd"]
     assert settings_path(tmp_path).read_text().endswith("}\n")
     assert backups(tmp_path) == []
     assert not (tmp_path / ".claude" / ".settings.json.cogd-tmp").exists()
@@ -86,7 +87,7 @@ def test_existing_keys_and_hooks_are_preserved_in_order(tmp_path):
     assert {k: merged[k] for k in ("$schema", "permissions", "env", "model")} == {
         k: USER_SETTINGS[k] for k in ("$schema", "permissions", "env", "model")}
     hooks = merged["hooks"]
-    assert list(hooks) == ["PreToolUse", "PostToolUse", "SessionStart", "UserPromptSubmit", "SessionEnd"]
+    assert list(hooks) == ["PreToolUse", "PostToolUse", "SessionStart", "UserPromptSubmit", "PreCompact", "SessionEnd"]
     assert hooks["PreToolUse"] == USER_SETTINGS["hooks"]["PreToolUse"]
     assert hooks["PostToolUse"] == USER_SETTINGS["hooks"]["PostToolUse"] + [cogd_entry("PostToolUse")]
     assert hooks["SessionStart"] == USER_SETTINGS["hooks"]["SessionStart"] + [cogd_entry("SessionStart")]
@@ -127,7 +128,7 @@ def test_changed_command_replaces_cogd_entries(tmp_path):
     assert hooks["SessionStart"] == USER_SETTINGS["hooks"]["SessionStart"] + [cogd_entry("SessionStart")]
     text = settings_path(tmp_path).read_text()
     assert "/old/venv" not in text
-    assert text.count("cogd-hook") == 4
+    assert text.count("cogd-hook") == 5
 
 
 def test_quick_successive_changes_keep_every_backup(tmp_path):

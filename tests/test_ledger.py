@@ -34,6 +34,11 @@ def items(*specs) -> list[dict]:
     return out
 
 
+def usage3(ledger, entity_id: str) -> dict:
+    usage = ledger.entity_usage(entity_id)
+    return {k: usage[k] for k in ("retrieval_count", "used_count", "ignored_count")}
+
+
 def set_outcome(db: Path, delivery_id: int, rank: int, outcome: str) -> None:
     conn = sqlite3.connect(db)
     with conn:
@@ -54,10 +59,11 @@ def test_creates_the_database_and_parent_directory(db):
 
 
 def test_empty_ledger(ledger):
-    assert ledger.totals() == {"deliveries": 0, "delivery_items": 0, "tool_uses": 0, "sessions": 0, "sessions_ended": 0}
+    assert ledger.totals() == {"deliveries": 0, "delivery_items": 0, "hits": 0, "misses": 0, "pending": 0,
+                               "hit_rate": 0.0, "tool_uses": 0, "sessions": 0, "sessions_ended": 0}
     assert ledger.deliveries() == []
     assert ledger.tool_uses() == []
-    assert ledger.entity_usage("a.py::f") == {"retrieval_count": 0, "used_count": 0, "ignored_count": 0}
+    assert usage3(ledger, "a.py::f") == {"retrieval_count": 0, "used_count": 0, "ignored_count": 0}
 
 
 def test_delivery_with_items_round_trips(ledger):
@@ -71,15 +77,18 @@ def test_delivery_with_items_round_trips(ledger):
     [stored] = ledger.deliveries()
     assert {k: v for k, v in stored.items() if k != "items"} == {
         "id": delivery_id, "session_id": "s1", "event": "prompt", "source": "", "created_at": 1000.5,
-        "query": "how is the area computed?", "size_chars": 240, "item_count": 2,
+        "query": "how is the area computed?", "size_chars": 240, "item_count": 2, "fingerprint": "",
+        "closed_at": None,
     }
     assert stored["items"] == [
         {"delivery_id": delivery_id, "rank": 1, "entity_id": "pkg/geometry.py::Circle.area", "kind": "method",
          "path": "pkg/geometry.py", "start_line": 10, "end_line": 12, "score": 3.141593, "chars": 180,
-         "pointer": 0, "outcome": "pending"},
+         "pointer": 0, "outcome": "pending", "hit_weight": 0.0, "hit_action": "", "hit_level": "",
+         "resolved_at": None},
         {"delivery_id": delivery_id, "rank": 2, "entity_id": "pkg/geometry.py", "kind": "file",
          "path": "pkg/geometry.py", "start_line": 1, "end_line": 40, "score": 1.5, "chars": 60,
-         "pointer": 1, "outcome": "pending"},
+         "pointer": 1, "outcome": "pending", "hit_weight": 0.0, "hit_action": "", "hit_level": "",
+         "resolved_at": None},
     ]
 
 
@@ -115,7 +124,7 @@ def test_duplicate_rank_rolls_back_the_whole_delivery(ledger):
     bad = items(("a.py::f", "function", "a.py", 1, 2, 1.0, 10)) * 2  # rank 1 twice
     with pytest.raises(sqlite3.IntegrityError):
         ledger.record_delivery("s", "prompt", "", "q", "t", bad)
-    assert ledger.totals() == {"deliveries": 0, "delivery_items": 0, "tool_uses": 0, "sessions": 0, "sessions_ended": 0}
+    assert ledger.totals()["deliveries"] == 0 and ledger.totals()["delivery_items"] == 0
     # the ledger is still usable afterwards
     ledger.record_delivery("s", "prompt", "", "q", "t", bad[:1])
     assert ledger.totals()["delivery_items"] == 1
@@ -149,7 +158,11 @@ def test_totals_and_sessions(ledger):
     ledger.record_delivery("s2", "prompt", "", "q", "t", [], now=3.0)
     ledger.record_tool_use("s1", "Read", "", [Touch("a.py", "read")])
     ledger.end_session("s1", "prompt_input_exit", now=10.0)
-    assert ledger.totals() == {"deliveries": 3, "delivery_items": 3, "tool_uses": 1, "sessions": 2, "sessions_ended": 1}
+    totals = ledger.totals()
+    assert {k: totals[k] for k in ("deliveries", "delivery_items", "tool_uses", "sessions", "sessions_ended")} == {
+        "deliveries": 3, "delivery_items": 3, "tool_uses": 1, "sessions": 2, "sessions_ended": 1}
+    # f in the session-start pack: read (whole file) → hit; g too (file-level); the prompt pack's f too.
+    assert (totals["hits"], totals["misses"], totals["pending"]) == (3, 0, 0)
 
 
 def session_row(db: Path, session_id: str):
@@ -181,17 +194,18 @@ def test_end_of_an_unknown_session_creates_it(ledger, db):
 def test_entity_usage_counts(ledger, db):
     f = ("a.py::f", "function", "a.py", 1, 2, 1.0, 10)
     g = ("a.py::g", "function", "a.py", 4, 6, 0.5, 10)
-    d1 = ledger.record_delivery("s", "prompt", "", "q1", "t", items(f, g))
-    d2 = ledger.record_delivery("s", "prompt", "", "q2", "t", items(g, f))
-    d3 = ledger.record_delivery("s", "prompt", "", "q3", "t", items(f))
-    assert ledger.entity_usage("a.py::f") == {"retrieval_count": 3, "used_count": 0, "ignored_count": 0}
+    # three sessions: no delivery closes another
+    d1 = ledger.record_delivery("s1", "prompt", "", "q1", "t", items(f, g))
+    d2 = ledger.record_delivery("s2", "prompt", "", "q2", "t", items(g, f))
+    d3 = ledger.record_delivery("s3", "prompt", "", "q3", "t", items(f))
+    assert usage3(ledger, "a.py::f") == {"retrieval_count": 3, "used_count": 0, "ignored_count": 0}
     set_outcome(db, d1, 1, "hit")
     set_outcome(db, d2, 2, "miss")
     set_outcome(db, d3, 1, "hit")
     set_outcome(db, d1, 2, "miss")  # g
-    assert ledger.entity_usage("a.py::f") == {"retrieval_count": 3, "used_count": 2, "ignored_count": 1}
-    assert ledger.entity_usage("a.py::g") == {"retrieval_count": 2, "used_count": 0, "ignored_count": 1}
-    assert ledger.entity_usage("a.py::h") == {"retrieval_count": 0, "used_count": 0, "ignored_count": 0}
+    assert usage3(ledger, "a.py::f") == {"retrieval_count": 3, "used_count": 2, "ignored_count": 1}
+    assert usage3(ledger, "a.py::g") == {"retrieval_count": 2, "used_count": 0, "ignored_count": 1}
+    assert usage3(ledger, "a.py::h") == {"retrieval_count": 0, "used_count": 0, "ignored_count": 0}
     assert [i["outcome"] for i in ledger.deliveries()[-1]["items"]] == ["hit", "miss"]
 
 
@@ -203,7 +217,9 @@ def test_ledger_survives_reopen(db):
     led.close()
     led = Ledger(db)
     try:
-        assert led.totals() == {"deliveries": 1, "delivery_items": 1, "tool_uses": 1, "sessions": 1, "sessions_ended": 1}
+        assert led.totals() == {"deliveries": 1, "delivery_items": 1, "hits": 1, "misses": 0, "pending": 0,
+                                "hit_rate": 1.0, "tool_uses": 1, "sessions": 1, "sessions_ended": 1}
+        assert led.utility.evidence("a.py::f") == (0.5, 0.5)  # reloaded from entity_utility
         assert led.deliveries()[0]["id"] == d
     finally:
         led.close()
@@ -221,5 +237,6 @@ def test_concurrent_writers_from_threads(ledger):
         t.start()
     for t in threads:
         t.join()
-    assert ledger.totals() == {"deliveries": 80, "delivery_items": 80, "tool_uses": 80, "sessions": 4, "sessions_ended": 0}
+    assert ledger.totals() == {"deliveries": 80, "delivery_items": 80, "hits": 80, "misses": 0, "pending": 0,
+                               "hit_rate": 1.0, "tool_uses": 80, "sessions": 4, "sessions_ended": 0}
     assert len(ledger.deliveries("s2")) == 20

@@ -9,6 +9,7 @@ validate shapes and raise :class:`RpcError` (``bad_request``) rather than fail.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import sqlite3
@@ -24,15 +25,20 @@ from cogd.daemon.worker import IndexWorker
 from cogd.index import store
 from cogd.index.sources import recently_changed_files
 from cogd.paths import Layout
+from cogd.retrieve.feedback import Feedback
 from cogd.retrieve.hybrid import retrieve
-from cogd.retrieve.pack import overview_pack, prompt_pack
+from cogd.retrieve.pack import Pack, overview_pack, prompt_pack, working_set_pack
+from cogd.retrieve.repomap import RankedGraph, pagerank
+from cogd.retrieve.workingset import working_set
 from cogd.usage.ledger import Ledger
 from cogd.usage.touches import touches_from_tool_use
+from cogd.usage.utility import UtilityModel
 
 log = logging.getLogger("cogd.service")
 
 SESSION_ID_MAX = 200
 RECENT_FILES_TTL_S = 10.0
+REPO_MAP_TTL_S = 60.0  # the PageRank map is recomputed at most this often (0.6 s on a 60,000-entity index)
 
 
 def _clean_text(value: object, name: str, *, required: bool = False, limit: int = 2_000_000) -> str:
@@ -71,7 +77,11 @@ class Service:
         self._index_inode = layout.index_db.stat().st_ino
         self._generation = 0
         self._recent_cache: tuple[float, list[str]] | None = None
-        self.ledger = Ledger(layout.state_db)
+        self.utility = UtilityModel(config.rank.prior_hits, config.rank.prior_misses)
+        self.ledger = Ledger(layout.state_db, self.utility, {
+            "edit": config.usage.edit_weight, "read": config.usage.read_weight, "search": config.usage.search_weight})
+        self._map_cache: tuple[float, tuple, RankedGraph] | None = None
+        self._map_lock = threading.Lock()
         self.embedder = None
         if config.embed.enabled and start_embedder:
             from cogd.daemon.embedder import EmbeddingWorker  # onnxruntime, lancedb: daemon only
@@ -86,6 +96,7 @@ class Service:
             "context.session_start": self.context_session_start,
             "context.prompt": self.context_prompt,
             "usage.tool_use": self.usage_tool_use,
+            "session.pre_compact": self.session_pre_compact,
             "session.end": self.session_end,
             "index.touch": self.index_touch,
             "index.refresh": self.index_refresh,
@@ -93,6 +104,13 @@ class Service:
             "entity.get": self.entity_get,
             "stats": self.stats,
         }
+        from cogd.daemon.graph_methods import graph_methods  # graph.callers, graph.callees, graph.impact
+
+        self._methods.update(graph_methods(self))
+        from cogd.daemon.memory_methods import memory_methods, memory_store  # memory.record, memory.transition, …
+
+        self.memory = memory_store(self)
+        self._methods.update(memory_methods(self))
         if start_index:
             self.worker.request(None)
         # The file watcher runs in the daemon only (start_index), not for one in-process CLI command.
@@ -106,6 +124,7 @@ class Service:
         self.worker.stop()
         if self.embedder is not None:
             self.embedder.stop()
+        self.memory.close()
         self.ledger.close()
 
     # ---- plumbing -------------------------------------------------------
@@ -148,6 +167,10 @@ class Service:
         still open on the old file would fail or serve a ghost. Readers reopen
         (a new generation) and the index worker rebuilds from the work tree.
         """
+        try:  # memory: hand edits, arrivals, anchors (a stat scan, at most once a second)
+            self.memory.maybe_sync()
+        except Exception:
+            log.exception("memory sync failed")
         try:
             inode = self.layout.index_db.stat().st_ino
         except FileNotFoundError:
@@ -208,6 +231,7 @@ class Service:
             "embedding": self._embedding_status(),
             "watch": self.watcher.status() if self.watcher is not None else off_status(
                 "disabled by [watch] enabled = false" if not self.config.watch.enabled else "not started"),
+            "memory": self.memory.status(),
         }
 
     def _embedding_status(self) -> dict:
@@ -227,21 +251,69 @@ class Service:
             return None, None
         return self.embedder.query_vector(text[:4000]), self.embedder.dense
 
-    def _deliver(self, params: dict, event: str, source: str, query: str, pack) -> dict:
+    def _now(self, params: dict) -> float:
+        """The event's time: the client's ``now`` (unix s) when ``[usage] trust_client_clock``, else the clock."""
+        value = params.get("now")
+        if self.config.usage.trust_client_clock and type(value) in (int, float) and 0 < value < 1e11:
+            return float(value)
+        return time.time()
+
+    def _deliver(self, params: dict, event: str, source: str, query: str, pack: Pack) -> dict:
         record = params.get("record", True) is not False
         delivery_id = None
         if record and pack.text:
             delivery_id = self.ledger.record_delivery(
-                _session_id(params), event, source, query, pack.text, [i.as_dict() for i in pack.items]
+                _session_id(params), event, source, query, pack.text, [i.as_dict() for i in pack.items],
+                now=self._now(params), fingerprint=_fingerprint(pack.text),
             )
         return {**pack.as_dict(), "delivery_id": delivery_id}
 
+    def _feedback(self, session_id: str | None) -> Feedback:
+        """Ranking feedback for one request: utility, the session's touches, recently changed files."""
+        touches = self.ledger.session_touches(session_id) if session_id else []
+        return Feedback(self.config.rank, self.utility, touches, self._recent_files())
+
+    def _repo_graph(self) -> RankedGraph:
+        """Personalised PageRank over the code graph, cached for REPO_MAP_TTL_S per index state."""
+        recent = tuple(self._recent_files())
+        key = (self.worker.refreshes, self._generation, recent)
+        with self._map_lock:
+            cached = self._map_cache
+            if cached is not None and cached[1] == key and time.monotonic() - cached[0] < REPO_MAP_TTL_S:
+                return cached[2]
+            favoured = {}
+            if self.config.rank.utility_weight > 0:
+                prior = self.utility.prior_mean
+                favoured = {e: u - prior for e, u in self._utility_snapshot().items() if u > prior}
+            graph = pagerank(self._reader(), list(recent), favoured)
+            self._map_cache = (time.monotonic(), key, graph)
+            return graph
+
+    def _utility_snapshot(self) -> dict[str, float]:
+        return {entity_id: self.utility.utility(entity_id) for entity_id in self.utility.entities()}
+
     def context_session_start(self, params: dict) -> dict:
+        """SessionStart by ``source``: startup/clear → the repository map; resume → the same
+        unless the session already holds an identical pack; compact → the session's working set."""
         source = _clean_text(params.get("source"), "source")[:40] or "startup"
+        session = _session_id(params)
         self._keep_fresh()
-        recent = self._recent_files()
-        pack = overview_pack(self._reader(), self.layout.root, recent, self.config.pack)
+        if source == "compact":
+            entities = self.ledger.latest_working_set(session)
+            if entities is None:
+                entities = self._working_set(session)
+            pack = working_set_pack(self._reader(), self.layout.root, entities, self.config.pack)
+            return self._deliver(params, "session_start", source, "", pack)
+        pack = overview_pack(self._reader(), self.layout.root, self._recent_files(), self.config.pack,
+                             self._repo_graph())
+        if source == "resume" and pack.text and self.ledger.has_fingerprint(session, _fingerprint(pack.text)):
+            return {**Pack("").as_dict(), "delivery_id": None, "skipped": "the session already holds this pack"}
         return self._deliver(params, "session_start", source, "", pack)
+
+    def _working_set(self, session_id: str) -> list[str]:
+        """Entity ids the session worked on: edited, then hit, then read (strongest first)."""
+        return working_set(self._reader(), self.ledger.session_hits(session_id),
+                           self.ledger.session_touches(session_id))
 
     def _recent_files(self) -> list[str]:
         """``recently_changed_files``, reused for RECENT_FILES_TTL_S (it runs git twice: ~10 ms)."""
@@ -253,13 +325,23 @@ class Service:
         return cached[1]
 
     def context_prompt(self, params: dict) -> dict:
+        """The prompt pack. After a compaction whose pack shows no sign of having arrived
+        (no item of it hit), the session's working set is re-added at the top."""
         prompt = _clean_text(params.get("prompt"), "prompt", required=True)
         mode = self._mode(params)
+        session = _session_id(params)
+        record = params.get("record", True) is not False
         self._keep_fresh()
         vector, dense = self._query_vector(prompt, mode)
+        pinned: list[str] = []
+        source = ""
+        if record and self.ledger.compact_acknowledged(session) is False:
+            pinned = self.ledger.latest_working_set(session) or self._working_set(session)
+            source = "compact_recovery"
         pack = prompt_pack(self._reader(), self.layout.root, prompt, self.config.pack, self.config.retrieve,
-                           mode=mode, query_vector=vector, dense=dense)
-        return self._deliver(params, "prompt", "", prompt, pack)
+                           mode=mode, query_vector=vector, dense=dense,
+                           feedback=self._feedback(session if record else None), pinned=pinned)
+        return self._deliver(params, "prompt", source, prompt, pack)
 
     def usage_tool_use(self, params: dict) -> dict:
         payload = params.get("payload")
@@ -269,15 +351,24 @@ class Service:
         touches = touches_from_tool_use(payload, self.layout.root)
         raw_id = payload.get("tool_use_id")
         tool_use_id = _clean_text(raw_id, "tool_use_id")[:200] if isinstance(raw_id, str) else ""
-        row = self.ledger.record_tool_use(_session_id(payload), tool, tool_use_id, touches)
+        row, hits = self.ledger.record_tool_use_with_hits(
+            _session_id(payload), tool, tool_use_id, touches, now=self._now(params))
         if tool in ("Edit", "MultiEdit", "Write", "NotebookEdit") and touches:
             self.worker.request(sorted({t.path for t in touches}))
-        return {"tool_use": row, "touches": [t.as_dict() for t in touches]}
+        return {"tool_use": row, "touches": [t.as_dict() for t in touches], "hits": hits}
+
+    def session_pre_compact(self, params: dict) -> dict:
+        """PreCompact: snapshot the session's working set for the ``compact`` session start."""
+        session = _session_id(params)
+        trigger = _clean_text(params.get("trigger"), "trigger")[:40]
+        entities = self._working_set(session)
+        row = self.ledger.save_working_set(session, trigger, entities, now=self._now(params))
+        return {"working_set": entities, "snapshot": row}
 
     def session_end(self, params: dict) -> dict:
         reason = _clean_text(params.get("reason"), "reason")[:80] or "other"
-        self.ledger.end_session(_session_id(params), reason)
-        return {"ok": True}
+        misses = self.ledger.end_session(_session_id(params), reason, now=self._now(params))
+        return {"ok": True, "misses": misses}
 
     def index_touch(self, params: dict) -> dict:
         paths = params.get("paths")
@@ -334,7 +425,7 @@ class Service:
             "entity": entity,
             "edges": {"out": outgoing, "in": incoming},
             "body": body[0] if body else "",
-            "usage": self.ledger.entity_usage(entity_id),
+            "usage": self.ledger.entity_usage(entity_id, row["path"]),
         }
 
     def stats(self, params: dict) -> dict:
@@ -345,16 +436,22 @@ class Service:
             "SELECT kind, resolution, count(*) AS n FROM edges GROUP BY kind, resolution ORDER BY kind, resolution")]
         files = [dict(r) for r in conn.execute(
             "SELECT language, status, count(*) AS n FROM files GROUP BY language, status ORDER BY language, status")]
-        indexed_at = float(store.get_meta(conn, "indexed_at") or 0)
-        age_s = round(max(time.time() - indexed_at, 0.0), 1) if indexed_at else None
+        totals = self.ledger.totals()
+        # Deterministic: the same index and ledger give the same answer (no clock
+        # fields; `status` carries index.indexed_at), so a reset can be checked.
         return {
-            "index": {**store.counts(conn), "commit": store.get_meta(conn, "commit") or None,
-                      "indexed_at": indexed_at or None, "age_s": age_s},
+            "index": {**store.counts(conn), "commit": store.get_meta(conn, "commit") or None},
             "entities": by_lang_kind,
             "edges": edges,
             "files": files,
-            "ledger": self.ledger.totals(),
+            "ledger": totals,
+            **{key: totals[key] for key in ("deliveries", "hits", "misses", "hit_rate")},
         }
+
+
+def _fingerprint(text: str) -> str:
+    """A pack's identity for duplicate detection (sha256 of its text, 16 hex digits)."""
+    return hashlib.sha256(text.encode("utf-8", "replace")).hexdigest()[:16]
 
 
 def open_service(root: Path, config: Config, *, start_index: bool = True) -> Service:

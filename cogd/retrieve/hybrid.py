@@ -13,7 +13,9 @@ Steps (DESIGN.md §5), each recorded in the hit's ``signals`` for ``--explain``:
    seed's score`` (calls resolved by scope or file weigh more than guesses);
 4. priors: kind (a function is a better answer than the file around it) and
    test files (weaker unless the prompt is about tests);
-5. maximal marginal relevance (Carbonell & Goldstein, SIGIR 1998):
+5. feedback from the usage ledger (:mod:`cogd.retrieve.feedback`): utility,
+   the session's working set, recency of edits;
+6. maximal marginal relevance (Carbonell & Goldstein, SIGIR 1998):
    ``argmax λ·rel(d) − (1−λ)·max_{s∈S} sim(d, s)`` with cosine similarity of
    entity vectors when both have one, else structural similarity (same
    container 0.8, same file 0.5); plus a hard cap per file.
@@ -29,6 +31,7 @@ import numpy as np
 
 from cogd.config import RetrieveConfig
 from cogd.index.vectors import DenseIndex
+from cogd.retrieve.feedback import Feedback
 from cogd.retrieve.lexical import Hit, bm25_search
 
 KIND_PRIOR = {"file": 0.7, "module": 0.8, "class": 0.9, "function": 1.0, "method": 1.0, "constant": 0.8}
@@ -180,9 +183,9 @@ def _similarity(a: Hit, b: Hit, vectors: dict[str, np.ndarray]) -> float:
 
 def select(
     hits: list[Hit], config: RetrieveConfig, *, per_file_cap: int, prompt: str = "",
-    dense: DenseIndex | None = None, limit: int = 40,
+    dense: DenseIndex | None = None, limit: int = 40, feedback: Feedback | None = None,
 ) -> list[Hit]:
-    """Priors, then MMR with a per-file cap: the order a pack shows items in.
+    """Priors, feedback, then MMR with a per-file cap: the order a pack shows items in.
 
     Relevance is the prior-weighted score scaled to [0, 1]. A file entity is
     dropped once an entity inside it is selected (the narrower item says the
@@ -200,6 +203,8 @@ def select(
             prior *= EXAMPLE_PRIOR
         hit.signals["prior"] = round(prior, 3)
         hit.score *= prior
+    if feedback is not None:
+        feedback.apply(hits)
     top = max(h.score for h in hits) or 1.0
     vectors = dense.vectors([h.id for h in hits]) if dense is not None else {}
     lam = config.mmr_lambda

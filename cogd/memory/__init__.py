@@ -1,0 +1,20 @@
+"""Memory: observations, rules and knowledge as markdown files, kept honest (DESIGN.md §1, §4).
+
+The files under ``.cogd/memory/{observations,rules,knowledge}/<ULID>.md`` are the
+record; ``.cogd/index/memory.db`` is their projection; the ``events`` and
+``tombstones`` tables in ``.cogd/state.db`` are the ledger. Modules, one
+concept each:
+
+- :mod:`record` — parse, serialise and atomically write one record file;
+- :mod:`lattice` — the status table and the one function every status change calls;
+- :mod:`normalise` — normalised content and its hash (the tombstone key);
+- :mod:`secrets` — the write-path secret scan and ``<private>`` stripping;
+- :mod:`dedup` — exact, fuzzy-title and embedding duplicate detection;
+- :mod:`events` — the append-only ``events`` table and the ``tombstones`` table;
+- :mod:`projection` — ``memory.db``: rows, FTS5, vectors;
+- :mod:`anchors` — what the code index says about anchored entities;
+- :mod:`sync` — the stat scan that carries hand edits through the lattice;
+- :mod:`api` — :class:`~cogd.memory.api.MemoryStore`, the operations the CLI and the daemon share.
+
+Nothing here imports :mod:`cogd.daemon`.
+"""

@@ -1,0 +1,797 @@
+"""The memory operations, shared by the CLI (through the daemon or in-process) and the daemon's methods.
+
+:class:`MemoryStore` owns one repository's memory: the record files under
+``.cogd/memory/``, the projection ``.cogd/index/memory.db`` and the ledger
+tables ``events`` and ``tombstones`` in ``.cogd/state.db``. Every mutation —
+:meth:`~MemoryStore.record`, :meth:`~MemoryStore.transition`,
+:meth:`~MemoryStore.supersede`, :meth:`~MemoryStore.verify`,
+:meth:`~MemoryStore.edit`, imports, the anchor check and hand edits found by
+:meth:`~MemoryStore.sync` — asks :func:`cogd.memory.lattice.transition` first,
+then writes the file (atomically), appends the event, and updates the projection.
+
+For packs (read-only, thread-safe, never raise on an empty store):
+
+- ``MemoryStore.search(query: str, limit: int, statuses=("active", "stale")) -> list[MemoryHit]``
+  — BM25 over title and body (FTS5) fused with cosine similarity of the
+  memory embeddings when an encoder is available (reciprocal rank fusion, k = 60);
+  best first. Each :class:`~cogd.memory.projection.MemoryHit` has ``id``, ``type``,
+  ``title``, ``body``, ``status``, ``updated_at`` (unix s), ``anchors``
+  (``[{"entity", "hash"}]``), ``score`` (higher is better).
+- ``MemoryStore.listing(type=None, status=None, limit=None) -> list[MemoryHit]``
+  — newest ``updated_at`` first; ``status`` one status or a tuple of them.
+- ``MemoryStore.config.show_stale`` — whether packs show stale memories (with their
+  age and a "may be outdated" mark) or leave them out.
+
+Errors: every refused operation raises :class:`~cogd.memory.errors.MemoryError_`
+with a stable ``kind`` (``illegal_transition``, ``tombstoned``,
+``secret_detected``, ``duplicate``, ``not_found``, ``bad_request``) and JSON-safe ``data``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from pathlib import Path
+from typing import Callable, Iterable
+
+import numpy as np
+
+from cogd.memory import lattice
+from cogd.memory.anchors import CodeIndex, entity_path
+from cogd.memory.dedup import Existing, find_duplicate, nearest
+from cogd.memory.errors import MemoryError_, bad_request, not_found
+from cogd.memory.events import MemoryLedger
+from cogd.memory.normalise import content_hash
+from cogd.memory.projection import MemoryHit, Projection, row_anchors, row_to_hit
+from cogd.memory.record import (
+    FOLDERS, SOURCES, TITLE_MAX, TYPES, Anchor, Record, RecordError, atomic_write, is_ulid, new_id, parse, serialise,
+)
+from cogd.memory.secrets import scan as scan_secrets
+from cogd.memory.secrets import strip_private
+
+log = logging.getLogger("cogd.memory")
+
+TEXT_MAX = 100_000  # characters of one memory's body
+RRF_K = 60
+
+# embed(text) -> (model id, unit float32 vector) or None while no encoder is available
+Embed = Callable[[str], "tuple[str, np.ndarray] | None"]
+
+
+def _default_config():
+    from cogd.config import MemoryConfig
+
+    return MemoryConfig()
+
+
+def derive_title(text: str) -> str:
+    """The first non-empty line of ``text`` without markdown heading marks, at most 80 characters."""
+    for line in text.splitlines():
+        line = line.strip().lstrip("#").strip()
+        if line:
+            return line if len(line) <= 80 else line[:79].rstrip() + "…"
+    return ""
+
+
+def _when(ts: float) -> str:
+    return time.strftime("%Y-%m-%d", time.gmtime(ts))
+
+
+class MemoryStore:
+    """One repository's memory. Thread-safe: one lock serialises every mutation and sync.
+
+    ``root``: the repository root; records live in ``root/.cogd/memory/``.
+    ``state_db``: the ledger database (``events``, ``tombstones``).
+    ``index_dir``: where ``memory.db`` goes and ``index.db`` (the code index) is read.
+    ``config``: a :class:`cogd.config.MemoryConfig`. ``embed``: see :data:`Embed`.
+    ``clock``: unix seconds (tests may pin it).
+    """
+
+    def __init__(self, root: Path, state_db: Path, index_dir: Path, config=None, embed: Embed | None = None,
+                 clock: Callable[[], float] = time.time):
+        self.root = Path(root)
+        self.memory_dir = self.root / ".cogd" / "memory"
+        for folder in FOLDERS.values():
+            (self.memory_dir / folder).mkdir(parents=True, exist_ok=True)
+        self.config = config if config is not None else _default_config()
+        self.embed = embed
+        self.clock = clock
+        self.ledger = MemoryLedger(state_db)
+        self.projection = Projection(index_dir / "memory.db")
+        self.code = CodeIndex(index_dir / "index.db")
+        self._lock = threading.RLock()
+        self._last_sync = 0.0
+        self._anchor_mark: str | None = None
+        self.last_sync_at: float | None = None
+
+    def close(self) -> None:
+        with self._lock:
+            self.projection.close()
+            self.ledger.close()
+
+    # ---- helpers -----------------------------------------------------------------
+    def path_of(self, record: Record) -> Path:
+        return self.memory_dir / record.relpath()
+
+    def _vector(self, text: str) -> tuple[str, np.ndarray] | None:
+        if self.embed is None:
+            return None
+        try:
+            return self.embed(text)
+        except Exception:  # an encoder failure must not refuse a memory: dedup degrades to titles
+            log.exception("memory embedding failed")
+            return None
+
+    def _existing(self, rows, model: str | None) -> list[Existing]:
+        vectors = self.projection.vectors([r["id"] for r in rows], model) if model else {}
+        return [Existing(r["id"], r["title"], r["content_hash"], vectors.get(r["id"])) for r in rows]
+
+    def _load(self, entity_id: str) -> tuple[Record, "object"]:
+        """The record file of ``entity_id`` and its projection row; not_found / bad_request otherwise."""
+        if not isinstance(entity_id, str) or not entity_id:
+            raise bad_request("id must be a non-empty string")
+        row = self.projection.row(entity_id)
+        if row is None:
+            raise not_found(entity_id)
+        path = self.memory_dir / row["path"]
+        problem = self._problem(row["path"])
+        if problem:
+            raise bad_request(f"{path} has an unresolved problem ({problem.get('message')}); "
+                              f"fix the file first: {problem.get('fix', '')}", id=entity_id, path=str(path),
+                              problem=problem)
+        try:
+            record = parse(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, RecordError) as exc:
+            raise bad_request(f"cannot read {path}: {exc}", id=entity_id, path=str(path)) from exc
+        return record, row
+
+    def _problem(self, relpath: str) -> dict | None:
+        row = self.projection.files().get(relpath)
+        return json.loads(row["problem"]) if row is not None and row["problem"] else None
+
+    def _stat_file(self, record: Record, problem: dict | None = None) -> None:
+        path = self.path_of(record)
+        st = path.stat()
+        self.projection.set_file(record.relpath(), st.st_mtime_ns, st.st_size, record.id, problem)
+
+    def _project(self, record: Record, vector: tuple[str, np.ndarray] | None = None, *, text_changed: bool) -> None:
+        """Put ``record``'s accepted state into the projection (and its vector)."""
+        body = "" if record.status == "pruned" else strip_private(record.body).strip()
+        chash = record.tombstone if record.status == "pruned" and record.tombstone else content_hash(body)
+        self.projection.upsert(record, body, chash)
+        if record.status == "pruned":
+            self.projection.drop_vector(record.id)
+        elif text_changed:
+            got = vector or self._vector(f"{record.title}\n{body}")
+            if got is not None:
+                self.projection.set_vector(record.id, got[0], got[1])
+            else:
+                self.projection.drop_vector(record.id)
+        if self.path_of(record).exists():
+            self._stat_file(record)
+
+    def _write(self, record: Record) -> None:
+        """Write the record file (atomically). Its stat reaches the projection only in :meth:`_project`,
+        after the row: a kill in between leaves a file the next sync reads again, never one it skips."""
+        atomic_write(self.path_of(record), serialise(record))
+
+    @staticmethod
+    def _pre_image(row) -> str | None:
+        if row is None:
+            return None
+        return f"{row['title']}\n\n{row['body']}" if row["body"] else row["title"]
+
+    def _check_secrets(self, *texts: str) -> None:
+        findings, seen = [], set()
+        for text in texts:
+            for finding in scan_secrets(text):
+                if (finding.kind, finding.preview) not in seen:  # a title is often the body's first line
+                    seen.add((finding.kind, finding.preview))
+                    findings.append(finding)
+        if findings:
+            kinds = sorted({f.kind for f in findings})
+            first = findings[0]
+            raise MemoryError_(
+                "secret_detected",
+                f"refused: the text looks like it holds a secret ({', '.join(kinds)}; line {first.line}, "
+                f"starts {first.preview!r}). Remove it, or wrap what must not be stored in <private>…</private>.",
+                findings=[f.as_dict() for f in findings])
+
+    def _check_tombstone(self, chash: str, entity_id: str = "") -> None:
+        stone = self.ledger.tombstone(chash)
+        if stone is not None and stone.entity_id != entity_id:
+            raise MemoryError_(
+                "tombstoned",
+                f"refused: this claim was rejected on {_when(stone.at)} as {stone.entity_id}"
+                + (f" (reason: {stone.reason})" if stone.reason else "")
+                + f"; see `cogd memory show {stone.entity_id}` and `cogd events --entity {stone.entity_id}`",
+                id=stone.entity_id, rejected_at=stone.at, rejected_on=_when(stone.at), reason=stone.reason)
+
+    # ---- operations -------------------------------------------------------------------
+    def record(self, type: str, text: str, *, title: str | None = None, anchors: Iterable[str] = (),
+               source: str = "agent", actor: str | None = None, session_id: str = "", creation_reason: str = "",
+               tags: Iterable[str] = (), status: str | None = None, entity_id: str | None = None,
+               created_at: float | None = None, allow_duplicate: bool = False) -> dict:
+        """Write a new memory. Returns ``{"record": {...}, "path": str, "warnings": [str]}``.
+
+        ``type``: observation | rule | knowledge. ``text``: the claim (markdown;
+        ``<private>…</private>`` spans are dropped before anything is stored).
+        ``title``: defaults to the text's first line. ``anchors``: code entity ids,
+        each stored with its current content hash from the code index.
+        ``source``: agent | human | consolidation | import. ``status``: default
+        ``active`` for ``human``, ``candidate`` otherwise (imports are always candidates).
+
+        Raises MemoryError_: ``bad_request`` (bad type/source/text, an id in use),
+        ``secret_detected``, ``tombstoned`` (the same normalised claim was rejected;
+        data: id, date, reason), ``duplicate`` (data: id, how, score — exact content or
+        title over memories of the type that are live, embedding over active ones),
+        ``not_found`` (an anchor entity the index does not hold), ``illegal_transition``.
+        A near-duplicate of a rejected claim (embedding cosine ≥
+        ``config.tombstone_similarity``) is accepted only as ``candidate`` with a warning.
+        """
+        if type not in TYPES:
+            raise bad_request(f"type must be one of {', '.join(TYPES)}, got {type!r}")
+        if source not in SOURCES:
+            raise bad_request(f"source must be one of {', '.join(SOURCES)}, got {source!r}")
+        if not isinstance(text, str) or (title is not None and not isinstance(title, str)):
+            raise bad_request("text and title must be strings")
+        anchors = list(anchors)
+        if not all(isinstance(a, str) and a for a in anchors):
+            raise bad_request("anchors must be code entity ids (non-empty strings)")
+        with self._lock:
+            self.sync()
+            body = strip_private(text).strip()
+            if not body:
+                raise bad_request("the text is empty (after removing any <private>…</private> spans)")
+            if len(body) > TEXT_MAX:
+                raise bad_request(f"the text is {len(body)} characters; at most {TEXT_MAX}")
+            head = " ".join(strip_private(title or "").split()) or derive_title(body)
+            if len(head) > TITLE_MAX:
+                raise bad_request(f"the title is {len(head)} characters; at most {TITLE_MAX}")
+            self._check_secrets(head, body)
+            chash = content_hash(body)
+            self._check_tombstone(chash)
+            warnings: list[str] = []
+            if status is None:
+                status = "active" if source == "human" else "candidate"
+            if source == "import":
+                status = "candidate"
+            vector = self._vector(f"{head}\n{body}")
+            model = vector[0] if vector else None
+            near = nearest(vector[1] if vector else None,
+                           self._existing(self.projection.rows(status="rejected"), model),
+                           self.config.tombstone_similarity)
+            if near is not None:
+                stone = self.projection.row(near.id)
+                warnings.append(f"close to rejected memory {near.id} ({stone['title'] if stone else ''!s}, "
+                                f"similarity {near.score:.2f}): recorded as a candidate for review")
+                status = "candidate"
+            live = self.projection.rows(type=type, status=("candidate", "active", "stale"))
+            exact = [r for r in live if r["content_hash"] == chash]
+            active = [r for r in live if r["status"] == "active"]
+            pool = {r["id"]: r for r in exact + ([] if allow_duplicate else active)}
+            duplicate = find_duplicate(head, chash, None, self._existing(list(pool.values()), None),
+                                       similarity=self.config.duplicate_similarity)
+            if duplicate is None and vector is not None and not allow_duplicate:
+                duplicate = find_duplicate(head, chash, vector[1], self._existing(active, model),
+                                           similarity=self.config.duplicate_similarity)
+            if duplicate is not None:
+                raise MemoryError_("duplicate", f"refused: a {type} like this exists already: {duplicate.id} "
+                                   f"({duplicate.how} match, {duplicate.score:.2f})", **duplicate.as_dict())
+            anchor_list = self._anchor(anchors)
+            entity_id = entity_id or new_id()
+            if not is_ulid(entity_id):
+                raise bad_request(f"id must be a ULID, got {entity_id!r}")
+            if self.projection.row(entity_id) is not None or self.ledger.last_status(entity_id) is not None:
+                raise bad_request(f"id {entity_id} is already in use (or was purged here)", id=entity_id)
+            lattice.transition(None, status, entity_id=entity_id)
+            now = self.clock()
+            record = Record(
+                id=entity_id, type=type, title=head, status=status, body=body,
+                created_at=created_at if created_at is not None else now, updated_at=now, source=source,
+                valid_from_commit=self.code.commit(), creation_reason=str(creation_reason or "")[:500],
+                session_id=str(session_id or "")[:200], anchors=anchor_list,
+                tags=[str(t)[:100] for t in tags][:50],
+            )
+            self._write(record)
+            self.ledger.append(actor or source, entity_id, "create", None, status,
+                               detail={"path": record.relpath(), "source": source,
+                                       "anchors": [a.as_dict() for a in anchor_list], "warnings": warnings})
+            self._project(record, vector, text_changed=True)
+            return {"record": record.as_dict(), "path": str(self.path_of(record)), "warnings": warnings}
+
+    def _anchor(self, entity_ids: list[str]) -> list[Anchor]:
+        if not entity_ids:
+            return []
+        hashes = self.code.hashes(entity_ids)
+        missing = [e for e in entity_ids if e not in hashes]
+        if missing:
+            raise MemoryError_("not_found", f"the code index holds no entity {missing[0]!r} (ids look like "
+                               "'path/to/file.py::Class.method'; see `cogd search`)", id=missing[0], entities=missing)
+        return [Anchor(e, hashes[e]) for e in dict.fromkeys(entity_ids)]
+
+    def transition(self, entity_id: str, to: str, *, reason: str = "", actor: str = "agent") -> dict:
+        """Move a memory to status ``to`` through the lattice. Returns ``{"record": {...}}``.
+
+        ``reject`` needs a ``reason`` (kept with the tombstone). ``rejected`` records
+        the normalised-content tombstone; ``pruned`` removes the body, keeps the
+        tombstone. Supersession needs the successor: use :meth:`supersede`.
+        Raises MemoryError_ ``not_found``, ``bad_request``, ``illegal_transition``.
+        """
+        if to not in lattice.STATUSES:
+            raise bad_request(f"status must be one of {', '.join(lattice.STATUSES)}, got {to!r}")
+        if to == "superseded":
+            raise bad_request("a memory is superseded by another one: use memory.supersede (OLD_ID, NEW_ID)")
+        reason = " ".join(str(reason or "").split())[:1000]
+        if to == "rejected" and not reason:
+            raise bad_request("a rejection needs a reason (it is kept with the tombstone)")
+        if reason:
+            self._check_secrets(reason)
+        with self._lock:
+            self.sync()
+            record, row = self._load(entity_id)
+            old = row["status"]
+            action = lattice.transition(old, to, entity_id=entity_id)
+            if old == to:
+                raise bad_request(f"{entity_id} is already {to}", id=entity_id)
+            pre = self._pre_image(row)
+            record.status = to
+            record.updated_at = self.clock()
+            if to == "rejected":
+                record.rejected_reason = reason
+                record.tombstone = content_hash(strip_private(record.body).strip())
+                self.ledger.add_tombstone(record.tombstone, entity_id, reason, record.updated_at)
+            if to == "pruned":
+                if not record.tombstone:
+                    record.tombstone = content_hash(strip_private(record.body).strip())
+                    self.ledger.add_tombstone(record.tombstone, entity_id, reason or "pruned", record.updated_at)
+                record.body = ""
+            self._write(record)
+            self.ledger.append(actor, entity_id, action, old, to, pre, {"reason": reason} if reason else {})
+            self._project(record, text_changed=False)
+            return {"record": record.as_dict()}
+
+    def supersede(self, old_id: str, new_id: str, *, actor: str = "agent") -> dict:
+        """``old_id`` (active) becomes ``superseded`` by ``new_id`` (candidate or active), both files updated.
+
+        Returns ``{"old": {...}, "new": {...}}``. Raises MemoryError_ ``not_found``,
+        ``bad_request`` (same id, successor not live, different types), ``illegal_transition``.
+        """
+        if old_id == new_id:
+            raise bad_request("a memory cannot supersede itself")
+        with self._lock:
+            self.sync()
+            old, old_row = self._load(old_id)
+            new, new_row = self._load(new_id)
+            if new_row["status"] not in ("candidate", "active"):
+                raise bad_request(f"the successor {new_id} is {new_row['status']}; it must be candidate or active")
+            if new.type != old.type:
+                raise bad_request(f"{new_id} is a {new.type}, {old_id} a {old.type}: supersede within one type")
+            if old_row["status"] == "superseded":
+                raise MemoryError_("illegal_transition", f"{old_id} is already superseded (by {old.superseded_by or '?'})",
+                                   id=old_id, **{"from": "superseded", "to": "superseded", "allowed": ["pruned"]})
+            action = lattice.transition(old_row["status"], "superseded", entity_id=old_id)
+            lattice.transition(new_row["status"], new_row["status"], entity_id=new_id)
+            now = self.clock()
+            old.status, old.superseded_by, old.updated_at = "superseded", new_id, now
+            new.supersedes, new.updated_at = old_id, now
+            self._write(old)
+            self._write(new)
+            self.ledger.append(actor, old_id, action, old_row["status"], "superseded", self._pre_image(old_row),
+                               {"superseded_by": new_id})
+            self.ledger.append(actor, new_id, "edit", new_row["status"], new_row["status"], None,
+                               {"supersedes": old_id})
+            self._project(old, text_changed=False)
+            self._project(new, text_changed=False)
+            return {"old": old.as_dict(), "new": new.as_dict()}
+
+    def verify(self, entity_id: str, *, actor: str = "human") -> dict:
+        """Re-anchor a memory to the code as it is now; a ``stale`` one becomes ``active`` again.
+
+        Returns ``{"record": {...}, "anchors": [{"entity", "was", "now"}]}``. Raises
+        MemoryError_ ``not_found`` (the memory, or an anchored entity that is gone:
+        edit the anchors or reject the memory), ``illegal_transition``.
+        """
+        with self._lock:
+            self.sync()
+            record, row = self._load(entity_id)
+            old = row["status"]
+            to = "active" if old == "stale" else old
+            lattice.transition(old, to, entity_id=entity_id)
+            hashes = self.code.hashes([a.entity for a in record.anchors])
+            gone = [a.entity for a in record.anchors if a.entity not in hashes]
+            if gone:
+                raise MemoryError_("not_found", f"cannot re-anchor {entity_id}: the code index no longer holds "
+                                   f"{', '.join(gone)}; edit its anchors (`cogd memory edit`) or reject it",
+                                   id=entity_id, entities=gone)
+            changes = [{"entity": a.entity, "was": a.hash, "now": hashes[a.entity]} for a in record.anchors]
+            record.anchors = [Anchor(a.entity, hashes[a.entity]) for a in record.anchors]
+            record.status = to
+            record.updated_at = self.clock()
+            self._write(record)
+            self.ledger.append(actor, entity_id, "verify", old, to, None, {"anchors": changes})
+            self._project(record, text_changed=False)
+            self._anchor_mark = None
+            return {"record": record.as_dict(), "anchors": changes}
+
+    def edit(self, entity_id: str, text: str, *, actor: str = "human") -> dict:
+        """Replace a memory's file with ``text`` (a whole record file, as from ``$EDITOR``).
+
+        The edit goes through exactly what a hand edit of the file goes through
+        (:meth:`apply_file_state`): parse, lattice, secrets, tombstones. On success
+        the file holds ``text`` as given. Returns ``{"record": {...}, "action": str}``.
+        Raises MemoryError_ ``bad_request`` (unparsable text — message has line and
+        column — or another id), ``illegal_transition``, ``secret_detected``, ``tombstoned``;
+        on any error the file is untouched.
+        """
+        if not isinstance(text, str):
+            raise bad_request("text must be a string")
+        try:
+            record = parse(text)
+        except RecordError as exc:
+            raise bad_request(f"the edited record does not parse: {exc}", line=exc.line, column=exc.column) from exc
+        if record.id != entity_id:
+            raise bad_request(f"the edited record's id is {record.id}, not {entity_id}: ids cannot change")
+        with self._lock:
+            self.sync()
+            _, row = self._load(entity_id)
+            if record.type != row["type"]:
+                raise bad_request(f"the type cannot change ({row['type']} → {record.type}): record a new memory")
+            if text == (self.memory_dir / row["path"]).read_text(encoding="utf-8"):
+                return {"record": self._row_record(row), "action": "unchanged"}
+            action = self.apply_file_state(record, row["status"], row, actor=actor, raise_errors=True,
+                                           write_text=text)
+            return {"record": record.as_dict(), "action": action}
+
+    def purge(self, entity_id: str, *, actor: str = "human") -> dict:
+        """Erase a memory: its file, projection rows and vector; its events' text becomes a hash.
+
+        What remains: the events themselves (that something happened, when, by
+        whom, status moves), the tombstone hash if it was rejected, and a ``purge``
+        event. Not erased: git history, backups, other copies of the file.
+        Works on memories of any status and on files with problems. Returns
+        ``{"id", "removed_file": bool, "events_redacted": int}``. Raises ``not_found``.
+        """
+        if not isinstance(entity_id, str) or not entity_id:
+            raise bad_request("id must be a non-empty string")
+        with self._lock:
+            self.sync()
+            row = self.projection.row(entity_id)
+            files = [p for p, f in self.projection.files().items() if f["id"] == entity_id]
+            if row is not None:
+                files.append(row["path"])
+            if row is None and not files:
+                raise not_found(entity_id)
+            removed = False
+            for rel in dict.fromkeys(files):
+                try:
+                    (self.memory_dir / rel).unlink()
+                    removed = True
+                except FileNotFoundError:
+                    pass
+                self.projection.drop_file(rel)
+            old = row["status"] if row is not None else None
+            self.projection.delete(entity_id, erase=True)
+            redacted = self.ledger.redact(entity_id)
+            self.ledger.redact_tombstone_reasons(entity_id)
+            self.ledger.append(actor, entity_id, "purge", old, "purged", None, {"files": len(files)})
+            self.ledger.checkpoint()
+            return {"id": entity_id, "removed_file": removed, "events_redacted": redacted}
+
+    # ---- reads ------------------------------------------------------------------------
+    def _row_record(self, row) -> dict:
+        hit = row_to_hit(row)
+        data = hit.as_dict()
+        data.update({"path": row["path"], "supersedes": row["supersedes"], "superseded_by": row["superseded_by"],
+                     "session_id": row["session_id"], "valid_from_commit": row["valid_from_commit"]})
+        data.pop("score", None)
+        return data
+
+    def get(self, entity_id: str) -> dict:
+        """One memory: ``{"record": {...}, "text": file text, "path", "problem", "events": [...]}``.
+
+        The record is the projection's (the last legal state); ``text`` is the
+        file as it is now. Raises MemoryError_ ``not_found``.
+        """
+        if not isinstance(entity_id, str) or not entity_id:
+            raise bad_request("id must be a non-empty string")
+        with self._lock:
+            self.sync()
+            row = self.projection.row(entity_id)
+            if row is None:
+                raise not_found(entity_id)
+            path = self.memory_dir / row["path"]
+            try:
+                text = path.read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError):
+                text = ""
+            return {"record": self._row_record(row), "text": text, "path": str(path),
+                    "problem": self._problem(row["path"]), "events": self.ledger.events(entity_id)}
+
+    def list(self, *, type: str | None = None, status: str | None = None, limit: int | None = None) -> list[dict]:
+        """Memories newest first, as :meth:`get`'s ``record`` dicts. Raises ``bad_request`` on unknown filters."""
+        if type is not None and type not in TYPES:
+            raise bad_request(f"type must be one of {', '.join(TYPES)}, got {type!r}")
+        if status is not None and status not in lattice.STATUSES:
+            raise bad_request(f"status must be one of {', '.join(lattice.STATUSES)}, got {status!r}")
+        with self._lock:
+            self.sync()
+            return [self._row_record(r) for r in self.projection.rows(type=type, status=status, limit=limit)]
+
+    def listing(self, type: str | None = None, status=None, limit: int | None = None) -> list[MemoryHit]:
+        """For packs: memories as :class:`MemoryHit` (score 0.0), newest ``updated_at`` first.
+
+        ``status``: one status, a tuple/list of them, or None for all.
+        """
+        return [row_to_hit(r) for r in self.projection.rows(type=type, status=status, limit=limit)]
+
+    def search(self, query: str, limit: int = 10, statuses=("active", "stale")) -> list[MemoryHit]:
+        """For packs: memories matching ``query``, best first, at most ``limit``.
+
+        Candidates: FTS5 BM25 over title (weight 4) and body, and — when an encoder
+        is available — cosine similarity of the query embedding to every stored
+        memory vector of the same model; both filtered by ``statuses`` before the
+        cut, fused by reciprocal rank (k = 60). ``score`` is the fused value.
+        Returns [] for an empty query or store; never raises on odd text.
+        """
+        statuses = tuple(statuses)
+        if not isinstance(query, str) or not query.strip() or limit <= 0 or not statuses:
+            return []
+        depth = max(limit * 3, 30)
+        lexical = self.projection.bm25(query, statuses, depth)
+        dense: list[tuple[str, float]] = []
+        got = self._vector(query)
+        if got is not None:
+            model, qv = got
+            rows = {r["id"] for r in self.projection.rows(status=statuses)}
+            vectors = {i: v for i, v in self.projection.vectors(None, model).items() if i in rows}
+            scored = [(i, float(np.dot(qv, v))) for i, v in vectors.items() if v.shape == qv.shape]
+            dense = sorted(scored, key=lambda t: -t[1])[:depth]
+        fused: dict[str, float] = {}
+        for ranked in (lexical, dense):
+            for rank, (entity_id, _) in enumerate(ranked, start=1):
+                fused[entity_id] = fused.get(entity_id, 0.0) + 1.0 / (RRF_K + rank)
+        best = sorted(fused.items(), key=lambda t: -t[1])[:limit]
+        hits = []
+        for entity_id, score in best:
+            row = self.projection.row(entity_id)
+            if row is not None:
+                hits.append(row_to_hit(row, round(score, 6)))
+        return hits
+
+    def events(self, entity_id: str | None = None, limit: int | None = None) -> list[dict]:
+        """Events oldest first (the newest ``limit`` when given), for one entity or all."""
+        return self.ledger.events(entity_id or None, limit)
+
+    def status(self) -> dict:
+        """The ``memory`` block of the daemon status: counts, problems with fixes, last sync time."""
+        counts = self.projection.counts()
+        return {
+            "total": sum(sum(v.values()) for v in counts.values()),
+            "by_type": counts,
+            "problems": self.projection.problems(),
+            "last_sync_at": self.last_sync_at,
+        }
+
+    # ---- export / import ------------------------------------------------------------------
+    def export(self) -> list[dict]:
+        """Every memory but pruned ones, as JSON-safe dicts (the record files' content), oldest first."""
+        with self._lock:
+            self.sync()
+            out = []
+            for row in reversed(self.projection.rows()):
+                if row["status"] == "pruned":
+                    continue
+                try:
+                    record = parse((self.memory_dir / row["path"]).read_text(encoding="utf-8"))
+                except (OSError, UnicodeDecodeError, RecordError):
+                    continue
+                if record.status != row["status"]:  # a refused hand edit: export the last legal state
+                    record.status = row["status"]
+                record.body = strip_private(record.body).strip()
+                out.append(record.as_dict())
+            return out
+
+    def import_(self, items: list, *, actor: str = "import") -> dict:
+        """Import exported memories: each lands as ``candidate`` with ``source: import``.
+
+        ``items``: dicts with at least ``type`` and ``body`` (``title``, ``id``, ``tags``,
+        ``anchors``, ``creation_reason`` optional). The id is kept when it is a
+        ULID not known here. Anchors whose entity this index does not hold are
+        dropped with a warning. Each item is checked like any write (secrets,
+        tombstones, duplicates); a refused item does not stop the others.
+        Returns ``{"imported": [id], "refused": [{"index", "kind", "message", ...}]}``.
+        """
+        if not isinstance(items, list):
+            raise bad_request("items must be a list of objects")
+        imported, refused = [], []
+        for index, item in enumerate(items):
+            try:
+                if not isinstance(item, dict):
+                    raise bad_request("not an object")
+                anchors = []
+                warnings = []
+                wanted = [a.get("entity") for a in item.get("anchors") or [] if isinstance(a, dict)]
+                wanted = [a for a in wanted if isinstance(a, str) and a]
+                known = self.code.hashes(wanted)
+                for entity in wanted:
+                    (anchors if entity in known else warnings).append(entity)
+                candidate_id = item.get("id") if is_ulid(item.get("id")) else None
+                if candidate_id and (self.projection.row(candidate_id) is not None
+                                     or self.ledger.last_status(candidate_id) is not None):
+                    candidate_id = None
+                result = self.record(
+                    str(item.get("type", "")), item.get("body") if isinstance(item.get("body"), str) else "",
+                    title=item.get("title") if isinstance(item.get("title"), str) else None, anchors=anchors,
+                    source="import", actor=actor, creation_reason=str(item.get("creation_reason") or "import"),
+                    tags=[t for t in item.get("tags") or [] if isinstance(t, str)], entity_id=candidate_id,
+                    created_at=item.get("created_at") if isinstance(item.get("created_at"), (int, float)) else None)
+                imported.append(result["record"]["id"])
+                if warnings:
+                    refused.append({"index": index, "kind": "warning", "id": result["record"]["id"],
+                                    "message": f"anchors dropped (not in this index): {', '.join(warnings)}"})
+            except MemoryError_ as exc:
+                refused.append({"index": index, "kind": exc.kind, "message": str(exc), **exc.data})
+        return {"imported": imported, "refused": refused}
+
+    # ---- the sync (hand edits, arrivals, anchors, vectors) -------------------------------------
+    def sync(self) -> dict:
+        """Scan the record files and carry every change through the lattice; check anchors.
+
+        Cheap when nothing changed (one ``stat`` per file). Returns the scan's
+        counts. See :mod:`cogd.memory.sync`.
+        """
+        from cogd.memory.sync import scan
+
+        with self._lock:
+            result = scan(self)
+            result["staled"] = self.check_anchors()
+            self.last_sync_at = self.clock()
+            return result
+
+    def maybe_sync(self, interval_s: float = 1.0) -> dict | None:
+        """:meth:`sync` at most once per ``interval_s`` (the daemon's housekeeping calls this every second);
+        also embeds a few memories that have no vector yet."""
+        now = time.monotonic()
+        if now - self._last_sync < interval_s:
+            return None
+        self._last_sync = now
+        result = self.sync()
+        self.fill_vectors()
+        return result
+
+    def fill_vectors(self, batch: int = 16) -> int:
+        """Embed up to ``batch`` memories that have no vector of the current model. Returns how many."""
+        probe = self._vector("probe") if self.embed is not None else None
+        if probe is None:
+            return 0
+        done = 0
+        with self._lock:
+            for row in self.projection.missing_vectors(probe[0], batch):
+                got = self._vector(f"{row['title']}\n{row['body']}")
+                if got is not None:
+                    self.projection.set_vector(row["id"], got[0], got[1])
+                    done += 1
+        return done
+
+    def check_anchors(self) -> int:
+        """Active memories whose anchored entity changed (content hash) or vanished go ``stale``.
+
+        Each through the lattice, with a ``stale`` event by actor ``daemon`` naming
+        the entities. Runs only when the code index was refreshed or memories
+        changed since the last check. Returns how many went stale.
+        """
+        rows = [r for r in self.projection.rows(status="active") if r["anchors"] not in ("", "[]")]
+        mark = f"{self.code.meta('indexed_at')}|{self.code.commit()}|{len(rows)}|" + ",".join(
+            sorted(f"{r['id']}:{r['updated_at']}" for r in rows))
+        if mark == self._anchor_mark:
+            return 0
+        self._anchor_mark = mark
+        if not rows or not self.code.index_db.exists():
+            return 0
+        anchors = {r["id"]: row_anchors(r) for r in rows}
+        hashes = self.code.hashes([a.entity for items in anchors.values() for a in items])
+        if not hashes and not self.code.meta("indexed_at"):
+            return 0  # no index built yet: nothing can be judged
+        # An entity missing from the index is gone only when its file is indexed without it or no
+        # longer exists; a file not (re)indexed yet — a rebuild in progress — says nothing.
+        missing_paths = {entity_path(a.entity) for items in anchors.values() for a in items if a.entity not in hashes}
+        indexed = self.code.indexed_files(sorted(missing_paths))
+        gone_paths = {p for p in missing_paths if p in indexed or not (self.root / p).exists()}
+        staled = 0
+        for row in rows:
+            changed = [{"entity": a.entity, "was": a.hash, "now": hashes.get(a.entity)}
+                       for a in anchors[row["id"]]
+                       if (a.entity in hashes and hashes[a.entity] != a.hash)
+                       or (a.entity not in hashes and entity_path(a.entity) in gone_paths)]
+            if not changed:
+                continue
+            try:
+                record, _ = self._load(row["id"])
+            except MemoryError_:
+                continue  # a file with a pending problem is left to its owner
+            action = lattice.transition("active", "stale", entity_id=row["id"])
+            record.status = "stale"
+            record.updated_at = self.clock()
+            self._write(record)
+            self.ledger.append("daemon", row["id"], action, "active", "stale", None, {"anchors": changed})
+            self._project(record, text_changed=False)
+            staled += 1
+        if staled:
+            self._anchor_mark = None
+        return staled
+
+    def apply_file_state(self, record: Record, old_status: str | None, row, *, actor: str, relpath: str | None = None,
+                         raise_errors: bool = False, write_text: str | None = None, arrival: bool = False) -> str:
+        """Accept (or refuse) a record file's new state — the hand-edit path.
+
+        ``old_status``: the last legal status (projection row, or the ledger's
+        last event after a rebuild; None for a record never seen). ``row``: the
+        projection row or None. ``write_text``: write this text to the file on
+        success (``cogd memory edit``); None means the file already holds it.
+        On refusal the file is never rewritten: an event (``illegal_transition``
+        or ``refused``) is appended, the problem is stored against the file (shown
+        by ``cogd status``), and the projection keeps the last legal state; with
+        ``raise_errors`` the MemoryError_ is raised instead of being recorded
+        as a file problem (nothing is written). Returns the action name
+        (``create``, ``edit``, ``reject`` … or ``unchanged``).
+        """
+        relpath = relpath or record.relpath()
+        try:
+            if old_status == "purged":
+                raise MemoryError_("illegal_transition", f"{record.id} was purged (erased) here: it cannot come back",
+                                   id=record.id, **{"from": "purged", "to": record.status, "allowed": []})
+            action = lattice.transition(old_status, record.status, entity_id=record.id, arrival=arrival)
+            body = strip_private(record.body).strip()
+            chash = content_hash(body) if body else record.tombstone
+            text_changed = row is None or row["content_hash"] != chash or row["title"] != record.title
+            if record.status in lattice.LIVE and text_changed:
+                self._check_secrets(record.title, body)
+                self._check_tombstone(chash, record.id)
+        except MemoryError_ as exc:
+            if raise_errors:
+                raise
+            problem = {"kind": exc.kind, "id": record.id, "message": str(exc),
+                       "fix": self._fix_hint(exc, old_status, record), **{k: v for k, v in exc.data.items()
+                                                                       if k in ("from", "to", "allowed")}}
+            self.ledger.append(actor, record.id, "illegal_transition" if exc.kind == "illegal_transition" else "refused",
+                               old_status, record.status if exc.kind == "illegal_transition" else None, None,
+                               {"path": relpath, "kind": exc.kind})
+            path = self.memory_dir / relpath
+            st = path.stat()
+            self.projection.set_file(relpath, st.st_mtime_ns, st.st_size, record.id, problem)
+            return "refused"
+        if old_status == record.status and (row is None or not text_changed):
+            action = "unchanged"  # a touch, a metadata edit, or a rebuilt projection re-reading a known record
+        if write_text is not None:
+            atomic_write(self.memory_dir / relpath, write_text)
+        if record.status in ("rejected", "pruned") and (record.tombstone or body):
+            stone = record.tombstone or content_hash(body)
+            self.ledger.add_tombstone(stone, record.id, record.rejected_reason or f"{record.status} by hand edit",
+                                      record.updated_at)
+        if action != "unchanged":
+            if row is not None and record.updated_at <= row["updated_at"]:
+                record.updated_at = self.clock()  # a hand edit rarely bumps updated_at itself
+            self.ledger.append(actor, record.id, action, old_status, record.status, self._pre_image(row),
+                               {"path": relpath, "via": "file"})
+        self._project(record, text_changed=text_changed)
+        st = (self.memory_dir / relpath).stat()
+        self.projection.set_file(relpath, st.st_mtime_ns, st.st_size, record.id, None)
+        self._anchor_mark = None
+        return action
+
+    @staticmethod
+    def _fix_hint(exc: MemoryError_, old_status: str | None, record: Record) -> str:
+        if exc.kind == "illegal_transition":
+            if old_status == "purged":
+                return "delete the file (the memory was erased)"
+            targets = exc.data.get("allowed") or []
+            options = [old_status] + list(targets) if old_status else list(targets)
+            return f"set `status:` back to {' or '.join(repr(s) for s in options if s)} in the file"
+        if exc.kind == "secret_detected":
+            return "remove the secret from the file (wrap private notes in <private>…</private>)"
+        if exc.kind == "tombstoned":
+            return f"this claim was rejected as {exc.data.get('id')}; delete the file or change the claim"
+        return "fix the file"

@@ -1,0 +1,186 @@
+"""The memory ledger in ``.cogd/state.db``: the append-only ``events`` table and ``tombstones``.
+
+``events``: one row per mutation of a memory — actor, time, entity id, action,
+old and new status, the pre-image of the text (title and body before the
+change; NULL for a creation), and a JSON ``detail``. No code path updates or
+deletes a row except erasure (:meth:`MemoryLedger.redact`), which replaces the
+text with its hash and sets ``redacted``; SQLite triggers refuse anything else,
+so a bug cannot quietly rewrite history.
+
+``tombstones``: the normalised-content hash of every rejected or pruned claim,
+with the record's id, the date and the reason; consulted on every write.
+
+Thread-safe: one connection behind a lock (the daemon's request threads and
+its housekeeping share it). ``secure_delete`` is on, so redacted text does not
+linger in free pages.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from cogd.memory.normalise import redaction_hash
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS events (
+    id INTEGER PRIMARY KEY,
+    at REAL NOT NULL,                 -- unix seconds
+    actor TEXT NOT NULL,              -- agent | human | daemon | sync | consolidation | import
+    entity_id TEXT NOT NULL,
+    action TEXT NOT NULL,             -- create | edit | activate | stale | reject | supersede | prune |
+                                      -- reactivate | verify | illegal_transition | refused | file_removed | purge
+    old_status TEXT,
+    new_status TEXT,
+    pre_image TEXT,                   -- the text before the change; a sha256 after erasure
+    detail TEXT NOT NULL DEFAULT '{}',-- JSON: reason, path, anchors, warnings …
+    redacted INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS events_entity ON events(entity_id, id);
+CREATE TRIGGER IF NOT EXISTS events_append_only_delete BEFORE DELETE ON events
+BEGIN SELECT RAISE(ABORT, 'events are append-only'); END;
+CREATE TRIGGER IF NOT EXISTS events_append_only_update BEFORE UPDATE ON events
+WHEN NEW.redacted != 1 OR NEW.id != OLD.id OR NEW.at != OLD.at OR NEW.actor != OLD.actor
+  OR NEW.entity_id != OLD.entity_id OR NEW.action != OLD.action
+  OR NEW.old_status IS NOT OLD.old_status OR NEW.new_status IS NOT OLD.new_status
+BEGIN SELECT RAISE(ABORT, 'events are append-only (only erasure may redact their text)'); END;
+CREATE TABLE IF NOT EXISTS tombstones (
+    hash TEXT PRIMARY KEY,            -- sha256 of the normalised content
+    entity_id TEXT NOT NULL,
+    at REAL NOT NULL,
+    reason TEXT NOT NULL DEFAULT ''
+);
+"""
+
+TEXT_DETAIL_KEYS = ("reason", "title")  # detail fields that may carry a memory's words: redacted too
+
+
+@dataclass
+class Tombstone:
+    hash: str
+    entity_id: str
+    at: float
+    reason: str
+
+    def as_dict(self) -> dict:
+        return {"id": self.entity_id, "rejected_at": self.at, "reason": self.reason}
+
+
+class MemoryLedger:
+    """``events`` and ``tombstones`` in ``state.db``. Raises sqlite3.Error on a broken database."""
+
+    def __init__(self, path: Path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._conn = sqlite3.connect(path, timeout=10.0, check_same_thread=False, isolation_level=None)
+        self._conn.row_factory = sqlite3.Row
+        self._conn.execute("PRAGMA journal_mode=WAL")
+        self._conn.execute("PRAGMA busy_timeout=10000")
+        self._conn.execute("PRAGMA secure_delete=ON")
+        self._conn.executescript(SCHEMA)
+        self._lock = threading.RLock()
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+    # ---- events -----------------------------------------------------------------
+    def append(self, actor: str, entity_id: str, action: str, old_status: str | None, new_status: str | None,
+               pre_image: str | None = None, detail: dict | None = None, at: float | None = None) -> int:
+        """Append one event; returns its id. ``detail`` must be JSON-serialisable."""
+        with self._lock:
+            cur = self._conn.execute(
+                "INSERT INTO events(at, actor, entity_id, action, old_status, new_status, pre_image, detail) "
+                "VALUES (?,?,?,?,?,?,?,?)",
+                (time.time() if at is None else at, actor, entity_id, action, old_status, new_status, pre_image,
+                 json.dumps(detail or {}, ensure_ascii=False, sort_keys=True)),
+            )
+            return int(cur.lastrowid)
+
+    def events(self, entity_id: str | None = None, limit: int | None = None, after_id: int = 0) -> list[dict]:
+        """Events oldest first (``limit``: the newest ``limit`` of them), optionally for one entity."""
+        where, args = ["id > ?"], [after_id]
+        if entity_id:
+            where.append("entity_id = ?")
+            args.append(entity_id)
+        sql = f"SELECT * FROM events WHERE {' AND '.join(where)} ORDER BY id DESC"
+        if limit:
+            sql += f" LIMIT {int(limit)}"
+        with self._lock:
+            rows = self._conn.execute(sql, args).fetchall()
+        out = []
+        for row in reversed(rows):
+            item = dict(row)
+            item["detail"] = json.loads(item["detail"] or "{}")
+            item["redacted"] = bool(item["redacted"])
+            out.append(item)
+        return out
+
+    def last_status(self, entity_id: str) -> str | None:
+        """The status the lattice last accepted for ``entity_id`` (None when it never existed here).
+
+        ``purged`` after an erasure. Refused attempts (``illegal_transition``,
+        ``refused``) do not count.
+        """
+        with self._lock:
+            row = self._conn.execute(
+                "SELECT new_status FROM events WHERE entity_id = ? AND action NOT IN "
+                "('illegal_transition', 'refused') AND new_status IS NOT NULL ORDER BY id DESC LIMIT 1",
+                (entity_id,)).fetchone()
+        return row[0] if row else None
+
+    def redact(self, entity_id: str) -> int:
+        """Erasure: replace every text of ``entity_id``'s events by its hash. Returns rows redacted."""
+        with self._lock:
+            rows = self._conn.execute(
+                "SELECT id, pre_image, detail FROM events WHERE entity_id = ? AND redacted = 0",
+                (entity_id,)).fetchall()
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                for row in rows:
+                    detail = json.loads(row["detail"] or "{}")
+                    for key in TEXT_DETAIL_KEYS:
+                        if isinstance(detail.get(key), str) and detail[key]:
+                            detail[key] = redaction_hash(detail[key])
+                    pre = redaction_hash(row["pre_image"]) if row["pre_image"] else row["pre_image"]
+                    self._conn.execute("UPDATE events SET pre_image = ?, detail = ?, redacted = 1 WHERE id = ?",
+                                       (pre, json.dumps(detail, ensure_ascii=False, sort_keys=True), row["id"]))
+                self._conn.execute("COMMIT")
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+        return len(rows)
+
+    def checkpoint(self) -> None:
+        """Copy the WAL into the database file and truncate it (after an erasure: no old page keeps the text)."""
+        with self._lock:
+            self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+
+    # ---- tombstones -------------------------------------------------------------
+    def add_tombstone(self, content_hash: str, entity_id: str, reason: str, at: float | None = None) -> None:
+        """Keep ``content_hash`` as a rejected claim (the first tombstone of a hash wins)."""
+        with self._lock:
+            self._conn.execute("INSERT OR IGNORE INTO tombstones(hash, entity_id, at, reason) VALUES (?,?,?,?)",
+                               (content_hash, entity_id, time.time() if at is None else at, reason))
+
+    def tombstone(self, content_hash: str) -> Tombstone | None:
+        with self._lock:
+            row = self._conn.execute("SELECT * FROM tombstones WHERE hash = ?", (content_hash,)).fetchone()
+        return Tombstone(row["hash"], row["entity_id"], row["at"], row["reason"]) if row else None
+
+    def tombstones_of(self, entity_id: str) -> list[Tombstone]:
+        with self._lock:
+            rows = self._conn.execute("SELECT * FROM tombstones WHERE entity_id = ?", (entity_id,)).fetchall()
+        return [Tombstone(r["hash"], r["entity_id"], r["at"], r["reason"]) for r in rows]
+
+    def redact_tombstone_reasons(self, entity_id: str) -> None:
+        """Erasure: a tombstone keeps its hash, id and date; the free-text reason becomes a hash."""
+        with self._lock:
+            for row in self._conn.execute("SELECT hash, reason FROM tombstones WHERE entity_id = ?",
+                                          (entity_id,)).fetchall():
+                if row["reason"] and not row["reason"].startswith("sha256:"):
+                    self._conn.execute("UPDATE tombstones SET reason = ? WHERE hash = ?",
+                                       (redaction_hash(row["reason"]), row["hash"]))

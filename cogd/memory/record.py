@@ -1,0 +1,322 @@
+"""One memory record: a markdown file with YAML frontmatter.
+
+```
+---
+id: 01JD6Y0M7Q3V9S2W1T0R8K4N5P
+type: observation
+title: parse_date returns naive datetimes
+status: candidate
+created_at: '2026-11-30T10:12:00Z'
+...
+---
+
+The body: the claim itself, in markdown.
+```
+
+Known keys are listed in :data:`KNOWN_KEYS`; every other key is kept, in its
+order, and written back on rewrite. Writes are atomic (:func:`atomic_write`):
+a temporary file in the same folder, fsync, rename, fsync of the folder, so a
+kill at any moment leaves the old file or the new one, never a torn one.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from ulid import ULID
+
+TYPES = ("observation", "rule", "knowledge")
+FOLDERS = {"observation": "observations", "rule": "rules", "knowledge": "knowledge"}
+SOURCES = ("agent", "human", "consolidation", "import")
+TITLE_MAX = 200
+
+# In the order they are written. ``tombstone`` (normalised-content hash, on rejected
+# and pruned records) and ``rejected_reason`` are cogd's additions to the issue's list.
+KNOWN_KEYS = (
+    "id", "type", "title", "status", "created_at", "updated_at", "valid_from_commit", "source",
+    "creation_reason", "session_id", "anchors", "supersedes", "superseded_by", "tags",
+    "rejected_reason", "tombstone",
+)
+
+
+class RecordError(ValueError):
+    """A record file that cannot be read: ``line`` and ``column`` are 1-based (0 when unknown)."""
+
+    def __init__(self, message: str, line: int = 0, column: int = 0):
+        where = f"line {line}, column {column}: " if line else ""
+        super().__init__(f"{where}{message}")
+        self.message = message
+        self.line = line
+        self.column = column
+
+
+def new_id() -> str:
+    """A fresh ULID as its 26-character Crockford base32 string."""
+    return str(ULID())
+
+
+def is_ulid(value: object) -> bool:
+    if not isinstance(value, str) or len(value) != 26:
+        return False
+    try:
+        ULID.from_str(value)
+    except ValueError:
+        return False
+    return True
+
+
+def iso(ts: float) -> str:
+    """Unix seconds → ``2026-11-30T10:12:00.123456Z`` (UTC)."""
+    return _dt.datetime.fromtimestamp(ts, _dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def parse_time(value: object) -> float | None:
+    """An ISO 8601 string (or a YAML timestamp) → unix seconds; None when absent or unreadable."""
+    if isinstance(value, _dt.datetime):
+        moment = value if value.tzinfo else value.replace(tzinfo=_dt.timezone.utc)
+        return moment.timestamp()
+    if isinstance(value, _dt.date):
+        return _dt.datetime(value.year, value.month, value.day, tzinfo=_dt.timezone.utc).timestamp()
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    if isinstance(value, str) and value.strip():
+        text = value.strip().replace("Z", "+00:00")
+        try:
+            moment = _dt.datetime.fromisoformat(text)
+        except ValueError:
+            return None
+        return (moment if moment.tzinfo else moment.replace(tzinfo=_dt.timezone.utc)).timestamp()
+    return None
+
+
+@dataclass
+class Anchor:
+    """A code entity id and its content hash when the memory was written (or last verified)."""
+
+    entity: str
+    hash: str
+
+    def as_dict(self) -> dict:
+        return {"entity": self.entity, "hash": self.hash}
+
+
+@dataclass
+class Record:
+    """A memory record. Times are unix seconds (written to the file as ISO 8601 UTC)."""
+
+    id: str
+    type: str
+    title: str
+    status: str
+    body: str
+    created_at: float
+    updated_at: float
+    source: str = "agent"
+    valid_from_commit: str = ""
+    creation_reason: str = ""
+    session_id: str = ""
+    anchors: list[Anchor] = field(default_factory=list)
+    supersedes: str = ""
+    superseded_by: str = ""
+    tags: list[str] = field(default_factory=list)
+    rejected_reason: str = ""
+    tombstone: str = ""
+    extra: dict = field(default_factory=dict)  # unknown frontmatter keys, kept as read
+
+    @property
+    def text(self) -> str:
+        """Title and body, as one string (what the secret scan and the pre-image cover)."""
+        return f"{self.title}\n\n{self.body}" if self.body else self.title
+
+    def relpath(self) -> str:
+        """Where the record lives under ``.cogd/memory/``: ``observations/<id>.md``."""
+        return f"{FOLDERS[self.type]}/{self.id}.md"
+
+    def frontmatter(self) -> dict:
+        data: dict = {
+            "id": self.id, "type": self.type, "title": self.title, "status": self.status,
+            "created_at": iso(self.created_at), "updated_at": iso(self.updated_at),
+            "valid_from_commit": self.valid_from_commit, "source": self.source,
+            "creation_reason": self.creation_reason, "session_id": self.session_id,
+            "anchors": [a.as_dict() for a in self.anchors],
+            "supersedes": self.supersedes, "superseded_by": self.superseded_by, "tags": list(self.tags),
+        }
+        if self.rejected_reason:
+            data["rejected_reason"] = self.rejected_reason
+        if self.tombstone:
+            data["tombstone"] = self.tombstone
+        for key, value in self.extra.items():
+            if key not in data:
+                data[key] = value
+        return data
+
+    def as_dict(self) -> dict:
+        """JSON-safe: the frontmatter with unix-second times, plus ``body``."""
+        data = self.frontmatter()
+        data["created_at"] = self.created_at
+        data["updated_at"] = self.updated_at
+        data["body"] = self.body
+        return data
+
+
+def _str(data: dict, key: str, line_of: dict, default: str = "") -> str:
+    value = data.get(key, default)
+    if value is None:
+        return default
+    if isinstance(value, (str, int, float)) and not isinstance(value, bool):
+        return str(value)
+    raise RecordError(f"{key} must be a string", line_of.get(key, 0), 1)
+
+
+def _key_lines(lines: list[str]) -> dict[str, int]:
+    """Top-level frontmatter key → its 1-based line in the file (for error messages)."""
+    found = {}
+    for number, line in enumerate(lines, start=2):
+        if line and not line[0].isspace() and ":" in line:
+            found.setdefault(line.split(":", 1)[0].strip(), number)
+    return found
+
+
+def split(text: str) -> tuple[str, str, int]:
+    """``(frontmatter YAML, body, body start line)``; RecordError when there is no frontmatter block."""
+    if text.startswith("\ufeff"):
+        text = text[1:]
+    lines = text.split("\n")
+    if not lines or lines[0].rstrip("\r") != "---":
+        raise RecordError("the file must start with a '---' line opening the YAML frontmatter", 1, 1)
+    for number in range(1, len(lines)):
+        if lines[number].rstrip("\r") in ("---", "..."):
+            front = "\n".join(line.rstrip("\r") for line in lines[1:number])
+            body = "\n".join(line.rstrip("\r") for line in lines[number + 1:])
+            return front, body.strip("\n"), number + 2
+    raise RecordError("the frontmatter is never closed by a '---' line", len(lines), 1)
+
+
+def parse(text: str) -> Record:
+    """Read one record file's text. Raises RecordError with 1-based line and column.
+
+    Checks: frontmatter present and a YAML mapping; ``id`` a ULID; ``type``
+    and ``status`` known values; ``title`` present; ``anchors`` a list of
+    ``{entity, hash}``; ``tags`` a list of strings. Unknown keys go to
+    ``Record.extra``.
+    """
+    from cogd.memory.lattice import STATUSES
+
+    front, body, _ = split(text)
+    try:
+        data = yaml.safe_load(front) if front.strip() else {}
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        if mark is not None:
+            raise RecordError(f"YAML: {problem}", mark.line + 2, mark.column + 1) from None
+        raise RecordError(f"YAML: {problem}", 2, 1) from None
+    if not isinstance(data, dict):
+        raise RecordError("the frontmatter must be a mapping of keys to values", 2, 1)
+    line_of = _key_lines(front.split("\n"))
+    for key in ("id", "type", "title", "status"):
+        if data.get(key) in (None, ""):
+            raise RecordError(f"missing required key {key!r}", line_of.get(key, 2), 1)
+    entity_id = _str(data, "id", line_of)
+    if not is_ulid(entity_id):
+        raise RecordError(f"id must be a ULID (26 characters of Crockford base32), got {entity_id!r}",
+                          line_of.get("id", 2), 1)
+    kind = _str(data, "type", line_of)
+    if kind not in TYPES:
+        raise RecordError(f"type must be one of {', '.join(TYPES)}, got {kind!r}", line_of.get("type", 2), 1)
+    status = _str(data, "status", line_of)
+    if status not in STATUSES:
+        raise RecordError(f"status must be one of {', '.join(STATUSES)}, got {status!r}",
+                          line_of.get("status", 2), 1)
+    anchors_raw = data.get("anchors") or []
+    if not isinstance(anchors_raw, list):
+        raise RecordError("anchors must be a list of {entity, hash}", line_of.get("anchors", 2), 1)
+    anchors = []
+    for item in anchors_raw:
+        if not isinstance(item, dict) or not isinstance(item.get("entity"), str):
+            raise RecordError("each anchor must be a mapping with 'entity' and 'hash'", line_of.get("anchors", 2), 1)
+        anchors.append(Anchor(item["entity"], str(item.get("hash") or "")))
+    tags_raw = data.get("tags") or []
+    if not isinstance(tags_raw, list) or not all(isinstance(t, (str, int, float)) for t in tags_raw):
+        raise RecordError("tags must be a list of strings", line_of.get("tags", 2), 1)
+    source = _str(data, "source", line_of, "human") or "human"
+    now = None
+    created = parse_time(data.get("created_at"))
+    updated = parse_time(data.get("updated_at"))
+    if created is None or updated is None:
+        import time
+
+        now = time.time()
+    return Record(
+        id=entity_id, type=kind, title=_str(data, "title", line_of)[:TITLE_MAX], status=status, body=body,
+        created_at=created if created is not None else now, updated_at=updated if updated is not None else (created or now),
+        source=source, valid_from_commit=_str(data, "valid_from_commit", line_of),
+        creation_reason=_str(data, "creation_reason", line_of), session_id=_str(data, "session_id", line_of),
+        anchors=anchors, supersedes=_str(data, "supersedes", line_of),
+        superseded_by=_str(data, "superseded_by", line_of), tags=[str(t) for t in tags_raw],
+        rejected_reason=_str(data, "rejected_reason", line_of), tombstone=_str(data, "tombstone", line_of),
+        extra={k: v for k, v in data.items() if k not in KNOWN_KEYS},
+    )
+
+
+class _Dumper(yaml.SafeDumper):
+    pass
+
+
+def _str_presenter(dumper: yaml.SafeDumper, value: str):
+    style = "|" if "\n" in value else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_Dumper.add_representer(str, _str_presenter)
+
+
+def serialise(record: Record) -> str:
+    """The file text for ``record``: frontmatter, a blank line, the body, a final newline."""
+    front = yaml.dump(record.frontmatter(), Dumper=_Dumper, sort_keys=False, allow_unicode=True,
+                      default_flow_style=False, width=100)
+    body = record.body.strip("\n")
+    return f"---\n{front}---\n\n{body}\n" if body else f"---\n{front}---\n"
+
+
+def atomic_write(path: Path, text: str) -> None:
+    """Replace ``path`` with ``text`` (UTF-8) atomically: temp file, fsync, rename, fsync the folder.
+
+    The temporary file is ``.<name>.<random>.tmp`` in the same folder (the scan
+    ignores dot files). Raises OSError; on failure the old file is untouched.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(text.encode("utf-8"))
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def read(path: Path) -> Record:
+    """Parse the record at ``path``. Raises RecordError (also for undecodable bytes) or OSError."""
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise RecordError(f"not UTF-8 text (byte {exc.start})", 1, 1) from None
+    return parse(text)

@@ -1,0 +1,182 @@
+"""``cogd reset``: drop the projection and rebuild it from the work tree (and memory files).
+
+The projection is ``.cogd/index/``: ``index.db`` (files, entities, edges,
+refs, FTS5), the LanceDB vectors (``vectors/``) and ``memory.db`` when the
+memory subsystem has made one. The embedding cache (``embed_cache.db``, keyed
+by model and text hash) lives in the same folder but is *kept*: it is what
+makes rebuilding the vectors a matter of reading the cache rather than running
+the model again. The ledger (``.cogd/state.db``) and the memory files
+(``.cogd/memory/``) are records, not projection: kept, except that
+``wipe_ledger`` (``cogd reset --all``) deletes the ledger after the rebuild.
+
+Sequence (:func:`reset`): stop the daemon if it runs; take the daemon lock
+(so nothing else writes meanwhile); move ``.cogd/index/`` aside, keeping the
+cache; rebuild the index in-process (a full refresh), then ``memory.db`` from
+the memory files (``memory.sync``), then each hook of :data:`REBUILD_HOOKS`, then the vectors
+(from the cache; the model only for texts it has never seen); delete the old
+folder; optionally wipe the ledger; release the lock; restart the daemon if
+it was running. If the rebuild fails, the old projection is put back as it
+was and the error is raised: nothing is lost.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from cogd.config import Config
+from cogd.daemon import control
+from cogd.paths import Layout
+
+log = logging.getLogger("cogd.reset")
+
+#: Files of the embedding cache (SQLite and its WAL side files), kept across a reset.
+CACHE_FILES = ("embed_cache.db", "embed_cache.db-wal", "embed_cache.db-shm")
+LEDGER_FILES = ("state.db", "state.db-wal", "state.db-shm")
+OLD_INDEX = "index.reset-old"  # where the old projection waits until the new one is built
+
+#: Extension point: functions ``(layout, config) -> dict`` that rebuild further parts of the
+#: projection after the code index and ``memory.db`` (rebuilt by the daemon service's
+#: ``memory.sync`` from ``.cogd/memory/*.md``). Each returns a small summary for the report.
+REBUILD_HOOKS: list[Callable[[Layout, Config], dict]] = []
+
+
+class ResetError(RuntimeError):
+    """The reset could not run (lock held by another process, daemon would not stop or restart)."""
+
+
+def _say(progress: Callable[[str], None] | None, message: str) -> None:
+    log.info(message)
+    if progress is not None:
+        progress(message)
+
+
+def _rebuild_index(layout: Layout, config: Config) -> dict:
+    """A full refresh of a new, empty ``index.db``; returns the refresh result and counts."""
+    from cogd.daemon.service import Service
+
+    service = Service(layout, config, start_index=False, start_embedder=False)
+    try:
+        answer = service.call("index.refresh", {"wait": True, "full": True})
+        # memory.db (part of the projection) is rebuilt from .cogd/memory/*.md by a sync
+        # after the code index, so anchors are judged against the rebuilt index.
+        memory = service.call("memory.sync", {}) if "memory.sync" in service._methods else None
+        status = service.call("status", {})
+    finally:
+        service.close()
+    if not answer.get("done"):
+        raise ResetError(f"the index rebuild did not finish: {status.get('last_error') or 'unknown reason'}")
+    counts = {k: status["index"][k] for k in ("files", "entities", "edges")}
+    return {"refresh": answer.get("result"), "memory": memory, **counts}
+
+
+def _rebuild_vectors(layout: Layout, config: Config, wait_s: float,
+                     progress: Callable[[str], None] | None) -> dict:
+    """Re-create the LanceDB vectors from the kept cache (the model embeds only cache misses).
+
+    Waits at most ``wait_s`` seconds; what is left is done by the daemon later
+    (vectors are upserted as they go). Returns the embedder's final status.
+    """
+    from cogd.daemon.embedder import EmbeddingWorker
+
+    worker = EmbeddingWorker(layout.index_dir, layout.index_db, config.embed)
+    deadline = time.monotonic() + wait_s
+    try:
+        while True:
+            status = worker.status()
+            if status["state"] == "error":
+                break
+            if status["state"] == "idle" and not status["queued"]:
+                break
+            if time.monotonic() > deadline:
+                _say(progress, f"vectors: {status['pending']} left for the daemon to finish")
+                break
+            time.sleep(0.05)
+    finally:
+        worker.stop()
+    return {k: status.get(k) for k in ("state", "model", "entities", "embedded_entities", "pending", "computed", "error")}
+
+
+def _move(src: Path, dst: Path) -> None:
+    if src.exists():
+        os.replace(src, dst)
+
+
+def reset(layout: Layout, config: Config, *, wipe_ledger: bool = False, restart: bool = True,
+          wait_embed_s: float = 600.0, progress: Callable[[str], None] | None = None) -> dict:
+    """Drop and rebuild ``layout``'s projection; see the module doc for the sequence.
+
+    ``wipe_ledger``: also delete ``.cogd/state.db`` (the caller has asked the
+    user). ``restart``: start the daemon again if it was running.
+    ``wait_embed_s``: how long to spend rebuilding vectors (with embeddings
+    enabled). ``progress``: called with one line per step.
+
+    Returns ``{"was_running", "restarted", "index": {...}, "hooks": [...],
+    "vectors": {...} | None, "embed_cache_kept", "ledger_wiped",
+    "duration_s"}``. Raises ResetError when another process holds the lock
+    or the daemon does not stop; re-raises a rebuild failure after restoring
+    the old projection.
+    """
+    started = time.monotonic()
+    layout.ensure()
+    was_running = control.is_running(layout)
+    if was_running:
+        _say(progress, "stopping the daemon")
+        if not control.stop(layout):
+            raise ResetError("the daemon lock is held by a process that is not this repository's daemon "
+                             "(a cogd command working in-process?); try again when it has finished")
+    fd = control.try_lock(layout)
+    if fd is None:
+        raise ResetError("another cogd process took the daemon lock meanwhile; try again")
+    result: dict = {"was_running": was_running, "restarted": False, "hooks": [], "vectors": None,
+                    "embed_cache_kept": False, "ledger_wiped": False}
+    try:
+        index_dir, old = layout.index_dir, layout.cogd_dir / OLD_INDEX
+        if old.exists():
+            shutil.rmtree(old)  # left by a reset that was killed half-way: the live index is index/
+        if index_dir.exists():
+            os.replace(index_dir, old)
+        index_dir.mkdir(parents=True)
+        for name in CACHE_FILES:
+            _move(old / name, index_dir / name)
+        result["embed_cache_kept"] = (index_dir / CACHE_FILES[0]).exists()
+        try:
+            _say(progress, "rebuilding the code index from the work tree")
+            result["index"] = _rebuild_index(layout, config)
+            for hook in REBUILD_HOOKS:
+                _say(progress, f"rebuilding: {getattr(hook, '__name__', 'hook')}")
+                result["hooks"].append(hook(layout, config))
+            if config.embed.enabled:
+                _say(progress, "rebuilding vectors from the embedding cache")
+                result["vectors"] = _rebuild_vectors(layout, config, wait_embed_s, progress)
+        except BaseException:
+            log.exception("reset failed: restoring the previous projection")
+            for name in CACHE_FILES:  # the cache goes back with the old projection
+                _move(index_dir / name, old / name)
+            shutil.rmtree(index_dir, ignore_errors=True)
+            if old.exists():
+                os.replace(old, index_dir)
+            raise
+        shutil.rmtree(old, ignore_errors=True)
+        if wipe_ledger:
+            _say(progress, "wiping the local ledger (.cogd/state.db)")
+            for name in LEDGER_FILES:
+                try:
+                    (layout.cogd_dir / name).unlink()
+                except FileNotFoundError:
+                    pass
+            result["ledger_wiped"] = True
+    finally:
+        os.close(fd)
+    if was_running and restart:
+        _say(progress, "restarting the daemon")
+        control.spawn(layout)
+        if not control.wait_ready(layout, timeout=60):
+            raise ResetError("the projection was rebuilt but the daemon did not come back; see `cogd logs`")
+        result["restarted"] = True
+    result["duration_s"] = round(time.monotonic() - started, 2)
+    return result

@@ -1,0 +1,169 @@
+"""``cogd doctor`` on real repositories, with and without a running daemon."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from cogd.config import Config, EmbedConfig
+from cogd.doctor import FAIL, OK, WARN, DoctorContext, check_model, run_checks
+from cogd.paths import Layout
+from conftest import copy_stdlib, lexical_only, run_cogd, write
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def doctor(root: Path, *args: str) -> tuple[int, dict[str, dict]]:
+    proc = run_cogd(root, "doctor", "--json", *args, check=False)
+    report = json.loads(proc.stdout)
+    assert report["ok"] == (proc.returncode == 0)
+    return proc.returncode, {c["name"]: c for c in report["checks"]}
+
+
+@pytest.fixture
+def repo(tmp_path):
+    root = lexical_only(copy_stdlib(tmp_path / "repo", ("json",)))
+    run_cogd(root, "index")  # in-process: no daemon
+    return root
+
+
+def test_green_without_a_daemon(repo):
+    code, checks = doctor(repo)
+    assert code == 0, checks
+    assert list(checks) == ["config", "daemon", "socket", "lock", "model", "inotify", "index drift",
+                            "db index.db", "db memory.db", "db state.db", "disk", "memory files",
+                            "memory anchors", "memory dead weight"]
+    assert all(c["status"] == OK for c in checks.values()), checks
+    assert checks["daemon"]["details"] == {"running": False}
+    assert checks["index drift"]["details"]["indexed_files"] == len(list(repo.rglob("*.py")))
+    assert checks["inotify"]["details"]["directories"] == 2  # the root and json/
+    assert checks["disk"]["details"]["bytes"] > 0
+    assert all(c["fix"] == "" for c in checks.values())
+
+
+def test_table_output_and_drift(repo):
+    write(repo, "json/decoder.py", (repo / "json/decoder.py").read_text() + "\ndef added():\n    pass\n")
+    write(repo, "json/new_module.py", "def fresh():\n    return 1\n")
+    (repo / "json" / "tool.py").unlink()
+    os.utime(repo / "json" / "scanner.py")  # a new mtime, same content: not drift
+    code, checks = doctor(repo)
+    assert code == 0  # drift is a warning
+    drift = checks["index drift"]
+    assert drift["status"] == WARN and drift["fix"] == "`cogd index`"
+    assert (drift["details"]["changed"], drift["details"]["added"], drift["details"]["removed"]) == (1, 1, 1)
+    assert set(drift["details"]["sample"]) == {"json/decoder.py", "json/new_module.py", "json/tool.py"}
+    table = run_cogd(repo, "doctor").stdout
+    assert "index drift" in table and "3 files differ" in table and "1 warnings" in table
+    run_cogd(repo, "index")
+    assert doctor(repo)[1]["index drift"]["status"] == OK
+
+
+def test_corrupt_database_fails_and_reset_repairs_it(repo):
+    db = repo / ".cogd" / "index" / "index.db"
+    for side in ("index.db-wal", "index.db-shm"):
+        (db.parent / side).unlink(missing_ok=True)
+    data = bytearray(db.read_bytes())
+    data[4096:8192] = b"\xff" * 4096  # a page of garbage in the middle of the file
+    db.write_bytes(bytes(data))
+    code, checks = doctor(repo)
+    assert code == 1
+    assert checks["db index.db"]["status"] == FAIL and "cogd reset" in checks["db index.db"]["fix"]
+    assert checks["db state.db"]["status"] == OK
+    run_cogd(repo, "reset")
+    code, checks = doctor(repo)
+    assert code == 0 and checks["db index.db"]["status"] == OK
+
+
+def test_with_a_running_daemon(repo, daemon_factory):
+    d = daemon_factory(repo)
+    pid = d.status()["pid"]
+    code, checks = doctor(repo)
+    assert code == 0, checks
+    assert checks["daemon"]["details"]["pid"] == pid and checks["daemon"]["details"]["rtt_ms"] < 1000
+    assert checks["lock"]["details"]["cmdline_ok"] is True and str(pid) in checks["lock"]["finding"]
+    assert checks["socket"]["details"]["mode"] == "0600"
+    assert checks["inotify"]["details"]["daemon_mode"] == "inotify"
+    sock = repo / ".cogd" / "run" / "cogd.sock"
+    os.chmod(sock, 0o666)
+    try:
+        code, checks = doctor(repo)
+        assert code == 1 and checks["socket"]["status"] == FAIL and "0666" in checks["socket"]["finding"]
+    finally:
+        os.chmod(sock, 0o600)
+
+
+def test_bad_config_fails_but_other_checks_run(repo):
+    (repo / ".cogd" / "config.toml").write_text("[embed\n")
+    code, checks = doctor(repo)
+    assert code == 1 and checks["config"]["status"] == FAIL and "config.toml" in checks["config"]["fix"]
+    assert checks["index drift"]["status"] == OK  # the rest ran with the defaults
+
+
+def test_model_check_loads_the_bundled_model(tmp_path):
+    ctx = DoctorContext(Layout(tmp_path), Config())
+    check = check_model(ctx)
+    assert check.status == OK and check.details["dim"] == 384 and check.details["load_ms"] > 0
+    broken = tmp_path / "model"
+    broken.mkdir()
+    (broken / "model.onnx").write_bytes(b"not a model")
+    (broken / "tokenizer.json").write_text("{}")
+    (broken / "cogd-model.json").write_text(json.dumps({"sha256": "0" * 64}))
+    bad = check_model(DoctorContext(Layout(tmp_path), Config(embed=EmbedConfig(model_dir=str(broken)))))
+    assert bad.status == FAIL and "sha256" in bad.finding and bad.fix
+
+
+def test_a_raising_check_is_a_failure_not_a_crash(tmp_path):
+    def check_boom(ctx):
+        raise RuntimeError("boom")
+
+    results = run_checks(DoctorContext(Layout(tmp_path), Config()), [check_boom])
+    assert [(r.name, r.status) for r in results] == [("boom", FAIL)] and "boom" in results[0].finding
+
+
+def test_memory_checks(repo):
+    from cogd.memory.api import MemoryStore
+
+    layout = Layout(repo)
+    store = MemoryStore(repo, layout.state_db, layout.index_dir)
+    try:
+        kept = store.record("observation", "json.tool reads stdin when no file is given",
+                            anchors=["json/tool.py::main"])["record"]
+        edited = store.record("observation", "scanner.py has a C accelerator", anchors=[])["record"]
+        store.sync()
+    finally:
+        store.close()
+    code, checks = doctor(repo)
+    assert code == 0 and checks["memory files"]["details"]["files"] == 2, checks
+    assert checks["memory anchors"]["status"] == OK and checks["memory dead weight"]["status"] == OK
+
+    from cogd.usage.ledger import Ledger
+
+    ledger = Ledger(layout.state_db)
+    item = {"rank": 1, "entity_id": kept["id"], "kind": "observation", "path": "", "start_line": 0,
+            "end_line": 0, "score": 1.0, "chars": 10, "pointer": False}
+    for n in range(10):  # delivered ten times, never a hit
+        ledger.record_delivery(f"s{n}", "prompt", "", "q", "text", [item])
+    ledger.close()
+    dead = doctor(repo)[1]["memory dead weight"]
+    assert dead["status"] == WARN and dead["details"]["dead"] == [kept["id"]]
+    assert dead["details"]["never_delivered"] == 1
+
+    memory = repo / ".cogd" / "memory" / "observations"
+    path = memory / f"{edited['id']}.md"
+    path.write_text(path.read_text().replace("status: candidate", "status: stale"))  # candidate → stale: illegal
+    (memory / "01J00000000000000000000000.md").write_text("---\nid: [unclosed\n---\nbody\n")
+    (repo / "json" / "tool.py").unlink()
+    run_cogd(repo, "index")
+    code, checks = doctor(repo)
+    assert code == 1
+    files = checks["memory files"]
+    assert files["status"] == FAIL and files["details"]["problem_count"] == 2
+    kinds = {p["kind"]: p for p in files["details"]["problems"]}
+    assert set(kinds) == {"broken_frontmatter", "illegal_transition"}
+    assert "'candidate'" in kinds["illegal_transition"]["fix"] and "line" in kinds["broken_frontmatter"]["message"]
+    anchors = checks["memory anchors"]
+    assert anchors["status"] == WARN
+    assert anchors["details"]["dangling"] == [{"memory": kept["id"], "entity": "json/tool.py::main"}]

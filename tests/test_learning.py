@@ -1,0 +1,154 @@
+"""Context packs that learn, end to end: real daemon, real hooks, real standard-library code.
+
+Sessions are replayed through the real ``cogd-hook`` process with an injected
+clock (``COGD_NOW``, honoured because the test's config trusts it).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from conftest import STDLIB, git, payload, run_cogd, run_hook
+
+PROMPT = "the date in an email header is parsed wrong"
+CONFIG = "[embed]\nenabled = false\n[usage]\ntrust_client_clock = true\n"
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory):
+    root = tmp_path_factory.mktemp("learning") / "repo"
+    root.mkdir()
+    for name in ("json", "email"):
+        shutil.copytree(STDLIB / name, root / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    git(root, "init", "-q", "-b", "main")
+    git(root, "add", "-A")
+    git(root, "commit", "-qm", "import")
+    (root / ".cogd").mkdir()
+    (root / ".cogd" / "config.toml").write_text(CONFIG)
+    run_cogd(root, "start")
+    run_cogd(root, "index")
+    yield root
+    run_cogd(root, "stop", check=False)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_700_000_000.0
+
+    def env(self) -> dict:
+        self.now += 10
+        return {"COGD_NOW": repr(self.now)}
+
+
+@pytest.fixture(scope="module")
+def clock():
+    return Clock()
+
+
+def hook(root: Path, clock: Clock, event: str, data: dict) -> str:
+    proc, _ = run_hook(event, data, env=clock.env())
+    assert proc.returncode == 0
+    return proc.stdout.decode()
+
+
+def context_of(stdout: str) -> str:
+    return json.loads(stdout)["hookSpecificOutput"]["additionalContext"] if stdout.strip() else ""
+
+
+def prompt_items(root: Path, session: str) -> list[dict]:
+    conn = sqlite3.connect(root / ".cogd" / "state.db")
+    conn.row_factory = sqlite3.Row
+    row = conn.execute("SELECT id, source FROM deliveries WHERE session_id = ? AND event = 'prompt' "
+                       "ORDER BY id DESC LIMIT 1", (session,)).fetchone()
+    items = [dict(r) for r in conn.execute("SELECT * FROM delivery_items WHERE delivery_id = ? ORDER BY rank",
+                                           (row["id"],))]
+    conn.close()
+    return [{**i, "delivery_source": row["source"]} for i in items]
+
+
+def edit(root: Path, session: str, item: dict) -> dict:
+    """A PostToolUse Edit whose one hunk covers the item's first lines."""
+    data = payload("post_tool_use.edit.json", root, session_id=session)
+    path = str(root / item["path"])
+    data["tool_input"]["file_path"] = path
+    data["tool_response"]["filePath"] = path
+    data["tool_response"]["structuredPatch"][0].update(newStart=item["start_line"], newLines=2,
+                                                        oldStart=item["start_line"], oldLines=2)
+    return data
+
+
+def test_session_start_sources(repo, clock):
+    session = "learn-start"
+    first = context_of(hook(repo, clock, "session-start", payload("session_start.startup.json", repo, session_id=session)))
+    assert first.startswith("## cogd: repository map")
+    assert "`email/" in first and "L" in first
+    # resume: the session already holds this exact pack
+    again = hook(repo, clock, "session-start", payload("session_start.resume.json", repo, session_id=session))
+    assert again == ""
+    # clear: a fresh pack
+    cleared = context_of(hook(repo, clock, "session-start", payload("session_start.resume.json", repo,
+                                                                    session_id=session, source="clear")))
+    assert cleared == first
+    conn = sqlite3.connect(repo / ".cogd" / "state.db")
+    sources = [r[0] for r in conn.execute("SELECT source FROM deliveries WHERE session_id = ? ORDER BY id", (session,))]
+    conn.close()
+    assert sources == ["startup", "clear"]
+
+
+def test_an_edited_item_is_a_hit_and_ranks_higher_next_time(repo, clock):
+    first_session = "learn-1"
+    hook(repo, clock, "prompt-submit", payload("user_prompt_submit.json", repo, session_id=first_session, prompt=PROMPT))
+    before = prompt_items(repo, first_session)
+    full = [i for i in before if not i["pointer"]]
+    assert len(full) >= 6
+    target = full[4]  # a fifth-ranked function the agent then edits
+    hook(repo, clock, "post-tool-use", edit(repo, first_session, target))
+    hook(repo, clock, "session-end", payload("session_end.other.json", repo, session_id=first_session))
+
+    after_first = {i["entity_id"]: i["outcome"] for i in prompt_items(repo, first_session)}
+    assert after_first[target["entity_id"]] == "hit"
+    assert set(after_first.values()) == {"hit", "miss"}  # everything else closed as a miss at session end
+
+    shown = json.loads(run_cogd(repo, "show", target["entity_id"], "--json").stdout)
+    assert (shown["retrieval_count"], shown["used_count"], shown["ignored_count"]) == (1, 1, 0)
+    assert shown["utility"] > 0.25
+    stats = json.loads(run_cogd(repo, "stats", "--json").stdout)
+    assert stats["hits"] >= 1 and stats["misses"] >= len(before) - 1
+    assert stats["hit_rate"] == pytest.approx(stats["hits"] / (stats["hits"] + stats["misses"]), abs=1e-4)
+    assert stats["deliveries"] >= 1
+
+    second_session = "learn-2"
+    hook(repo, clock, "prompt-submit", payload("user_prompt_submit.json", repo, session_id=second_session, prompt=PROMPT))
+    ranks = {i["entity_id"]: i["rank"] for i in prompt_items(repo, second_session)}
+    assert ranks[target["entity_id"]] < target["rank"]
+
+    explained = run_cogd(repo, "context", PROMPT, "--explain")
+    block = explained.stderr[explained.stderr.index(target["entity_id"]):]
+    block = re.split(r"\n\s*\d+\. ", block)[0]  # up to the next item (rich may wrap the signal line)
+    assert "utility_x=" in block
+    hook(repo, clock, "session-end", payload("session_end.other.json", repo, session_id=second_session))
+
+
+def test_compaction_keeps_the_working_set(repo, clock):
+    session = "learn-compact"
+    hook(repo, clock, "prompt-submit", payload("user_prompt_submit.json", repo, session_id=session,
+                                               prompt="how are json strings decoded and escaped"))
+    items = [i for i in prompt_items(repo, session) if not i["pointer"]]
+    target = items[1]
+    hook(repo, clock, "post-tool-use", edit(repo, session, target))
+    hook(repo, clock, "pre-compact", payload("pre_compact.auto.json", repo, session_id=session))
+    compact = context_of(hook(repo, clock, "session-start", payload("session_start.compact.json", repo, session_id=session)))
+    assert compact.startswith("## cogd: this session's working set")
+    assert target["entity_id"] in compact
+    # No item of the compact pack was touched: the next prompt re-adds the working set first.
+    text = context_of(hook(repo, clock, "prompt-submit", payload("user_prompt_submit.json", repo, session_id=session,
+                                                                 prompt="where is a JSON number parsed")))
+    assert "re-added after compaction" in text
+    pinned = prompt_items(repo, session)
+    assert pinned[0]["entity_id"] == target["entity_id"] and pinned[0]["delivery_source"] == "compact_recovery"
