@@ -369,7 +369,7 @@ def index(ctx: click.Context, full: bool) -> None:
 
 def _explain(signals: dict) -> str:
     """One line per item: each ranking signal and its value."""
-    order = ("bm25_rank", "bm25", "vector_rank", "cosine", "rrf", "expansion", "expanded_from", "prior",
+    order = ("bm25_rank", "bm25", "vector_rank", "cosine", "usage_rank", "rrf", "expansion", "expanded_from", "prior",
              "utility", "utility_x", "working_set_x", "recency_x", "mmr", "redundancy")
     parts = [f"{key}={signals[key]}" for key in order if key in signals]
     parts += [f"{k}={v}" for k, v in signals.items() if k not in order]

@@ -78,6 +78,9 @@ class RankConfig:
     prior_misses: float = 3.0  # Beta prior β: pseudo-misses (prior mean α/(α+β) = 0.25)
     working_set_weight: float = 0.5  # score × (1 + w) for entities touched in this session (half for their file)
     recency_weight: float = 0.3  # score × (1 + w / (1 + position / 5)) for recently changed files (git order)
+    # Weight of the ledger's own candidate list in the fusion: entities that paid off before
+    # (utility above the prior) in the files the query's top candidates come from. 0 = off.
+    usage_list_weight: float = 0.5
 
 
 @dataclass
@@ -86,9 +89,11 @@ class UsageConfig:
 
     # Evidence weight of a hit by how the agent touched the entity: an edit proves use,
     # a read is half-way, a search listing is weak (DESIGN.md §4 "utility").
+    # read_weight = the prior mean α/(α+β): a read-only hit leaves utility where it was, so a
+    # distractor the agent reads and never edits is not rewarded; an edit is.
     edit_weight: float = 1.0
-    read_weight: float = 0.5
-    search_weight: float = 0.2
+    read_weight: float = 0.25
+    search_weight: float = 0.1
     # Replays and tests may pass the event time as the request's ``now``
     # (the hook client forwards $COGD_NOW); a real daemon uses its own clock.
     trust_client_clock: bool = False

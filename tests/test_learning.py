@@ -152,3 +152,37 @@ def test_compaction_keeps_the_working_set(repo, clock):
     assert "re-added after compaction" in text
     pinned = prompt_items(repo, session)
     assert pinned[0]["entity_id"] == target["entity_id"] and pinned[0]["delivery_source"] == "compact_recovery"
+
+
+def test_rules_and_memories_ride_in_packs(repo, clock):
+    run_cogd(repo, "memory", "add", "rule", "Never change the wire format of email header folding")
+    note = run_cogd(repo, "memory", "add", "knowledge",
+                    "Date headers are parsed by email.utils.parsedate_to_datetime, which returns naive datetimes "
+                    "for -0000 offsets", "--title", "How date headers are parsed")
+    assert note.returncode == 0
+    start = context_of(hook(repo, clock, "session-start", payload("session_start.startup.json", repo,
+                                                                  session_id="learn-memory")))
+    assert "### Rules (follow these)" in start and "Never change the wire format" in start
+    assert start.index("### Rules") < start.index("`email/")  # rules first, then code
+    text = context_of(hook(repo, clock, "prompt-submit", payload("user_prompt_submit.json", repo,
+                                                                 session_id="learn-memory", prompt=PROMPT)))
+    assert "How date headers are parsed" in text
+    assert text.index("How date headers are parsed") < text.index("1. `")
+    kinds = [i["kind"] for i in prompt_items(repo, "learn-memory")]
+    assert kinds[:2] == ["rule", "knowledge"]  # the rule matches the prompt's words too; code follows
+
+
+def test_a_stale_memory_is_marked_with_its_age():
+    from cogd.memory.projection import MemoryHit
+    from cogd.retrieve.memories import render_memories
+
+    now = 1_700_000_000.0
+    stale = MemoryHit("01STALE", "observation", "Parser keeps a cache", "It caches headers.", "stale", now - 3 * 86400)
+    fresh = MemoryHit("01FRESH", "observation", "Parser is strict", "", "active", now - 60)
+    text, items = render_memories([], [stale, fresh], 2000, now=now)
+    assert "may be outdated" in text and "3 days ago" in text and "`01STALE`" in text
+    assert [i.entity_id for i in items] == ["01STALE", "01FRESH"]
+    assert items[0].path == ".cogd/memory/observations/01STALE.md"
+    hidden, items = render_memories([], [stale, fresh], 2000, now=now, show_stale=False)
+    assert "01STALE" not in hidden and [i.entity_id for i in items] == ["01FRESH"]
+    assert render_memories([], [stale], 10, now=now) == ("", [])

@@ -16,6 +16,7 @@ from cogd.memory.record import read
 
 WRITER = r'''
 import sys, itertools
+from pathlib import Path
 from cogd.memory.api import MemoryStore
 from cogd.memory.errors import MemoryError_
 
@@ -47,13 +48,17 @@ def test_kill_9_during_writes_leaves_only_whole_files(tmp_path):
         proc = subprocess.Popen([sys.executable, str(script), str(root), f"round{round_no}"], stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True)
         try:
-            assert proc.stdout.readline().strip() == "ready"
+            line = proc.stdout.readline().strip()
+            if line != "ready":
+                proc.wait(timeout=30)
+                raise AssertionError(f"the writer did not start (round {round_no}): {proc.stderr.read()}")
             deadline = time.monotonic() + 30
             while not list((root / ".cogd" / "memory").glob("*/*.md")) and time.monotonic() < deadline:
                 time.sleep(0.02)
             time.sleep(rng.uniform(0.2, 0.9))
         finally:
-            os.kill(proc.pid, signal.SIGKILL)
+            if proc.poll() is None:
+                os.kill(proc.pid, signal.SIGKILL)
             proc.wait(timeout=30)
         stderr = proc.stderr.read()
         assert "Traceback" not in stderr, stderr

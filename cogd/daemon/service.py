@@ -27,7 +27,8 @@ from cogd.index.sources import recently_changed_files
 from cogd.paths import Layout
 from cogd.retrieve.feedback import Feedback
 from cogd.retrieve.hybrid import retrieve
-from cogd.retrieve.pack import Pack, overview_pack, prompt_pack, working_set_pack
+from cogd.retrieve.memories import MEMORY_SHARE, render_memories
+from cogd.retrieve.pack import Pack, Preface, overview_pack, prompt_pack, working_set_pack
 from cogd.retrieve.repomap import RankedGraph, pagerank
 from cogd.retrieve.workingset import working_set
 from cogd.usage.ledger import Ledger
@@ -292,6 +293,29 @@ class Service:
     def _utility_snapshot(self) -> dict[str, float]:
         return {entity_id: self.utility.utility(entity_id) for entity_id in self.utility.entities()}
 
+    def _memory_preface(self, query: str | None, *, rules_only: bool = False) -> Preface | None:
+        """Rules and memories for a pack: all active rules and the newest memories at session
+        start (``query`` None), the memories (rules included) matching a prompt otherwise."""
+        memory = getattr(self, "memory", None)
+        if memory is None:
+            return None
+        show_stale = self.config.memory.show_stale
+        statuses = ("active", "stale") if show_stale else ("active",)
+        try:
+            if query is None:
+                rules = memory.listing(type="rule", status="active")
+                others = [] if rules_only else [
+                    m for m in memory.listing(status=statuses, limit=40) if m.type != "rule"][:5]
+            else:
+                found = memory.search(query, limit=6, statuses=statuses)
+                rules = [m for m in found if m.type == "rule"]
+                others = [m for m in found if m.type != "rule"][:4]
+        except Exception:
+            log.exception("memories left out of the pack")
+            return None
+        budget = int(min(self.config.pack.max_chars, 9_500) * MEMORY_SHARE)
+        return render_memories(rules, others, budget, show_stale=show_stale)
+
     def context_session_start(self, params: dict) -> dict:
         """SessionStart by ``source``: startup/clear → the repository map; resume → the same
         unless the session already holds an identical pack; compact → the session's working set."""
@@ -302,10 +326,11 @@ class Service:
             entities = self.ledger.latest_working_set(session)
             if entities is None:
                 entities = self._working_set(session)
-            pack = working_set_pack(self._reader(), self.layout.root, entities, self.config.pack)
+            pack = working_set_pack(self._reader(), self.layout.root, entities, self.config.pack,
+                                    self._memory_preface(None, rules_only=True))
             return self._deliver(params, "session_start", source, "", pack)
         pack = overview_pack(self._reader(), self.layout.root, self._recent_files(), self.config.pack,
-                             self._repo_graph())
+                             self._repo_graph(), self._memory_preface(None))
         if source == "resume" and pack.text and self.ledger.has_fingerprint(session, _fingerprint(pack.text)):
             return {**Pack("").as_dict(), "delivery_id": None, "skipped": "the session already holds this pack"}
         return self._deliver(params, "session_start", source, "", pack)
@@ -340,7 +365,8 @@ class Service:
             source = "compact_recovery"
         pack = prompt_pack(self._reader(), self.layout.root, prompt, self.config.pack, self.config.retrieve,
                            mode=mode, query_vector=vector, dense=dense,
-                           feedback=self._feedback(session if record else None), pinned=pinned)
+                           feedback=self._feedback(session if record else None), pinned=pinned,
+                           preface=self._memory_preface(prompt))
         return self._deliver(params, "prompt", source, prompt, pack)
 
     def usage_tool_use(self, params: dict) -> dict:

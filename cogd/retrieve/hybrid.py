@@ -15,6 +15,8 @@ Steps (DESIGN.md §5), each recorded in the hit's ``signals`` for ``--explain``:
    test files (weaker unless the prompt is about tests);
 5. feedback from the usage ledger (:mod:`cogd.retrieve.feedback`): utility,
    the session's working set, recency of edits;
+   (the ledger also feeds step 2 with its own list: entities proven useful
+   before, in the files of the top candidates);
 6. maximal marginal relevance (Carbonell & Goldstein, SIGIR 1998):
    ``argmax λ·rel(d) − (1−λ)·max_{s∈S} sim(d, s)`` with cosine similarity of
    entity vectors when both have one, else structural similarity (same
@@ -119,12 +121,15 @@ def retrieve(
     dense: DenseIndex | None = None,
     kinds: tuple[str, ...] | None = None,
     limit: int = 60,
+    feedback: Feedback | None = None,
 ) -> list[Hit]:
     """Ranked candidates for ``text`` (before MMR), best first, at most ``limit``.
 
     ``mode``: ``bm25``, ``vector`` or ``hybrid`` (default ``config.mode``);
     without a query vector or a dense index the vector source is empty and
-    hybrid degrades to BM25. Each hit's ``score`` is the fused score after
+    hybrid degrades to BM25. With ``feedback``, the ledger adds a third list
+    to the fusion: entities that paid off before in the files of the top
+    candidates (``rank.usage_list_weight``). Each hit's ``score`` is the fused score after
     expansion; ``signals`` holds the parts. Raises sqlite3.Error on a broken index.
     """
     mode = mode or config.mode
@@ -147,6 +152,14 @@ def retrieve(
     for _name, weight, ids in lists:
         for rank, entity_id in enumerate(ids, 1):
             fused[entity_id] = fused.get(entity_id, 0.0) + weight / (config.rrf_k + rank)
+    if feedback is not None and feedback.utility is not None and feedback.config.usage_list_weight > 0 and fused:
+        # Retrieval can only rerank what it found; this list lets code the agent used
+        # before near the query come back even when the query's words miss it.
+        top = sorted(fused, key=fused.get, reverse=True)[:SEEDS]
+        files = {entity_id.split("::", 1)[0] for entity_id in top}
+        for rank, (entity_id, _value) in enumerate(feedback.utility.proven(files, limit=max(config.candidates // 3, 1)), 1):
+            fused[entity_id] = fused.get(entity_id, 0.0) + feedback.config.usage_list_weight / (config.rrf_k + rank)
+            signals.setdefault(entity_id, {})["usage_rank"] = rank
     for entity_id, score in fused.items():
         signals[entity_id]["rrf"] = round(score, 5)
 

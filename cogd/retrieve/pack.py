@@ -137,28 +137,47 @@ def _language(conn: sqlite3.Connection, path: str) -> str:
     return row[0] if row else ""
 
 
+Preface = tuple[str, list[PackItem]]  # rendered rules/memories and their items (cogd.retrieve.memories)
+
+
+def _add_preface(parts: list[str], items: list[PackItem], preface: Preface | None) -> int:
+    """Append a rendered preface and its items (ranked first); returns the characters added."""
+    if not preface or not preface[0]:
+        return 0
+    text = preface[0].rstrip() + "\n\n"
+    parts.append(text)
+    for item in preface[1]:
+        item.rank = len(items) + 1
+        items.append(item)
+    return len(text)
+
+
 def assemble(
     conn: sqlite3.Connection, root: Path, header: str, ranked: list[Hit], config: PackConfig,
-    sections: list[str] | None = None,
+    sections: list[str] | None = None, preface: Preface | None = None,
 ) -> Pack:
     """Render ``ranked`` under ``config.max_chars`` (never above the hard cap).
 
-    ``sections`` are extra markdown blocks (already rendered) placed after the
-    items if they fit. Returns an empty pack when nothing is ranked.
+    ``preface``: rendered rules and memories placed first (their size must
+    already fit the budget). ``sections`` are extra markdown blocks (already
+    rendered) placed after the items if they fit. Returns an empty pack when
+    nothing is ranked.
     """
     budget = min(config.max_chars, PACK_HARD_CAP_CHARS)
-    if not ranked and not sections:
+    if not ranked and not sections and not (preface and preface[0]):
         return Pack("")
     parts = [header.rstrip() + "\n"]
     used = len(parts[0])
     items: list[PackItem] = []
+    used += _add_preface(parts, items, preface)
+    first_code = len(items)
     leftovers: list[Hit] = []
     reserve = 400  # room kept for the pointer list
     for hit in ranked:
-        if len(items) >= config.max_items:
+        if len(items) - first_code >= config.max_items:
             leftovers.append(hit)
             continue
-        n = len(items) + 1
+        n = len(items) - first_code + 1
         excerpt = ""
         if n <= config.excerpt_items and hit.kind in ("function", "method"):
             excerpt = _excerpt(root, hit, config.excerpt_lines)
@@ -170,8 +189,8 @@ def assemble(
             continue
         parts.append(block)
         used += len(block)
-        items.append(PackItem(hit.id, hit.kind, hit.path, hit.start_line, hit.end_line, hit.score, n, len(block),
-                              signals=hit.signals))
+        items.append(PackItem(hit.id, hit.kind, hit.path, hit.start_line, hit.end_line, hit.score, len(items) + 1,
+                              len(block), signals=hit.signals))
     for section in sections or []:
         if used + len(section) + 1 <= budget - reserve:
             parts.append("\n" + section)
@@ -203,6 +222,7 @@ def prompt_pack(
     dense: DenseIndex | None = None,
     feedback: Feedback | None = None,
     pinned: list[str] | None = None,
+    preface: Preface | None = None,
 ) -> Pack:
     """The pack for one user prompt: hybrid candidates, priors, feedback, MMR, budgeted rendering.
 
@@ -212,8 +232,9 @@ def prompt_pack(
     working set re-added after a compaction that seems to have lost it).
     """
     if not query_terms(prompt):
-        return Pack("")
-    hits = retrieve(conn, prompt, retrieve_config, mode=mode, query_vector=query_vector, dense=dense, limit=CANDIDATES)
+        return Pack("")  # rules were given at session start; chat filler needs nothing
+    hits = retrieve(conn, prompt, retrieve_config, mode=mode, query_vector=query_vector, dense=dense, limit=CANDIDATES,
+                    feedback=feedback)
     ranked = select(hits, retrieve_config, per_file_cap=config.per_file_cap, prompt=prompt, dense=dense,
                     limit=config.max_items + config.max_pointers, feedback=feedback)
     sources = "BM25 + embeddings" if query_vector is not None and (mode or retrieve_config.mode) != "bm25" else "BM25"
@@ -226,7 +247,7 @@ def prompt_pack(
         pinned_ids = {h.id for h in pins}
         ranked = pins + [h for h in ranked if h.id not in pinned_ids]
         header += "(the first items are this session's working set, re-added after compaction)\n"
-    return assemble(conn, root, header, ranked, config)
+    return assemble(conn, root, header, ranked, config, preface=preface)
 
 
 def _hit_by_id(conn: sqlite3.Connection, entity_id: str, score: float) -> Hit | None:
@@ -260,7 +281,7 @@ def _public_first(hit: Hit) -> tuple[int, float]:
 
 def overview_pack(
     conn: sqlite3.Connection, root: Path, recent_paths: list[str], config: PackConfig, graph: RankedGraph,
-    sections: list[str] | None = None,
+    preface: Preface | None = None,
 ) -> Pack:
     """The session-start pack: the repository map, then recently changed files.
 
@@ -268,7 +289,7 @@ def overview_pack(
     recently changed files and useful entities, :mod:`cogd.retrieve.repomap`)
     and, under each, its top definitions with line span and signature. Every
     definition shown is a delivery item (its id is ``path::qualified.name``).
-    ``sections``: rendered markdown placed before the map (rules, memories).
+    ``preface``: rendered rules and memories placed before the map.
     ``recent_paths`` come newest first from git; unindexed ones are skipped.
     """
     budget = min(config.max_chars, PACK_HARD_CAP_CHARS)
@@ -277,13 +298,10 @@ def overview_pack(
               "an item's id is `path::qualified.name` — `cogd show ID` expands it)\n")
     parts = [header]
     used = len(header)
-    for section in sections or []:
-        if section and used + len(section) + 1 <= budget // 2:
-            parts.append("\n" + section)
-            used += len(section) + 1
+    items: list[PackItem] = []
+    used += _add_preface(parts, items, preface)
     recent = _recent_section(conn, recent_paths)
     reserve = min(len(recent) + 1, budget // 4)
-    items: list[PackItem] = []
     per_file = max(2, config.max_items // 4)
     for path, _score, defs in map_entities(conn, graph, max_files=config.max_items, per_file=per_file * 2,
                                            skip_path=is_test_path):
@@ -316,15 +334,14 @@ def overview_pack(
 
 
 def working_set_pack(conn: sqlite3.Connection, root: Path, entity_ids: list[str], config: PackConfig,
-                     sections: list[str] | None = None) -> Pack:
-    """The ``compact`` session-start pack: the session's working set (what it edited, used and read).
+                     preface: Preface | None = None) -> Pack:
+    """The ``compact`` session-start pack: rules, then the session's working set (what it edited, used and read).
 
-    ``sections``: rendered markdown (rules) placed after the items if they fit.
-    An empty working set and no sections give an empty pack.
+    An empty working set and no rules give an empty pack.
     """
     hits = [h for h in (_hit_by_id(conn, entity_id, 1.0) for entity_id in entity_ids) if h is not None]
     for hit in hits:
         hit.signals = {"working_set": True}
     header = ("## cogd: this session's working set (after compaction)\n"
               "(what this session edited, used and read; `path:start-end`, then the entity id)\n")
-    return assemble(conn, root, header, hits, config, sections)
+    return assemble(conn, root, header, hits, config, preface=preface)

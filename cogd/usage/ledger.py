@@ -115,7 +115,7 @@ _CLOSES = {
     "prompt": ("prompt", "compact_recovery"),
     "session_start": ("prompt", "session_start", "compact_recovery"),
 }
-_DEFAULT_WEIGHTS = {"edit": 1.0, "read": 0.5, "search": 0.2}
+_DEFAULT_WEIGHTS = {"edit": 1.0, "read": 0.25, "search": 0.1}  # as [usage] in cogd.config
 
 QUERY_KEEP_CHARS = 2000
 

@@ -39,6 +39,7 @@ class UtilityModel:
         self.beta = beta
         self._entity: dict[str, list[float]] = {}  # id → [successes, failures]
         self._file: dict[str, list[float]] = {}  # path → [successes, failures]
+        self._path: dict[str, str] = {}  # entity id → its file
         self._lock = threading.Lock()
 
     @property
@@ -49,17 +50,20 @@ class UtilityModel:
         """Replace the sums with ``(entity_id, path, successes, failures)`` rows."""
         entity: dict[str, list[float]] = {}
         files: dict[str, list[float]] = {}
+        paths: dict[str, str] = {}
         for entity_id, path, successes, failures in rows:
             entity[entity_id] = [successes, failures]
+            paths[entity_id] = path
             sums = files.setdefault(path, [0.0, 0.0])
             sums[0] += successes
             sums[1] += failures
         with self._lock:
-            self._entity, self._file = entity, files
+            self._entity, self._file, self._path = entity, files, paths
 
     def add(self, entity_id: str, path: str, successes: float, failures: float) -> None:
         """Record evidence for one entity (and its file)."""
         with self._lock:
+            self._path[entity_id] = path
             for table, key in ((self._entity, entity_id), (self._file, path)):
                 sums = table.setdefault(key, [0.0, 0.0])
                 sums[0] += successes
@@ -83,6 +87,23 @@ class UtilityModel:
         with self._lock:
             s, f = self._entity.get(entity_id, (0.0, 0.0))
         return (strength * prior + s) / (strength + s + f)
+
+    def proven(self, paths: set[str], limit: int = 20) -> list[tuple[str, float]]:
+        """Entities in ``paths`` whose own utility is above the prior mean, best first.
+
+        ``(entity_id, utility)`` pairs, at most ``limit``: the ledger's own
+        candidate list (code that paid off before, near what the query found).
+        """
+        strength = self.alpha + self.beta
+        prior = self.prior_mean
+        with self._lock:
+            found = [
+                (entity_id, (strength * prior + s) / (strength + s + f))
+                for entity_id, (s, f) in self._entity.items()
+                if self._path.get(entity_id) in paths and s > prior * (s + f)
+            ]
+        found.sort(key=lambda pair: (-pair[1], pair[0]))
+        return found[:limit]
 
     def evidence(self, entity_id: str) -> tuple[float, float]:
         """``(successes, failures)`` recorded for the entity."""
