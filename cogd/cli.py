@@ -515,6 +515,8 @@ def context(ctx: click.Context, prompt: str, mode: str | None, explain: bool, as
         err.rule("ranking signals")
         for item in pack["items"]:
             err.print(f"{item['rank']:>2}. {item['entity_id']}", markup=False)
+            if item.get("reason"):
+                err.print(f"    why: {item['reason']}", markup=False)
             err.print(f"    score={item['score']}  {_explain(item['signals'])}", markup=False, style="dim")
 
 

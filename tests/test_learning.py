@@ -7,6 +7,7 @@ clock (``COGD_NOW``, honoured because the test's config trusts it).
 from __future__ import annotations
 
 import json
+import time
 import re
 import shutil
 import sqlite3
@@ -131,7 +132,7 @@ def test_an_edited_item_is_a_hit_and_ranks_higher_next_time(repo, clock):
     explained = run_cogd(repo, "context", PROMPT, "--explain")
     block = explained.stderr[explained.stderr.index(target["entity_id"]):]
     block = re.split(r"\n\s*\d+\. ", block)[0]  # up to the next item (rich may wrap the signal line)
-    assert "utility_x=" in block
+    assert "utility_x=" in block and "why: " in block and "utility" in block.split("why: ")[1]
     hook(repo, clock, "session-end", payload("session_end.other.json", repo, session_id=second_session))
 
 
@@ -186,3 +187,25 @@ def test_a_stale_memory_is_marked_with_its_age():
     hidden, items = render_memories([], [stale, fresh], 2000, now=now, show_stale=False)
     assert "01STALE" not in hidden and [i.entity_id for i in items] == ["01FRESH"]
     assert render_memories([], [stale], 10, now=now) == ("", [])
+
+
+def test_an_editor_save_counts_as_a_touch(repo, clock):
+    session = "learn-save"
+    hook(repo, clock, "prompt-submit", payload("user_prompt_submit.json", repo, session_id=session,
+                                               prompt="how does the json encoder indent nested objects"))
+    items = [i for i in prompt_items(repo, session) if not i["pointer"] and i["kind"] in ("function", "method")]
+    target = items[0]
+    path = repo / target["path"]
+    lines = path.read_text().splitlines(keepends=True)
+    lines.insert(target["start_line"], "    # edited in an editor\n")
+    path.write_text("".join(lines))
+    proc, _ = run_hook("file-save", None, raw=b"", args=(str(path),), env=clock.env())
+    assert proc.returncode == 0
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        outcome = {i["entity_id"]: i["outcome"] for i in prompt_items(repo, session)}[target["entity_id"]]
+        if outcome == "hit":
+            break
+        time.sleep(0.2)
+    assert outcome == "hit"
+    git(repo, "checkout", "--", target["path"])

@@ -84,11 +84,11 @@ def test_delivery_with_items_round_trips(ledger):
         {"delivery_id": delivery_id, "rank": 1, "entity_id": "pkg/geometry.py::Circle.area", "kind": "method",
          "path": "pkg/geometry.py", "start_line": 10, "end_line": 12, "score": 3.141593, "chars": 180,
          "pointer": 0, "outcome": "pending", "hit_weight": 0.0, "hit_action": "", "hit_level": "",
-         "resolved_at": None},
+         "resolved_at": None, "reason": ""},
         {"delivery_id": delivery_id, "rank": 2, "entity_id": "pkg/geometry.py", "kind": "file",
          "path": "pkg/geometry.py", "start_line": 1, "end_line": 40, "score": 1.5, "chars": 60,
          "pointer": 1, "outcome": "pending", "hit_weight": 0.0, "hit_action": "", "hit_level": "",
-         "resolved_at": None},
+         "resolved_at": None, "reason": ""},
     ]
 
 

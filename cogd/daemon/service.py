@@ -32,13 +32,14 @@ from cogd.retrieve.pack import Pack, Preface, overview_pack, prompt_pack, workin
 from cogd.retrieve.repomap import RankedGraph, pagerank
 from cogd.retrieve.workingset import working_set
 from cogd.usage.ledger import Ledger
-from cogd.usage.touches import touches_from_tool_use
+from cogd.usage.touches import Touch, touches_from_tool_use
 from cogd.usage.utility import UtilityModel
 
 log = logging.getLogger("cogd.service")
 
 SESSION_ID_MAX = 200
 RECENT_FILES_TTL_S = 10.0
+SAVE_SESSION_WINDOW_S = 1800.0  # an editor's save counts for sessions with a pack this recent
 REPO_MAP_TTL_S = 60.0  # the PageRank map is recomputed at most this often (0.6 s on a 60,000-entity index)
 
 
@@ -407,10 +408,52 @@ class Service:
             if not relative.startswith(".."):
                 rel.append(relative.replace(os.sep, "/"))
         timeout = _timeout(params, 60.0)
+        before = self._entity_hashes(rel) if rel and params.get("attribute", True) is not False else None
         ticket = self.worker.request(rel)
+        if before is not None:
+            threading.Thread(target=self._attribute_saves, args=(rel, before, ticket, self._now(params)),
+                             name="cogd-save-touches", daemon=True).start()
         if params.get("wait"):
             self.worker.wait(ticket, timeout=timeout)
         return {"queued": rel, "ticket": ticket}
+
+    def _entity_hashes(self, paths: list[str]) -> dict[str, str]:
+        conn = self._reader()
+        found: dict[str, str] = {}
+        for start in range(0, len(paths), 500):
+            chunk = paths[start:start + 500]
+            found.update(conn.execute(
+                f"SELECT id, hash FROM entities WHERE path IN ({','.join('?' * len(chunk))}) AND kind != 'file'",
+                chunk).fetchall())
+        return found
+
+    def _attribute_saves(self, paths: list[str], before: dict[str, str], ticket: int, now: float) -> None:
+        """An editor's saves count as touches: once the saved files are re-indexed, each entity
+        whose content hash changed (or that is new) is an ``edit`` touch of its lines, recorded
+        for every session with a pack delivered in the last SAVE_SESSION_WINDOW_S."""
+        try:
+            if not self.worker.wait(ticket, timeout=30.0):
+                return
+            conn = store.connect(self.layout.index_db, readonly=True)
+            try:
+                rows = []
+                for start in range(0, len(paths), 500):
+                    chunk = paths[start:start + 500]
+                    rows += conn.execute(
+                        f"SELECT id, hash, path, start_line, end_line FROM entities WHERE path IN "
+                        f"({','.join('?' * len(chunk))}) AND kind != 'file'", chunk).fetchall()
+            finally:
+                conn.close()
+            touches = [Touch(path, "edit", start, end) for entity_id, digest, path, start, end in rows
+                       if before.get(entity_id) != digest]
+            if not touches:
+                # The watcher may have re-indexed the file before this request saw the old
+                # hashes: fall back to a file-level touch of each saved file.
+                touches = [Touch(path, "write") for path in paths]
+            for session in self.ledger.open_sessions(since=now - SAVE_SESSION_WINDOW_S):
+                self.ledger.record_tool_use(session, "FileSave", "", touches, now=now)
+        except Exception:
+            log.exception("could not attribute saved files %s", paths[:5])
 
     def index_refresh(self, params: dict) -> dict:
         timeout = _timeout(params, 3600.0, limit=86400.0)

@@ -46,8 +46,39 @@ class PackItem:
             "entity_id": self.entity_id, "kind": self.kind, "path": self.path,
             "start_line": self.start_line, "end_line": self.end_line,
             "score": round(self.score, 6), "rank": self.rank, "chars": self.chars,
-            "pointer": self.pointer, "signals": self.signals,
+            "pointer": self.pointer, "signals": self.signals, "reason": reason_of(self.signals),
         }
+
+
+def reason_of(signals: dict) -> str:
+    """Why an item is in a pack, in one line, from its ranking signals.
+
+    E.g. ``BM25 #3, vector #7; caller of a.py::f; utility 0.41 ×1.17; touched this session ×1.5``.
+    """
+    found = []
+    sources = [f"{label} #{signals[key]}" for key, label in
+               (("bm25_rank", "BM25"), ("vector_rank", "vector"), ("usage_rank", "used before")) if key in signals]
+    if sources:
+        found.append(", ".join(sources))
+    if "expanded_from" in signals:
+        found.append(str(signals["expanded_from"]).split(" (")[0])
+    if "prior" in signals and signals["prior"] != 1.0:
+        found.append(f"prior ×{signals['prior']}")
+    if "utility_x" in signals:
+        found.append(f"utility {signals.get('utility')} ×{signals['utility_x']}")
+    if "working_set_x" in signals:
+        found.append(f"touched this session ×{signals['working_set_x']}")
+    if "recency_x" in signals:
+        found.append(f"recently changed ×{signals['recency_x']}")
+    if "pagerank" in signals:
+        found.append(f"PageRank {signals['pagerank']}")
+    if "memory" in signals:
+        found.append(f"{signals['memory']} memory")
+    if signals.get("working_set") is True:
+        found.append("this session's working set")
+    if "pinned" in signals:
+        found.append(str(signals["pinned"]))
+    return "; ".join(found)
 
 
 @dataclass

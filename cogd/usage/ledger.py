@@ -108,6 +108,7 @@ MIGRATIONS = (
     ("delivery_items", "hit_action", "TEXT NOT NULL DEFAULT ''"),
     ("delivery_items", "hit_level", "TEXT NOT NULL DEFAULT ''"),
     ("delivery_items", "resolved_at", "REAL"),
+    ("delivery_items", "reason", "TEXT NOT NULL DEFAULT ''"),
 )
 
 # Which open deliveries of the session a new delivery closes.
@@ -178,12 +179,12 @@ class Ledger:
             delivery_id = int(cur.lastrowid)
             rows = [
                 (delivery_id, it["rank"], it["entity_id"], it["kind"], it["path"], it["start_line"],
-                 it["end_line"], it["score"], it["chars"], int(it["pointer"]))
+                 it["end_line"], it["score"], it["chars"], int(it["pointer"]), str(it.get("reason", ""))[:500])
                 for it in items
             ]
             self._conn.executemany(
                 "INSERT INTO delivery_items(delivery_id, rank, entity_id, kind, path, start_line, end_line, "
-                "score, chars, pointer) VALUES (?,?,?,?,?,?,?,?,?,?)", rows,
+                "score, chars, pointer, reason) VALUES (?,?,?,?,?,?,?,?,?,?,?)", rows,
             )
             self._conn.executemany(
                 "INSERT INTO entity_utility(entity_id, path, retrieval_count, last_delivered_at) VALUES (?,?,1,?) "
@@ -322,6 +323,16 @@ class Ledger:
                 (session_id, now, now, reason),
             )
             return self._close(session_id, now, None)
+
+    def open_sessions(self, since: float) -> list[str]:
+        """Sessions not ended that received a still-open delivery at or after ``since`` (unix s)."""
+        with self._lock:
+            rows = self._conn.execute(
+                "SELECT DISTINCT d.session_id FROM deliveries d LEFT JOIN sessions s ON s.session_id = d.session_id "
+                "WHERE d.closed_at IS NULL AND d.created_at >= ? AND s.ended_at IS NULL ORDER BY d.session_id",
+                (since,),
+            ).fetchall()
+        return [r[0] for r in rows]
 
     def has_fingerprint(self, session_id: str, fingerprint: str) -> bool:
         """Whether the session was already handed a pack with this fingerprint."""
