@@ -434,7 +434,8 @@ def show(ctx: click.Context, entity_id: str, as_json: bool) -> None:
             console.print(f"  {label} {edge['kind']:9} {edge['id']}{how}", markup=False)
     u = result["usage"]
     console.print(f"delivered {u['retrieval_count']}×: used {u['used_count']}, ignored {u['ignored_count']}, "
-                  f"pending {u['pending']}; utility {u['utility']:.3f} (Beta posterior mean)")
+                  f"pending {u['pending']}; utility {u['utility']:.3f} (Beta posterior mean; "
+                  f"the repository's base rate is {u['base_rate']:.3f})")
 
 
 def _format_age(seconds: float) -> str:

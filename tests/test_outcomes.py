@@ -51,22 +51,30 @@ def test_the_strongest_touch_wins_and_adjacent_ranges_do_not_count():
     assert hits_of([F], [Touch("a.py", "edit", 21, 29)]) == {}
 
 
-def test_posterior_mean_and_file_shrinkage():
+def test_posterior_mean_base_rate_and_file_shrinkage():
     model = UtilityModel(alpha=1.0, beta=3.0)
-    assert model.prior_mean == 0.25
-    assert model.utility("x.py::new", "x.py") == 0.25  # never delivered: the prior, factor exactly 1
+    assert model.prior_mean == model.base_rate() == 0.25
+    assert model.utility("x.py::new", "x.py") == 0.25  # nothing known: the base rate, factor exactly 1
     assert model.factor("x.py::new", "x.py", 2.0)[0] == 1.0
     model.add("a.py::f", "a.py", 1.0, 0.0)  # one edit hit
-    assert model.utility("a.py::f") == pytest.approx(posterior_mean(1, 0, 1, 3)) == pytest.approx(0.4)
-    assert model.file_utility("a.py") == pytest.approx(0.4)
-    # a sibling never delivered borrows the file's mean; an ignored entity falls below the prior
-    assert model.utility("a.py::g", "a.py") == pytest.approx(0.4)
+    base = model.base_rate()
+    assert base == pytest.approx(posterior_mean(1, 0, 1, 3)) == pytest.approx(0.4)
+    assert model.utility("a.py::f") == pytest.approx((4 * 0.4 + 1) / 5)
+    # a sibling never delivered borrows its file's mean, which sits above the base rate
+    assert model.file_utility("a.py") == pytest.approx((4 * 0.4 + 1) / 5)
+    assert model.utility("a.py::g", "a.py") == pytest.approx(0.52)
+    assert model.factor("a.py::g", "a.py", 1.0)[0] == pytest.approx(math.exp(0.52 - 0.4))
+    # an entity delivered twice and ignored falls below the base rate
     model.add("c.py::k", "c.py", 0.0, 1.0)
     model.add("c.py::k", "c.py", 0.0, 1.0)
+    base = model.base_rate()
+    assert base == pytest.approx(2 / 7)
     low = model.utility("c.py::k", "c.py")
-    assert low == pytest.approx((4 * (1 / 6) + 0) / (4 + 2))
+    assert low == pytest.approx(4 * base / 6)  # its file holds no other evidence: the file mean is the base
     factor, _ = model.factor("c.py::k", "c.py", 1.0)
-    assert factor == pytest.approx(math.exp(low - 0.25)) and factor < 1.0
+    assert factor == pytest.approx(math.exp(low - base)) and factor < 1.0
+    # code never delivered stays neutral whatever the base rate
+    assert model.factor("z.py::new", "z.py", 1.0)[0] == pytest.approx(1.0)
     with pytest.raises(ValueError):
         UtilityModel(alpha=0.0)
 
@@ -108,6 +116,8 @@ def test_hits_then_misses_at_the_next_prompt_and_session_end(ledger):
     f, g = ledger.entity_usage("a.py::f"), ledger.entity_usage("a.py::g")
     assert (f["retrieval_count"], f["used_count"], f["ignored_count"], f["successes"], f["failures"]) == (1, 1, 0, 1.0, 0.0)
     assert (g["retrieval_count"], g["used_count"], g["ignored_count"], g["successes"], g["failures"]) == (2, 0, 2, 0.0, 2.0)
+    # evidence: f (1, 0), g (0, 2), h (0, 1) → base rate (1 + 1) / (4 + 4) = 0.25
+    assert f["base_rate"] == pytest.approx(0.25, abs=1e-4)
     assert f["utility"] == pytest.approx(0.4, abs=1e-4) and g["utility"] == pytest.approx(1 / 6, abs=1e-4)
     assert ledger.utility.evidence("a.py::f") == (1.0, 0.0)
 
@@ -145,9 +155,11 @@ def test_a_read_only_distractor_earns_less_than_an_edit(ledger):
         ledger.end_session(f"s{n}", "other", now=10.0 * n + 3)
     edited, read = ledger.entity_usage("a.py::f"), ledger.entity_usage("b.py::h")
     assert edited["used_count"] == read["used_count"] == 3
-    assert edited["utility"] == pytest.approx((1 + 3) / (4 + 3), abs=1e-4)
-    assert read["utility"] == pytest.approx((1 + 1.5) / (4 + 3), abs=1e-4)
-    assert edited["utility"] > read["utility"] > 0.25
+    base = (1 + 4.5) / (4 + 6)  # successes 3 + 1.5, failures 0 + 1.5
+    assert edited["base_rate"] == pytest.approx(base, abs=1e-4)
+    assert edited["utility"] == pytest.approx((4 * base + 3) / (4 + 3), abs=1e-4)
+    assert read["utility"] == pytest.approx((4 * base + 1.5) / (4 + 3), abs=1e-4)
+    assert edited["utility"] > base > read["utility"]  # reading and never editing ranks below the usual item
 
 
 OLD_SCHEMA = """

@@ -285,14 +285,14 @@ class Service:
                 return cached[2]
             favoured = {}
             if self.config.rank.utility_weight > 0:
-                prior = self.utility.prior_mean
-                favoured = {e: u - prior for e, u in self._utility_snapshot().items() if u > prior}
+                base = self.utility.base_rate()
+                favoured = {e: u - base for e, u in self._utility_snapshot(base).items() if u > base}
             graph = pagerank(self._reader(), list(recent), favoured)
             self._map_cache = (time.monotonic(), key, graph)
             return graph
 
-    def _utility_snapshot(self) -> dict[str, float]:
-        return {entity_id: self.utility.utility(entity_id) for entity_id in self.utility.entities()}
+    def _utility_snapshot(self, base: float) -> dict[str, float]:
+        return {entity_id: self.utility.utility(entity_id, base=base) for entity_id in self.utility.entities()}
 
     def _memory_preface(self, query: str | None, *, rules_only: bool = False) -> Preface | None:
         """Rules and memories for a pack: all active rules and the newest memories at session

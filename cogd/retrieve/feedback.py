@@ -4,9 +4,9 @@ Applied to the candidates after the kind/test priors and before MMR
 (DESIGN.md §5 step 4). Each signal multiplies a candidate's score and is
 recorded in its ``signals`` for ``--explain``:
 
-* ``utility`` — ``exp(rank.utility_weight · (u − prior mean))`` where ``u`` is
-  the entity's Beta posterior mean of use (:mod:`cogd.usage.utility`); 1 for
-  an entity never delivered, so new code is not starved;
+* ``utility`` — ``exp(rank.utility_weight · (u − b))`` where ``u`` is the
+  entity's Beta posterior mean of use and ``b`` the repository's base rate
+  (:mod:`cogd.usage.utility`); 1 for code never delivered, so it is not starved;
 * ``working_set`` — ``1 + rank.working_set_weight`` when the session already
   touched the entity's lines (read or edit), half that bonus when it touched
   only its file;
@@ -78,10 +78,11 @@ class Feedback:
         """Multiply each hit's score by its feedback factors, in place; record them in ``signals``."""
         if not self.enabled:
             return
+        base = self.utility.base_rate() if self.utility is not None else 0.0
         for hit in hits:
             factor = 1.0
             if self.utility is not None and self.config.utility_weight > 0:
-                u_factor, value = self.utility.factor(hit.id, hit.path, self.config.utility_weight)
+                u_factor, value = self.utility.factor(hit.id, hit.path, self.config.utility_weight, base)
                 if abs(u_factor - 1.0) > 1e-9:
                     hit.signals["utility"] = round(value, 4)
                     hit.signals["utility_x"] = round(u_factor, 3)

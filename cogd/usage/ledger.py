@@ -458,6 +458,7 @@ class Ledger:
         Keys: ``retrieval_count``, ``used_count`` (hits), ``ignored_count``
         (misses), ``pending``, ``successes``/``failures`` (weighted evidence),
         ``utility`` (posterior mean, shrunk towards ``path``'s when given),
+        ``base_rate`` (the repository's mean, the centre of the ranking factor),
         ``last_hit_at``/``last_delivered_at`` (unix s or None).
         """
         with self._lock:
@@ -475,5 +476,6 @@ class Ledger:
             "pending": row[3] or 0,
             "successes": round(sums[0], 4) if sums else 0.0, "failures": round(sums[1], 4) if sums else 0.0,
             "utility": round(self.utility.utility(entity_id, path), 4),
+            "base_rate": round(self.utility.base_rate(), 4),
             "last_delivered_at": sums[2] if sums else None, "last_hit_at": sums[3] if sums else None,
         }
