@@ -34,7 +34,11 @@ def hook_command() -> str:
     """The command prefix hooks run: the absolute ``cogd-hook`` of this installation.
 
     Absolute, because a ``python3`` shim (pyenv) on PATH costs ~90 ms per call
-    and a hook may run where the virtual environment is not activated.
+    and a hook may run where the virtual environment is not activated. The
+    script is ``bin/cogd-hook``, a plain script rather than an entry-point
+    wrapper (which would import ``re`` on every hook); the ``-m`` fallback pays
+    ``runpy``'s imports (~3 ms) on every hook and is only for installations
+    without the script.
     """
     script = Path(sys.executable).parent / "cogd-hook"
     if script.is_file() and os.access(script, os.X_OK):
@@ -89,46 +93,62 @@ def install_claude_hooks(root: Path, command: str | None = None, *, local: bool 
     """
     link = root / ".claude" / ("settings.local.json" if local else "settings.json")
     try:
-        # A symlinked settings file (dotfile managers) is updated where it points.
-        path = link.resolve() if link.is_symlink() else link
         if link.parent.exists() and not link.parent.is_dir():
             raise SettingsError(f"{link.parent} exists but is not a directory")
-        if path.exists() and not path.is_file():
-            raise SettingsError(f"{path} exists but is not a regular file")
-        existing: dict = {}
-        original = None
-        mode = 0o644
-        if path.exists():
-            raw = path.read_bytes()
-            mode = path.stat().st_mode & 0o777
-            try:
-                original = raw.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                raise SettingsError(f"{path} is not UTF-8 text ({exc}); fix it or move it away, then run again") from exc
-            try:
-                existing = json.loads(original) if original.strip() else {}
-            except ValueError as exc:
-                raise SettingsError(f"{path} is not valid JSON ({exc}); fix it or move it away, then run again") from exc
-            if not isinstance(existing, dict):
-                raise SettingsError(f"{path} holds a JSON {type(existing).__name__}, not an object")
+        path, existing, original, mode = _read_json_object(link)
         updated = merged_settings(existing, command or hook_command())
-        text = json.dumps(updated, indent=2, ensure_ascii=False) + "\n"
         if original is not None and existing == updated:
             return {"path": str(link), "changed": False, "backup": None}
-        path.parent.mkdir(parents=True, exist_ok=True)
-        backup = None
-        if original is not None:
-            stamp = time.strftime("%Y%m%d-%H%M%S")
-            backup = path.with_name(f"{path.name}.cogd-backup-{stamp}")
-            n = 1
-            while backup.exists():  # two changes in one second must not overwrite the older backup
-                n += 1
-                backup = path.with_name(f"{path.name}.cogd-backup-{stamp}-{n}")
-            _write(backup, original, mode)  # as private as the original (settings may hold secrets in env)
-        _write(path, text, mode)
+        backup = _replace_with_backup(path, original, mode, updated)
     except OSError as exc:
         raise SettingsError(f"cannot update {link}: {exc}") from exc
     return {"path": str(link), "changed": True, "backup": str(backup) if backup else None}
+
+
+def _read_json_object(link: Path) -> tuple[Path, dict, str | None, int]:
+    """``(path, object, original text or None, permission bits)`` of a JSON settings file.
+
+    A symlink (dotfile managers) is followed: the file is updated where it
+    points. A missing or empty file gives ``{}``. Raises SettingsError when
+    the file is not a regular file, not UTF-8, not JSON, or not an object.
+    """
+    path = link.resolve() if link.is_symlink() else link
+    if path.exists() and not path.is_file():
+        raise SettingsError(f"{path} exists but is not a regular file")
+    if not path.exists():
+        return path, {}, None, 0o644
+    raw = path.read_bytes()
+    mode = path.stat().st_mode & 0o777
+    try:
+        original = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise SettingsError(f"{path} is not UTF-8 text ({exc}); fix it or move it away, then run again") from exc
+    try:
+        existing = json.loads(original) if original.strip() else {}
+    except ValueError as exc:
+        raise SettingsError(f"{path} is not valid JSON ({exc}); fix it or move it away, then run again") from exc
+    if not isinstance(existing, dict):
+        raise SettingsError(f"{path} holds a JSON {type(existing).__name__}, not an object")
+    return path, existing, original, mode
+
+
+def _replace_with_backup(path: Path, original: str | None, mode: int, updated: dict) -> Path | None:
+    """Back up ``original`` (when there was a file) beside ``path``, then write ``updated`` atomically.
+
+    Returns the backup's path or None. Raises OSError.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    backup = None
+    if original is not None:
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        backup = path.with_name(f"{path.name}.cogd-backup-{stamp}")
+        n = 1
+        while backup.exists():  # two changes in one second must not overwrite the older backup
+            n += 1
+            backup = path.with_name(f"{path.name}.cogd-backup-{stamp}-{n}")
+        _write(backup, original, mode)  # as private as the original (settings may hold secrets in env)
+    _write(path, json.dumps(updated, indent=2, ensure_ascii=False) + "\n", mode)
+    return backup
 
 
 def _write(path: Path, text: str, mode: int) -> None:
@@ -175,38 +195,14 @@ def install_mcp_server(root: Path, command: str | None = None, args: list[str] |
     entry = {"type": "stdio", "command": command, "args": list(args or []), "env": {}}
     link = root / ".mcp.json"
     try:
-        path = link.resolve() if link.is_symlink() else link
-        if path.exists() and not path.is_file():
-            raise SettingsError(f"{path} exists but is not a regular file")
-        existing: dict = {}
-        original = None
-        mode = 0o644
-        if path.exists():
-            raw = path.read_bytes()
-            mode = path.stat().st_mode & 0o777
-            try:
-                original = raw.decode("utf-8")
-                existing = json.loads(original) if original.strip() else {}
-            except (UnicodeDecodeError, ValueError) as exc:
-                raise SettingsError(f"{path} is not valid JSON ({exc}); fix it or move it away, then run again") from exc
-            if not isinstance(existing, dict):
-                raise SettingsError(f"{path} holds a JSON {type(existing).__name__}, not an object")
+        path, existing, original, mode = _read_json_object(link)
         servers = existing.get("mcpServers", {})
         if not isinstance(servers, dict):
             raise SettingsError(f'{path}: "mcpServers" is not an object')
         if original is not None and servers.get(MCP_SERVER_NAME) == entry:
             return {"path": str(link), "changed": False, "backup": None}
         updated = {**existing, "mcpServers": {**servers, MCP_SERVER_NAME: entry}}
-        backup = None
-        if original is not None:
-            stamp = time.strftime("%Y%m%d-%H%M%S")
-            backup = path.with_name(f"{path.name}.cogd-backup-{stamp}")
-            n = 1
-            while backup.exists():
-                n += 1
-                backup = path.with_name(f"{path.name}.cogd-backup-{stamp}-{n}")
-            _write(backup, original, mode)
-        _write(path, json.dumps(updated, indent=2, ensure_ascii=False) + "\n", mode)
+        backup = _replace_with_backup(path, original, mode, updated)
     except OSError as exc:
         raise SettingsError(f"cannot update {link}: {exc}") from exc
     return {"path": str(link), "changed": True, "backup": str(backup) if backup else None}

@@ -95,6 +95,8 @@ import time
 import uuid
 from pathlib import Path
 
+from _replay_tree import snapshot  # noqa: E402 — scripts/ is on sys.path when run as a script
+
 PROJECT = Path(__file__).resolve().parent.parent
 DEFAULT_TASKS = PROJECT.parent / "shared" / "eval-data" / "commits" / "pallets__click.jsonl"
 PAYLOAD_FIXTURE = PROJECT / "tests" / "fixtures" / "hook-payloads" / "user_prompt_submit.json"
@@ -164,18 +166,6 @@ def git(git_dir: Path, work: Path, index_file: Path, *args: str) -> None:
     run(["git", f"--git-dir={git_dir}", f"--work-tree={work}", *args], env=env, timeout=300)
 
 
-def snapshot(path: Path) -> dict[str, tuple[int, int]]:
-    """name → (size, mtime_ns) of everything under ``path``: to prove nothing was written there."""
-    out = {}
-    for dirpath, dirnames, filenames in os.walk(path):
-        for name in dirnames + filenames:
-            full = os.path.join(dirpath, name)
-            try:
-                st = os.lstat(full)
-            except OSError:
-                continue
-            out[os.path.relpath(full, path)] = (st.st_size if not os.path.isdir(full) else 0, st.st_mtime_ns)
-    return out
 
 
 # ---------------------------------------------------------------- pack parsing
