@@ -25,6 +25,7 @@ from cogd.index.vectors import DenseIndex, VectorStore
 log = logging.getLogger("cogd.embedder")
 
 CHUNK = 64  # entities per store write: readers see coverage grow in steps this size
+QUERY_CACHE_SIZE = 32  # recent query embeddings kept (dict order = insertion order: the oldest goes first)
 
 
 class EmbeddingWorker:
@@ -38,6 +39,8 @@ class EmbeddingWorker:
         self.error: str | None = None
         self.model_id: str | None = None
         self.encoder = None
+        self._query_cache: dict[tuple, object] = {}
+        self._query_lock = threading.Lock()
         self.dense: DenseIndex | None = None
         self.total = 0
         self.done = 0
@@ -83,7 +86,17 @@ class EmbeddingWorker:
         encoder = self.encoder
         if encoder is None or not text.strip():
             return None
-        return encoder.encode_query(text)
+        key = (self.model_id, text)
+        with self._query_lock:
+            cached = self._query_cache.get(key)
+        if cached is not None:  # one prompt is embedded once for code and memory search
+            return cached
+        vector = encoder.encode_query(text)
+        with self._query_lock:
+            if len(self._query_cache) >= QUERY_CACHE_SIZE:
+                self._query_cache.pop(next(iter(self._query_cache)))
+            self._query_cache[key] = vector
+        return vector
 
     # ---- the thread -------------------------------------------------------------
     def _load(self) -> VectorStore:

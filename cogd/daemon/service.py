@@ -121,6 +121,8 @@ class Service:
             self.watcher = Watcher(layout.root, self.worker, config.watch).start()
 
     def close(self) -> None:
+        if getattr(self, "consolidator", None) is not None:
+            self.consolidator.join(timeout=30)  # a consolidation in flight finishes its write
         if self.watcher is not None:
             self.watcher.stop()
         self.worker.stop()
@@ -303,6 +305,9 @@ class Service:
         show_stale = self.config.memory.show_stale
         statuses = ("active", "stale") if show_stale else ("active",)
         try:
+            counts = memory.projection.counts()
+            if not any(n for by_status in counts.values() for status, n in by_status.items() if status in statuses):
+                return None  # no live memory: skip the search (and its query embedding)
             if query is None:
                 rules = memory.listing(type="rule", status="active")
                 others = [] if rules_only else [
@@ -395,6 +400,9 @@ class Service:
     def session_end(self, params: dict) -> dict:
         reason = _clean_text(params.get("reason"), "reason")[:80] or "other"
         misses = self.ledger.end_session(_session_id(params), reason, now=self._now(params))
+        consolidator = getattr(self, "consolidator", None)  # memory consolidation, on its own thread:
+        if consolidator is not None:  # the SessionEnd reply never waits for it
+            consolidator.kick("session_end")
         return {"ok": True, "misses": misses}
 
     def index_touch(self, params: dict) -> dict:
