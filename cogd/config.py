@@ -94,6 +94,10 @@ class UsageConfig:
     edit_weight: float = 1.0
     read_weight: float = 0.25
     search_weight: float = 0.1
+    # A miss records the item's examination probability as its failure: 1 / (1 + (rank − 1) / h)
+    # with h = miss_halflife_ranks (0 = every miss counts 1), times pointer_miss_weight for a pointer.
+    miss_halflife_ranks: float = 5.0
+    pointer_miss_weight: float = 0.5
     # Replays and tests may pass the event time as the request's ``now``
     # (the hook client forwards $COGD_NOW); a real daemon uses its own clock.
     trust_client_clock: bool = False
@@ -127,6 +131,24 @@ class MemoryConfig:
 
 
 @dataclass
+class ConsolidateConfig:
+    """Consolidation of memories (:mod:`cogd.memory.consolidate`): on session end, when idle, `cogd consolidate`."""
+
+    enabled: bool = True  # False: the daemon never consolidates on its own (`cogd consolidate` still works)
+    idle_after_s: int = 600  # consolidate once per idle stretch of this many seconds without requests; 0 = never
+    # Dedup of paraphrases: embedding cosine at or above this AND rapidfuzz token_set_ratio of the normalised
+    # texts at or above token_agreement, and no sign of a contradiction (a flipped negation, one or two words
+    # swapped). Measured with MiniLM: paraphrases 0.74-0.94, a claim and its negation 0.93-0.99 (see docs/memory.md).
+    similarity: float = 0.85
+    token_agreement: float = 70.0  # token_set_ratio (0-100); paraphrases measured 72-82
+    promote_hit_sessions: int = 2  # a candidate hit in this many distinct sessions becomes active; 0 = never
+    promote_corroborations: int = 1  # ... or merged with this many duplicates from other sessions; 0 = never
+    decay_min_misses: int = 10  # an active memory delivered this often since its last hit (or activation) ...
+    decay_horizon_days: float = 30.0  # ... and not hit for this many days goes stale; 0 misses = never
+    retention_days: float = 90.0  # rejected and superseded memories older than this are pruned; 0 = never
+
+
+@dataclass
 class Config:
     hook: HookConfig = field(default_factory=HookConfig)
     pack: PackConfig = field(default_factory=PackConfig)
@@ -138,6 +160,7 @@ class Config:
     memory: MemoryConfig = field(default_factory=MemoryConfig)
     rank: RankConfig = field(default_factory=RankConfig)
     usage: UsageConfig = field(default_factory=UsageConfig)
+    consolidate: ConsolidateConfig = field(default_factory=ConsolidateConfig)
 
 
 def _apply(section: object, values: dict, where: str) -> None:
@@ -174,7 +197,8 @@ def load_config(path: Path | None) -> Config:
             data = tomllib.loads(path.read_text(encoding="utf-8"))
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
             raise ConfigError(f"{path}: {exc}") from exc
-        for name in ("hook", "pack", "index", "embed", "retrieve", "daemon", "watch", "rank", "usage", "memory"):
+        for name in ("hook", "pack", "index", "embed", "retrieve", "daemon", "watch", "rank", "usage", "memory",
+                     "consolidate"):
             section = data.get(name)
             if isinstance(section, dict):
                 _apply(getattr(config, name), section, name)
@@ -186,4 +210,6 @@ def load_config(path: Path | None) -> Config:
         raise ConfigError("rank.prior_hits and rank.prior_misses must be above 0 (a Beta prior)")
     if config.retrieve.mode not in ("bm25", "vector", "hybrid"):
         raise ConfigError(f"retrieve.mode must be bm25, vector or hybrid, got {config.retrieve.mode!r}")
+    if config.consolidate.similarity > 1 or config.consolidate.token_agreement > 100:
+        raise ConfigError("consolidate.similarity is a cosine in [0, 1] and consolidate.token_agreement a ratio in [0, 100]")
     return config

@@ -9,7 +9,7 @@ import pytest
 
 from cogd.retrieve.pack import PackItem
 from cogd.usage.ledger import Ledger
-from cogd.usage.outcomes import PendingItem, match_hits
+from cogd.usage.outcomes import PendingItem, match_hits, miss_weight
 from cogd.usage.touches import Touch
 from cogd.usage.utility import UtilityModel, posterior_mean
 
@@ -85,7 +85,7 @@ def item_dicts(*specs) -> list[dict]:
 
 @pytest.fixture
 def ledger(tmp_path):
-    led = Ledger(tmp_path / "state.db", UtilityModel(1.0, 3.0), W)
+    led = Ledger(tmp_path / "state.db", UtilityModel(1.0, 3.0), W, miss_halflife=0)  # every miss counts 1
     yield led
     led.close()
 
@@ -185,5 +185,25 @@ def test_an_old_ledger_is_migrated_in_place_and_keeps_its_rows(tmp_path):
     try:
         led.record_tool_use("s", "Edit", "", [Touch("a.py", "edit", 12, 12)], now=2.0)
         assert outcomes(led, 1) == [("a.py::f", "hit", 1.0)]
+    finally:
+        led.close()
+
+
+def test_a_miss_weighs_by_how_likely_the_item_was_looked_at(tmp_path):
+    assert miss_weight(1, False, 5.0) == 1.0
+    assert miss_weight(6, False, 5.0) == pytest.approx(0.5)
+    assert miss_weight(6, True, 5.0) == pytest.approx(0.25)
+    assert miss_weight(40, False, 0.0) == 1.0
+    led = Ledger(tmp_path / "state.db", UtilityModel(), W, miss_halflife=5.0, pointer_miss_weight=0.5)
+    try:
+        specs = [("m.py::f%d" % n, "function", "m.py", 10 * n + 1, 10 * n + 5) for n in range(12)]
+        items = item_dicts(*specs)
+        items[-1]["pointer"] = True
+        led.record_delivery("s", "prompt", "", "q", "t", items, now=1.0)
+        led.end_session("s", "other", now=2.0)
+        assert led.entity_usage("m.py::f0")["failures"] == 1.0
+        assert led.entity_usage("m.py::f5")["failures"] == pytest.approx(0.5, abs=1e-4)
+        assert led.entity_usage("m.py::f11")["failures"] == pytest.approx(0.5 / (1 + 11 / 5), abs=1e-4)
+        assert all(led.entity_usage(e)["ignored_count"] == 1 for e, *_ in specs)
     finally:
         led.close()

@@ -81,7 +81,8 @@ class Service:
         self._recent_cache: tuple[float, list[str]] | None = None
         self.utility = UtilityModel(config.rank.prior_hits, config.rank.prior_misses)
         self.ledger = Ledger(layout.state_db, self.utility, {
-            "edit": config.usage.edit_weight, "read": config.usage.read_weight, "search": config.usage.search_weight})
+            "edit": config.usage.edit_weight, "read": config.usage.read_weight, "search": config.usage.search_weight},
+            miss_halflife=config.usage.miss_halflife_ranks, pointer_miss_weight=config.usage.pointer_miss_weight)
         self._map_cache: tuple[float, tuple, RankedGraph] | None = None
         self._map_lock = threading.Lock()
         self.embedder = None

@@ -6,7 +6,8 @@ accounting resolves it (:mod:`cogd.usage.outcomes` matches touches to items).
 
 * **hit**: the agent touched the item (by the session's tool uses) while its
   delivery was open; the hit keeps the strongest evidence weight seen.
-* **miss**: still pending when the delivery closes. A prompt pack closes at
+* **miss**: still pending when the delivery closes; it records a failure
+  weighted by the item's rank (:func:`cogd.usage.outcomes.miss_weight`). A prompt pack closes at
   the session's next prompt pack; a session-start pack stays in context for
   the whole session and closes at the session's end or when the context is
   replaced (a ``clear``/``compact``/``startup`` session start). The issue's
@@ -32,7 +33,7 @@ import threading
 import time
 from pathlib import Path
 
-from cogd.usage.outcomes import PendingItem, match_hits
+from cogd.usage.outcomes import PendingItem, match_hits, miss_weight
 from cogd.usage.touches import Touch
 from cogd.usage.utility import UtilityModel
 
@@ -130,7 +131,8 @@ class Ledger:
     (``{"edit", "read", "search"}`` → [0, 1]).
     """
 
-    def __init__(self, path: Path, utility: UtilityModel | None = None, weights: dict[str, float] | None = None):
+    def __init__(self, path: Path, utility: UtilityModel | None = None, weights: dict[str, float] | None = None,
+                 miss_halflife: float = 5.0, pointer_miss_weight: float = 0.5):
         path.parent.mkdir(parents=True, exist_ok=True)
         self._conn = sqlite3.connect(path, timeout=10.0, check_same_thread=False)
         self._conn.row_factory = sqlite3.Row
@@ -141,6 +143,8 @@ class Ledger:
         self._conn.commit()
         self._lock = threading.Lock()
         self.weights = dict(weights or _DEFAULT_WEIGHTS)
+        self.miss_halflife = miss_halflife
+        self.pointer_miss_weight = pointer_miss_weight
         self.utility = utility or UtilityModel()
         self.utility.load(self._conn.execute("SELECT entity_id, path, successes, failures FROM entity_utility"))
 
@@ -212,20 +216,23 @@ class Ledger:
         if not ids:
             return 0
         marks = ",".join("?" * len(ids))
-        missed = self._conn.execute(
-            f"SELECT entity_id, path FROM delivery_items WHERE outcome = 'pending' AND delivery_id IN ({marks})", ids
-        ).fetchall()
+        missed = [
+            (entity_id, path, miss_weight(rank, bool(pointer), self.miss_halflife, self.pointer_miss_weight))
+            for entity_id, path, rank, pointer in self._conn.execute(
+                f"SELECT entity_id, path, rank, pointer FROM delivery_items WHERE outcome = 'pending' "
+                f"AND delivery_id IN ({marks})", ids)
+        ]
         self._conn.execute(
             f"UPDATE delivery_items SET outcome = 'miss', resolved_at = ? WHERE outcome = 'pending' "
             f"AND delivery_id IN ({marks})", [now, *ids],
         )
         self._conn.execute(f"UPDATE deliveries SET closed_at = ? WHERE id IN ({marks})", [now, *ids])
         self._conn.executemany(
-            "UPDATE entity_utility SET ignored_count = ignored_count + 1, failures = failures + 1 WHERE entity_id = ?",
-            [(r[0],) for r in missed],
+            "UPDATE entity_utility SET ignored_count = ignored_count + 1, failures = failures + ? WHERE entity_id = ?",
+            [(weight, entity_id) for entity_id, _path, weight in missed],
         )
-        for entity_id, path in missed:
-            self.utility.add(entity_id, path, 0.0, 1.0)
+        for entity_id, path, weight in missed:
+            self.utility.add(entity_id, path, 0.0, weight)
         return len(missed)
 
     def retract_delivery(self, delivery_id: int) -> bool:

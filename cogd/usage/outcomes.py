@@ -17,6 +17,13 @@ read is half-way, a search line is weak — so a distractor the agent reads once
 and never edits earns less than an edit. When several touches hit one item,
 the strongest counts.
 
+A miss is weaker evidence the lower the item sat: an agent reads a pack from
+the top, and an item it never looked at says nothing about its worth. The
+failure a miss records is the item's examination probability under the
+position-bias model of click models (Craswell et al., "An experimental
+comparison of click position-bias models", WSDM 2008): ``1 / (1 + (rank − 1)
+/ h)`` for a half-life of ``h`` ranks, halved again for a one-line pointer.
+
 Pure functions over plain tuples: no database, no daemon.
 """
 
@@ -53,6 +60,16 @@ class Hit(NamedTuple):
 def action_weight(action: str, weights: dict[str, float]) -> float:
     """The evidence weight of a touch action (``edit``/``write`` → weights['edit'], ``read``, else 'search')."""
     return weights.get(ACTION_CLASS.get(action, "search"), 0.0)
+
+
+def miss_weight(rank: int, pointer: bool, halflife: float, pointer_weight: float = 0.5) -> float:
+    """The failure a miss at ``rank`` (1-based) records, in (0, 1]; ``halflife`` 0 = always 1.
+
+    ``1 / (1 + (rank − 1) / halflife)``, times ``pointer_weight`` for a
+    one-line pointer.
+    """
+    weight = 1.0 if halflife <= 0 else 1.0 / (1.0 + max(rank - 1, 0) / halflife)
+    return weight * (pointer_weight if pointer else 1.0)
 
 
 def match_hits(pending: Iterable[PendingItem], touches: Iterable[Touch], weights: dict[str, float]) -> list[Hit]:
