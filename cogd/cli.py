@@ -369,7 +369,7 @@ def index(ctx: click.Context, full: bool) -> None:
 
 def _explain(signals: dict) -> str:
     """One line per item: each ranking signal and its value."""
-    order = ("bm25_rank", "bm25", "vector_rank", "cosine", "usage_rank", "rrf", "expansion", "expanded_from", "prior",
+    order = ("bm25_rank", "bm25", "vector_rank", "cosine", "association_rank", "rrf", "expansion", "expanded_from", "prior",
              "utility", "utility_x", "working_set_x", "recency_x", "mmr", "redundancy")
     parts = [f"{key}={signals[key]}" for key in order if key in signals]
     parts += [f"{k}={v}" for k, v in signals.items() if k not in order]
@@ -651,13 +651,16 @@ def mcp(ctx: click.Context) -> None:
     run_mcp(_layout_from(ctx).root)
 
 
-from cogd.cli_memory import events, export, import_, memory_group, print_memory_status, verify  # noqa: E402
+from cogd.cli_memory import (  # noqa: E402
+    consolidate, events, export, import_, memory_group, print_memory_status, verify,
+)
 
 main.add_command(memory_group)
 main.add_command(verify)
 main.add_command(events)
 main.add_command(export)
 main.add_command(import_)
+main.add_command(consolidate)
 
 
 if __name__ == "__main__":

@@ -78,9 +78,9 @@ class RankConfig:
     prior_misses: float = 3.0  # Beta prior β: pseudo-misses (prior mean α/(α+β) = 0.25)
     working_set_weight: float = 0.5  # score × (1 + w) for entities touched in this session (half for their file)
     recency_weight: float = 0.3  # score × (1 + w / (1 + position / 5)) for recently changed files (git order)
-    # Weight of the ledger's own candidate list in the fusion: entities that paid off before
-    # (utility above the prior) in the files the query's top candidates come from. 0 = off.
-    usage_list_weight: float = 0.5
+    # Weight of the query-association list in the fusion: the code earlier sessions edited after
+    # prompts like this one (BM25 over those prompts; document expansion by past queries). 0 = off.
+    association_weight: float = 1.0
 
 
 @dataclass

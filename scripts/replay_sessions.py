@@ -45,10 +45,10 @@ Arms (each with its own scratch tree, ``.cogd/`` and daemon, one after the
 other, in one invocation; ``[rank]`` keys in the tree's ``config.toml``):
 
 * ``off`` — feedback off: ``utility_weight = 0``, ``working_set_weight = 0``,
-  ``recency_weight = 0``, ``usage_list_weight = 0``;
+  ``recency_weight = 0``, ``association_weight = 0``;
 * ``on`` — cogd's defaults;
 * ``recency`` — the recency-only control: ``utility_weight = 0``,
-  ``working_set_weight = 0``, ``usage_list_weight = 0``, recency at its default.
+  ``working_set_weight = 0``, ``association_weight = 0``, recency at its default.
 
 The vectors of an unchanged entity are the same in every arm, so by default the
 first arm's embedding cache is copied into the next arms' trees before their
@@ -120,9 +120,9 @@ HOOK_DEADLINE_MS = 60_000  # measured, not dropped: the shipped deadline is 1,50
 SESSION_NAMESPACE = uuid.UUID("6c0f3e52-8a1b-4d2e-9f00-c0dd0e5e55e5")
 READ_MAX_LINES = 2000  # Claude Code's Read returns at most this many lines without a limit
 ARMS: dict[str, dict[str, str]] = {
-    "off": {"utility_weight": "0", "working_set_weight": "0", "recency_weight": "0", "usage_list_weight": "0"},
+    "off": {"utility_weight": "0", "working_set_weight": "0", "recency_weight": "0", "association_weight": "0"},
     "on": {},
-    "recency": {"utility_weight": "0", "working_set_weight": "0", "usage_list_weight": "0"},
+    "recency": {"utility_weight": "0", "working_set_weight": "0", "association_weight": "0"},
 }
 # Seconds after the session's start at which each event happens (on the injected clock).
 T_PROMPT, T_STEP, T_END, T_GAP = 3, 20, 30, 60

@@ -112,6 +112,10 @@ def test_an_edited_item_is_a_hit_and_ranks_higher_next_time(repo, clock):
     hook(repo, clock, "post-tool-use", edit(repo, first_session, target))
     hook(repo, clock, "session-end", payload("session_end.other.json", repo, session_id=first_session))
 
+    conn = sqlite3.connect(repo / ".cogd" / "state.db")
+    associated = conn.execute("SELECT entity_id, query FROM associations").fetchall()
+    conn.close()
+    assert (target["entity_id"], PROMPT) in associated  # the edit links the function to the prompt
     after_first = {i["entity_id"]: i["outcome"] for i in prompt_items(repo, first_session)}
     assert after_first[target["entity_id"]] == "hit"
     assert set(after_first.values()) == {"hit", "miss"}  # everything else closed as a miss at session end

@@ -86,19 +86,32 @@ def test_overview_pack_lists_files_and_records_each_definition(conn, tmp_path):
     assert all(i.signals.get("pagerank", 0) > 0 for i in pack.items)
 
 
-def test_the_ledger_brings_back_code_that_paid_off_near_the_query(conn):
+def test_past_prompts_bring_back_the_code_they_led_to(conn, tmp_path):
+    from cogd.retrieve.lexical import match_expression, query_terms
+    from cogd.usage.ledger import Ledger
+
     config = RetrieveConfig()
-    query = "lonely report table"
+    query = "the tally at the bottom is off by one"
     plain = [h.id for h in retrieve(conn, query, config, mode="bm25")]
-    assert "pkg/lonely.py::lonely_report" in plain
-    utility = UtilityModel()
-    for _ in range(3):  # the footer was edited in three earlier sessions
-        utility.add("pkg/lonely.py::lonely_footer", "pkg/lonely.py", 1.0, 0.0)
-    utility.add("pkg/core.py::normalise", "pkg/core.py", 1.0, 0.0)  # useful, but not near this query
-    assert [e for e, _ in utility.proven({"pkg/lonely.py"})] == ["pkg/lonely.py::lonely_footer"]
-    feedback = Feedback(RankConfig(), utility)
-    hits = {h.id: h for h in retrieve(conn, query, config, mode="bm25", feedback=feedback)}
-    assert hits["pkg/lonely.py::lonely_footer"].signals["usage_rank"] == 1
-    assert "pkg/core.py::normalise" not in hits or "usage_rank" not in hits["pkg/core.py::normalise"].signals
-    off = Feedback(RankConfig(utility_weight=0, working_set_weight=0, recency_weight=0, usage_list_weight=0), utility)
-    assert all("usage_rank" not in h.signals for h in retrieve(conn, query, config, mode="bm25", feedback=off))
+    assert "pkg/lonely.py::lonely_footer" not in plain  # its words are not the prompt's
+    ledger = Ledger(tmp_path / "state.db")
+    try:
+        # an earlier session: a prompt in other words, then an edit of the footer
+        ledger.record_delivery("s1", "prompt", "", "fix the tally shown at the bottom", "t", [], now=1.0)
+        assert ledger.associate("s1", [("pkg/lonely.py::lonely_footer", "pkg/lonely.py")], now=2.0) == 1
+        assert ledger.associate("s1", [("pkg/lonely.py::lonely_footer", "pkg/lonely.py")], now=3.0) == 0  # idempotent
+        assert ledger.associate("no-prompt", [("pkg/core.py::normalise", "pkg/core.py")], now=3.0) == 0
+
+        def associations(text):
+            return ledger.associated(match_expression(query_terms(text)))
+
+        assert [e for e, _ in associations(query)] == ["pkg/lonely.py::lonely_footer"]
+        feedback = Feedback(RankConfig(), UtilityModel(), associations=associations)
+        hits = [h for h in retrieve(conn, query, config, mode="bm25", feedback=feedback)]
+        ids = [h.id for h in hits]
+        assert ids[0] == "pkg/lonely.py::lonely_footer"
+        assert hits[ids.index("pkg/lonely.py::lonely_footer")].signals["association_rank"] == 1
+        off = Feedback(RankConfig(association_weight=0), UtilityModel(), associations=associations)
+        assert all("association_rank" not in h.signals for h in retrieve(conn, query, config, mode="bm25", feedback=off))
+    finally:
+        ledger.close()

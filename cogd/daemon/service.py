@@ -30,7 +30,8 @@ from cogd.retrieve.hybrid import retrieve
 from cogd.retrieve.memories import MEMORY_SHARE, render_memories
 from cogd.retrieve.pack import Pack, Preface, overview_pack, prompt_pack, working_set_pack
 from cogd.retrieve.repomap import RankedGraph, pagerank
-from cogd.retrieve.workingset import working_set
+from cogd.retrieve.lexical import match_expression, query_terms
+from cogd.retrieve.workingset import entities_at, working_set
 from cogd.usage.ledger import Ledger
 from cogd.usage.touches import Touch, touches_from_tool_use
 from cogd.usage.utility import UtilityModel
@@ -276,7 +277,11 @@ class Service:
     def _feedback(self, session_id: str | None) -> Feedback:
         """Ranking feedback for one request: utility, the session's touches, recently changed files."""
         touches = self.ledger.session_touches(session_id) if session_id else []
-        return Feedback(self.config.rank, self.utility, touches, self._recent_files())
+        return Feedback(self.config.rank, self.utility, touches, self._recent_files(), self._associations)
+
+    def _associations(self, text: str) -> list[tuple[str, float]]:
+        """Entities earlier sessions edited after prompts like ``text`` (BM25 over those prompts)."""
+        return self.ledger.associated(match_expression(query_terms(text)), limit=self.config.retrieve.candidates)
 
     def _repo_graph(self) -> RankedGraph:
         """Personalised PageRank over the code graph, cached for REPO_MAP_TTL_S per index state."""
@@ -384,11 +389,27 @@ class Service:
         touches = touches_from_tool_use(payload, self.layout.root)
         raw_id = payload.get("tool_use_id")
         tool_use_id = _clean_text(raw_id, "tool_use_id")[:200] if isinstance(raw_id, str) else ""
-        row, hits = self.ledger.record_tool_use_with_hits(
-            _session_id(payload), tool, tool_use_id, touches, now=self._now(params))
+        session, now = _session_id(payload), self._now(params)
+        row, hits = self.ledger.record_tool_use_with_hits(session, tool, tool_use_id, touches, now=now)
+        self._associate(session, touches, now)
         if tool in ("Edit", "MultiEdit", "Write", "NotebookEdit") and touches:
             self.worker.request(sorted({t.path for t in touches}))
         return {"tool_use": row, "touches": [t.as_dict() for t in touches], "hits": hits}
+
+    def _associate(self, session: str, touches: list[Touch], now: float) -> None:
+        """Link the definitions an edit changed to the session's latest prompt (query association).
+
+        Only ranged edits count: a whole-file write says nothing about which
+        definition the prompt was about. Runs before the edit is re-indexed,
+        so spans are the ones the agent saw.
+        """
+        edits = [t for t in touches if t.action == "edit" and t.start_line is not None]
+        if not edits or self.config.rank.association_weight <= 0:
+            return
+        conn = self._reader()
+        pairs = [(entity_id, touch.path) for touch in edits for entity_id in entities_at(conn, touch)]
+        if pairs:
+            self.ledger.associate(session, pairs, now)
 
     def session_pre_compact(self, params: dict) -> dict:
         """PreCompact: snapshot the session's working set for the ``compact`` session start."""
@@ -461,6 +482,7 @@ class Service:
                 touches = [Touch(path, "write") for path in paths]
             for session in self.ledger.open_sessions(since=now - SAVE_SESSION_WINDOW_S):
                 self.ledger.record_tool_use(session, "FileSave", "", touches, now=now)
+                self._associate(session, touches, now)
         except Exception:
             log.exception("could not attribute saved files %s", paths[:5])
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Callable
 
 from cogd.config import RankConfig
 from cogd.retrieve.lexical import Hit
@@ -38,6 +39,8 @@ class Feedback:
     utility: UtilityModel | None = None
     touches: list[Touch] = field(default_factory=list)  # this session's, any order
     recent_paths: list[str] = field(default_factory=list)  # newest first
+    # text → [(entity_id, score)]: code earlier sessions edited after prompts like this one
+    associations: Callable[[str], list[tuple[str, float]]] | None = None
 
     def __post_init__(self) -> None:
         self._ranges: dict[str, list[tuple[int, int]]] = {}
@@ -51,6 +54,10 @@ class Feedback:
             else:
                 self._ranges.setdefault(touch.path, []).append((1, 1 << 30))
         self._recent = {path: i for i, path in enumerate(self.recent_paths)}
+
+    @property
+    def learns_associations(self) -> bool:
+        return self.associations is not None and self.config.association_weight > 0
 
     @property
     def enabled(self) -> bool:

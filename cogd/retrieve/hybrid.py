@@ -15,8 +15,8 @@ Steps (DESIGN.md §5), each recorded in the hit's ``signals`` for ``--explain``:
    test files (weaker unless the prompt is about tests);
 5. feedback from the usage ledger (:mod:`cogd.retrieve.feedback`): utility,
    the session's working set, recency of edits;
-   (the ledger also feeds step 2 with its own list: entities proven useful
-   before that the query still matches within the sources' deeper ranks);
+   (the ledger also feeds step 2 with a third list: the code earlier sessions
+   edited after prompts like this one — query association);
 6. maximal marginal relevance (Carbonell & Goldstein, SIGIR 1998):
    ``argmax λ·rel(d) − (1−λ)·max_{s∈S} sim(d, s)`` with cosine similarity of
    entity vectors when both have one, else structural similarity (same
@@ -40,7 +40,6 @@ KIND_PRIOR = {"file": 0.7, "module": 0.8, "class": 0.9, "function": 1.0, "method
 TEST_PRIOR = 0.5  # tests share their subject's vocabulary but are rarely the place to start
 EXAMPLE_PRIOR = 0.7  # examples, demos, docs, benchmarks and scripts use the code but implement none of it
 SEEDS = 20  # top fused candidates whose neighbours are considered
-DEEP_FACTOR = 4  # with the ledger on, candidate lists are read this many times deeper for proven code
 # Edge kind / resolution → how much of a seed's score crosses it.
 EDGE_WEIGHT = {
     ("calls", "scope"): 1.0, ("calls", "file"): 0.9, ("calls", "import"): 0.9, ("calls", "global"): 0.5,
@@ -129,8 +128,8 @@ def retrieve(
     ``mode``: ``bm25``, ``vector`` or ``hybrid`` (default ``config.mode``);
     without a query vector or a dense index the vector source is empty and
     hybrid degrades to BM25. With ``feedback``, the ledger adds a third list
-    to the fusion (``rank.usage_list_weight``): entities that paid off before
-    and that either source ranks within ``DEEP_FACTOR × candidates``. Each hit's ``score`` is the fused score after
+    to the fusion (``rank.association_weight``): the code earlier sessions
+    edited after prompts like this one (BM25 over those prompts). Each hit's ``score`` is the fused score after
     expansion; ``signals`` holds the parts. Raises sqlite3.Error on a broken index.
     """
     mode = mode or config.mode
@@ -138,24 +137,13 @@ def retrieve(
         mode = "bm25"  # no vectors yet (model loading, coverage 0): lexical beats an empty pack
     signals: dict[str, dict] = {}
     lists: list[tuple[str, float, list[str]]] = []
-    learning = feedback is not None and feedback.utility is not None and feedback.config.usage_list_weight > 0
-    # With the ledger on, both sources are read deeper than the fusion's cut: code that
-    # paid off before is brought back from there when the query still matches it a little.
-    depth = config.candidates * DEEP_FACTOR if learning else config.candidates
-    deep: dict[str, int] = {}  # entity id → best rank in either deep list
     if mode in ("bm25", "hybrid"):
-        lexical = bm25_search(conn, text, limit=depth, kinds=kinds)
-        for rank, hit in enumerate(lexical, 1):
-            deep.setdefault(hit.id, rank)
-        lexical = lexical[: config.candidates]
+        lexical = bm25_search(conn, text, limit=config.candidates, kinds=kinds)
         for rank, hit in enumerate(lexical, 1):
             signals.setdefault(hit.id, {}).update(bm25_rank=rank, bm25=round(hit.score, 3))
         lists.append(("bm25", config.bm25_weight, [h.id for h in lexical]))
     if mode in ("vector", "hybrid") and query_vector is not None and dense is not None:
-        nearest = dense.search(query_vector, depth, kinds)
-        for rank, (entity_id, _similarity) in enumerate(nearest, 1):
-            deep[entity_id] = min(rank, deep.get(entity_id, rank))
-        nearest = nearest[: config.candidates]
+        nearest = dense.search(query_vector, config.candidates, kinds)
         for rank, (entity_id, similarity) in enumerate(nearest, 1):
             signals.setdefault(entity_id, {}).update(vector_rank=rank, cosine=round(similarity, 4))
         lists.append(("vector", config.vector_weight, [i for i, _ in nearest]))
@@ -164,13 +152,13 @@ def retrieve(
     for _name, weight, ids in lists:
         for rank, entity_id in enumerate(ids, 1):
             fused[entity_id] = fused.get(entity_id, 0.0) + weight / (config.rrf_k + rank)
-    if learning and deep:
-        # Retrieval alone can only rerank what it found; this list lets code the agent
-        # used before come back when the query matches it, if only weakly (deep ranks).
-        proven = [(e, u) for e, u in feedback.utility.proven(None, limit=len(deep)) if e in deep]
-        for rank, (entity_id, _value) in enumerate(proven[: max(config.candidates // 3, 1)], 1):
-            fused[entity_id] = fused.get(entity_id, 0.0) + feedback.config.usage_list_weight / (config.rrf_k + rank)
-            signals.setdefault(entity_id, {}).update(usage_rank=rank, deep_rank=deep[entity_id])
+    if feedback is not None and feedback.learns_associations:
+        # Retrieval alone can only rerank what it found; past prompts bring back the code
+        # that prompts like this one led the agent to edit, whatever words that code uses.
+        associated = feedback.associations(text)[: max(config.candidates // 3, 1)]
+        for rank, (entity_id, _score) in enumerate(associated, 1):
+            fused[entity_id] = fused.get(entity_id, 0.0) + feedback.config.association_weight / (config.rrf_k + rank)
+            signals.setdefault(entity_id, {})["association_rank"] = rank
     for entity_id, score in fused.items():
         signals[entity_id]["rrf"] = round(score, 5)
 

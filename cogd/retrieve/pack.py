@@ -57,7 +57,7 @@ def reason_of(signals: dict) -> str:
     """
     found = []
     sources = [f"{label} #{signals[key]}" for key, label in
-               (("bm25_rank", "BM25"), ("vector_rank", "vector"), ("usage_rank", "used before")) if key in signals]
+               (("bm25_rank", "BM25"), ("vector_rank", "vector"), ("association_rank", "edited after similar prompts")) if key in signals]
     if sources:
         found.append(", ".join(sources))
     if "expanded_from" in signals:

@@ -17,7 +17,7 @@ MAX_ENTITIES = 16
 _DEFINITIONS = ("class", "function", "method", "constant")
 
 
-def _entities_at(conn: sqlite3.Connection, touch: Touch) -> list[str]:
+def entities_at(conn: sqlite3.Connection, touch: Touch) -> list[str]:
     """The innermost definitions overlapping a ranged touch, or the file for a rangeless one."""
     if touch.start_line is None or touch.end_line is None:
         row = conn.execute("SELECT id FROM entities WHERE id = ? AND kind = 'file'", (touch.path,)).fetchone()
@@ -48,12 +48,12 @@ def working_set(
     edits = [t for t in touches if ACTION_CLASS.get(t.action) == "edit"]
     reads = [t for t in touches if ACTION_CLASS.get(t.action) == "read"]
     for touch in edits:
-        for entity_id in _entities_at(conn, touch):
+        for entity_id in entities_at(conn, touch):
             found.setdefault(entity_id, None)
     for entity_id, _weight in hits:
         found.setdefault(entity_id, None)
     for touch in reads:
-        for entity_id in _entities_at(conn, touch):
+        for entity_id in entities_at(conn, touch):
             found.setdefault(entity_id, None)
     ids = list(found)
     present = set()

@@ -99,6 +99,18 @@ CREATE TABLE IF NOT EXISTS working_sets (
     entities TEXT NOT NULL           -- JSON list of entity ids, strongest evidence first
 );
 CREATE INDEX IF NOT EXISTS working_sets_session ON working_sets(session_id, id);
+-- Query association: the prompts of the sessions that edited an entity, searchable by BM25,
+-- so a later prompt like them finds the code such prompts led to (document expansion by
+-- past queries). One row per (entity, prompt delivery).
+CREATE VIRTUAL TABLE IF NOT EXISTS associations USING fts5(
+    entity_id UNINDEXED, path UNINDEXED, query, tokenize = 'porter unicode61'
+);
+CREATE TABLE IF NOT EXISTS association_keys (
+    entity_id TEXT NOT NULL,
+    delivery_id INTEGER NOT NULL,
+    created_at REAL NOT NULL,
+    PRIMARY KEY (entity_id, delivery_id)
+);
 """
 
 # Columns added after the first release: (table, column, declaration).
@@ -340,6 +352,51 @@ class Ledger:
                 (since,),
             ).fetchall()
         return [r[0] for r in rows]
+
+    def associate(self, session_id: str, entities: list[tuple[str, str]], now: float | None = None) -> int:
+        """Associate edited ``(entity_id, path)`` pairs with the session's latest prompt.
+
+        The prompt is the newest ``prompt`` delivery of the session made at or
+        before ``now``; without one nothing is stored. Idempotent per (entity,
+        delivery). Returns how many new associations were stored.
+        """
+        now = time.time() if now is None else now
+        if not entities:
+            return 0
+        with self._lock, self._conn:
+            row = self._conn.execute(
+                "SELECT id, query FROM deliveries WHERE session_id = ? AND event = 'prompt' AND query != '' "
+                "AND created_at <= ? ORDER BY created_at DESC, id DESC LIMIT 1", (session_id, now),
+            ).fetchone()
+            if row is None:
+                return 0
+            stored = 0
+            for entity_id, path in dict.fromkeys(entities):
+                cur = self._conn.execute(
+                    "INSERT OR IGNORE INTO association_keys(entity_id, delivery_id, created_at) VALUES (?,?,?)",
+                    (entity_id, row[0], now))
+                if cur.rowcount:
+                    self._conn.execute("INSERT INTO associations(entity_id, path, query) VALUES (?,?,?)",
+                                       (entity_id, path, row[1]))
+                    stored += 1
+        return stored
+
+    def associated(self, match: str, limit: int = 20) -> list[tuple[str, float]]:
+        """Entities whose past prompts match the FTS5 expression ``match``, best first.
+
+        ``(entity_id, score)``: the best BM25 score of the entity's prompts
+        (higher is better). [] for an empty expression.
+        """
+        if not match:
+            return []
+        with self._lock:
+            # bm25() cannot sit inside an aggregate: rank the prompts first, then keep each entity's best.
+            rows = self._conn.execute(
+                "SELECT entity_id, max(score) AS best FROM (SELECT entity_id, -bm25(associations) AS score "
+                "FROM associations WHERE associations MATCH ? ORDER BY bm25(associations) LIMIT ?) "
+                "GROUP BY entity_id ORDER BY best DESC, entity_id LIMIT ?", (match, limit * 5, limit),
+            ).fetchall()
+        return [(r[0], float(r[1])) for r in rows]
 
     def has_fingerprint(self, session_id: str, fingerprint: str) -> bool:
         """Whether the session was already handed a pack with this fingerprint."""

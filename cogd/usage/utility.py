@@ -124,23 +124,6 @@ class UtilityModel:
             s, f = self._entity.get(entity_id, (0.0, 0.0))
         return (self.strength * prior + s) / (self.strength + s + f)
 
-    def proven(self, paths: set[str] | None, limit: int = 20) -> list[tuple[str, float]]:
-        """Entities (in ``paths``, or anywhere for None) whose own record beats the base rate, best first.
-
-        ``(entity_id, utility)`` pairs, at most ``limit``: the ledger's own
-        candidate list (code that paid off before).
-        """
-        base = self.base_rate()
-        strength = self.strength
-        with self._lock:
-            found = [
-                (entity_id, (strength * base + s) / (strength + s + f))
-                for entity_id, (s, f) in self._entity.items()
-                if (paths is None or self._path.get(entity_id) in paths) and s > base * (s + f)
-            ]
-        found.sort(key=lambda pair: (-pair[1], pair[0]))
-        return found[:limit]
-
     def evidence(self, entity_id: str) -> tuple[float, float]:
         """``(successes, failures)`` recorded for the entity."""
         with self._lock:
