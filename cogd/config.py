@@ -87,13 +87,12 @@ class RankConfig:
 class UsageConfig:
     """Hit/miss accounting."""
 
-    # Evidence weight of a hit by how the agent touched the entity: an edit proves use,
-    # a read is half-way, a search listing is weak (DESIGN.md §4 "utility").
-    # read_weight = the prior mean α/(α+β): a read-only hit leaves utility where it was, so a
-    # distractor the agent reads and never edits is not rewarded; an edit is.
+    # A hit adds its weight to the entity's successes (and nothing to its failures). Reading or
+    # finding an item is a hit — the agent looked — but proves no use: by default it is neutral, so
+    # a distractor the agent reads and never edits is not rewarded; an edit is.
     edit_weight: float = 1.0
-    read_weight: float = 0.25
-    search_weight: float = 0.1
+    read_weight: float = 0.0
+    search_weight: float = 0.0
     # A miss records the item's examination probability as its failure: 1 / (1 + (rank − 1) / h)
     # with h = miss_halflife_ranks (0 = every miss counts 1), times pointer_miss_weight for a pointer.
     miss_halflife_ranks: float = 5.0

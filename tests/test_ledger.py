@@ -219,7 +219,7 @@ def test_ledger_survives_reopen(db):
     try:
         assert led.totals() == {"deliveries": 1, "delivery_items": 1, "hits": 1, "misses": 0, "pending": 0,
                                 "hit_rate": 1.0, "tool_uses": 1, "sessions": 1, "sessions_ended": 1}
-        assert led.utility.evidence("a.py::f") == (0.25, 0.75)  # reloaded from entity_utility
+        assert led.utility.evidence("a.py::f") == (0.0, 0.0)  # a read is a hit but no evidence of use  # reloaded from entity_utility
         assert led.deliveries()[0]["id"] == d
     finally:
         led.close()

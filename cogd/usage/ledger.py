@@ -33,7 +33,7 @@ import threading
 import time
 from pathlib import Path
 
-from cogd.usage.outcomes import PendingItem, match_hits, miss_weight
+from cogd.usage.outcomes import PendingItem, match_hits, miss_weight, strength
 from cogd.usage.touches import Touch
 from cogd.usage.utility import UtilityModel
 
@@ -129,7 +129,7 @@ _CLOSES = {
     "prompt": ("prompt", "compact_recovery"),
     "session_start": ("prompt", "session_start", "compact_recovery"),
 }
-_DEFAULT_WEIGHTS = {"edit": 1.0, "read": 0.25, "search": 0.1}  # as [usage] in cogd.config
+_DEFAULT_WEIGHTS = {"edit": 1.0, "read": 0.0, "search": 0.0}  # as [usage] in cogd.config
 
 QUERY_KEEP_CHARS = 2000
 
@@ -293,19 +293,19 @@ class Ledger:
         marks = ",".join("?" * len(paths))
         rows = self._conn.execute(
             f"SELECT i.delivery_id, i.rank, i.entity_id, i.kind, i.path, i.start_line, i.end_line, i.outcome, "
-            f"i.hit_weight FROM delivery_items i JOIN deliveries d ON d.id = i.delivery_id "
+            f"i.hit_weight, i.hit_action FROM delivery_items i JOIN deliveries d ON d.id = i.delivery_id "
             f"WHERE d.session_id = ? AND d.closed_at IS NULL AND d.created_at <= ? AND i.outcome != 'miss' "
             f"AND i.path IN ({marks})", [session_id, now, *paths],
         ).fetchall()
         if not rows:
             return []
-        previous = {(r[0], r[1]): (r[7], r[8]) for r in rows}
+        previous = {(r[0], r[1]): (r[7], r[8], r[9]) for r in rows}
         pending = [PendingItem((r[0], r[1]), r[2], r[3], r[4], r[5], r[6]) for r in rows]
         paths_by_key = {(r[0], r[1]): r[4] for r in rows}
         result = []
         for hit in match_hits(pending, touches, self.weights):
-            outcome, old_weight = previous[hit.key]
-            if outcome == "hit" and hit.weight <= old_weight:
+            outcome, old_weight, old_action = previous[hit.key]
+            if outcome == "hit" and strength(hit.action, hit.weight) <= strength(old_action, old_weight):
                 continue
             gain = hit.weight - (old_weight if outcome == "hit" else 0.0)
             self._conn.execute(
@@ -313,17 +313,16 @@ class Ledger:
                 "resolved_at = ? WHERE delivery_id = ? AND rank = ?",
                 (hit.weight, hit.action, hit.level, now, *hit.key),
             )
-            if outcome == "hit":  # an upgrade moves evidence from failure to success
+            if outcome == "hit":  # an upgrade (a read, then an edit) adds the difference
                 self._conn.execute(
-                    "UPDATE entity_utility SET successes = successes + ?, failures = failures - ? WHERE entity_id = ?",
-                    (gain, gain, hit.entity_id))
-                self.utility.add(hit.entity_id, paths_by_key[hit.key], gain, -gain)
+                    "UPDATE entity_utility SET successes = successes + ? WHERE entity_id = ?", (gain, hit.entity_id))
+                self.utility.add(hit.entity_id, paths_by_key[hit.key], gain, 0.0)
             else:
                 self._conn.execute(
                     "UPDATE entity_utility SET used_count = used_count + 1, successes = successes + ?, "
-                    "failures = failures + ?, last_hit_at = ? WHERE entity_id = ?",
-                    (hit.weight, 1.0 - hit.weight, now, hit.entity_id))
-                self.utility.add(hit.entity_id, paths_by_key[hit.key], hit.weight, 1.0 - hit.weight)
+                    "last_hit_at = ? WHERE entity_id = ?",
+                    (hit.weight, now, hit.entity_id))
+                self.utility.add(hit.entity_id, paths_by_key[hit.key], hit.weight, 0.0)
             result.append({"delivery_id": hit.key[0], "rank": hit.key[1], "entity_id": hit.entity_id,
                            "weight": hit.weight, "action": hit.action, "level": hit.level})
         return result

@@ -33,6 +33,7 @@ from typing import Iterable, NamedTuple
 
 from cogd.usage.touches import Touch
 
+_STRENGTH = {"edit": 3, "read": 2, "search": 1}
 ACTION_CLASS = {"edit": "edit", "write": "edit", "read": "read", "search": "search", "mention": "search"}
 
 
@@ -55,6 +56,11 @@ class Hit(NamedTuple):
     weight: float
     action: str
     level: str
+
+
+def strength(action: str, weight: float) -> tuple[float, int]:
+    """How strong a touch is as evidence of use: its weight, then edit > read > search."""
+    return (weight, _STRENGTH.get(ACTION_CLASS.get(action, "search"), 0))
 
 
 def action_weight(action: str, weights: dict[str, float]) -> float:
@@ -87,8 +93,6 @@ def match_hits(pending: Iterable[PendingItem], touches: Iterable[Touch], weights
         best: Hit | None = None
         for touch in by_path.get(item.path, ()):
             weight = action_weight(touch.action, weights)
-            if weight <= 0:
-                continue
             ranged = touch.start_line is not None and touch.end_line is not None
             if item.kind == "file":
                 level = "file"
@@ -100,7 +104,7 @@ def match_hits(pending: Iterable[PendingItem], touches: Iterable[Touch], weights
                 level = "file"
             else:
                 continue
-            if best is None or weight > best.weight:
+            if best is None or strength(touch.action, weight) > strength(best.action, best.weight):
                 best = Hit(item.key, item.entity_id, weight, touch.action, level)
         if best is not None:
             found.append(best)

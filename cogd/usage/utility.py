@@ -1,8 +1,9 @@
 """Utility: how often delivering an entity paid off, as a Beta posterior, and its ranking factor.
 
-Every resolved delivery item is a Bernoulli trial with fractional evidence: a
-hit of weight ``w`` adds ``w`` to the successes and ``1 − w`` to the failures
-(a read-only hit is a quarter success), a miss adds one failure. The
+Every resolved delivery item is evidence: a hit of weight ``w`` adds ``w``
+successes (an edit 1; a read or a search 0 by default — the agent looked,
+which proves nothing either way), a miss adds one failure weighted by how
+likely the item was looked at (:func:`cogd.usage.outcomes.miss_weight`). The
 conjugate Beta–Bernoulli update (e.g. Gelman et al., *Bayesian Data
 Analysis*, 3rd ed., §2.4) gives the posterior mean
 
