@@ -129,6 +129,10 @@ def show(ctx, entity_id: str, as_json: bool) -> None:
     for key in ("supersedes", "superseded_by"):
         if rec.get(key):
             console.print(f"  {key.replace('_', ' ')} {rec[key]}", markup=False)
+    survivor = result.get("survivor")
+    if survivor and survivor["id"] not in (rec["id"], rec.get("superseded_by")):
+        console.print(f"  the claim lives on in {survivor['id']} ({survivor['status']}), via "
+                      f"{' → '.join(survivor['chain'])}", markup=False)
     if rec["body"]:
         console.print()
         console.print(rec["body"], markup=False)
@@ -333,3 +337,64 @@ def print_memory_status(result: dict) -> None:
         console.print(f"  [red]{p['kind']}[/] {path}{escape(move)}: {escape(str(p['message']))}", soft_wrap=True)
         if p.get("fix"):
             console.print(f"    fix: {p['fix']}", markup=False, style="dim")
+
+
+_STEP_STYLE = {"dedup": "cyan", "promote": "green", "decay": "yellow", "retention": "magenta"}
+
+
+def _consolidation_detail(action: dict) -> str:
+    """One line on why: the survivor and the match, the evidence, the misses, the age."""
+    d = action.get("detail") or {}
+    step = action["step"]
+    if step == "dedup":
+        return f"into {d.get('superseded_by')} ({d.get('how')} match, {d.get('score')})"
+    if step == "promote":
+        ev = d.get("evidence") or {}
+        parts = []
+        if "hits" in ev.get("because", []):
+            parts.append(f"hit in {len(ev.get('hit_sessions') or [])} sessions")
+        if "corroboration" in ev.get("because", []):
+            parts.append(f"corroborated by {', '.join(c['id'] for c in ev.get('corroborated_by') or [])}")
+        if "verified" in ev.get("because", []):
+            parts.append("verified by a person")
+        return "; ".join(parts)
+    if step == "decay":
+        dec = d.get("decay") or {}
+        return f"{dec.get('misses_since')} deliveries without a hit in {dec.get('idle_days')} days"
+    if step == "retention":
+        return f"{d.get('age_days')} days old" + ("; tombstone kept" if d.get("tombstone") else "")
+    return ""
+
+
+@click.command("consolidate")
+@click.option("--dry-run", is_flag=True, help="Show what would change; change nothing.")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def consolidate(ctx, dry_run: bool, as_json: bool) -> None:
+    """Consolidate memories now: merge duplicates, promote candidates on evidence, let dead weight go
+    stale, prune old rejected and superseded records. The daemon also does this at every session end
+    and once per idle stretch; see docs/memory.md#consolidation."""
+    report = _run(ctx, "memory.consolidate", {"dry_run": dry_run}, fresh=False, timeout=300)
+    if as_json:
+        click.echo(json.dumps(report, indent=2))
+        return
+    console = _cli().console
+    title = "consolidation" + (" (dry run: nothing changed)" if dry_run else "")
+    table = Table("step", "id", "type", "change", "title", "why", title=title)
+    table.columns[1].overflow = table.columns[5].overflow = "fold"
+    for a in report["actions"]:
+        style = _STEP_STYLE.get(a["step"], "")
+        table.add_row(f"[{style}]{a['step']}[/]", a["id"], a["type"], f"{a['from']} → {a['to']}", escape(a["title"]),
+                      escape(_consolidation_detail(a)))
+    if report["actions"]:
+        console.print(table)
+    counts = report["counts"]
+    verb = "would change" if dry_run else "changed"
+    console.print(f"{verb}: {counts['dedup']} merged, {counts['promote']} promoted, {counts['decay']} stale, "
+                  f"{counts['retention']} pruned ({report['duration_s']:.2f} s)")
+    for pair in report.get("kept_apart") or []:
+        console.print(f"  kept apart: {pair['ids'][0]} and {pair['ids'][1]} ({pair['how']} {pair['score']}) — "
+                      f"{pair['reason']}", markup=False, style="dim")
+    for error in report.get("errors") or []:
+        _cli().err.print(f"[yellow]skipped[/] {error['step']} {escape(error.get('id') or '')}: "
+                         f"{escape(error['message'])} ({error['kind']})")

@@ -265,7 +265,8 @@ def build_server(layout: Layout, session_id: str | None = None) -> MCPServer:
 
     @server.tool(structured_output=True)
     async def verify(id: MemoryId) -> dict[str, Any]:
-        """Confirm a memory (a candidate becomes active). Example: {"id": "01JD3…"}."""
+        """Re-anchor a memory to the code as it is now (a stale one becomes active again). An agent's verify
+        does not promote a candidate; evidence does (see consolidation). Example: {"id": "01JD3…"}."""
         return await link.acall("memory.verify", {"id": id, "actor": "agent"})
 
     @server.tool(structured_output=True)

@@ -9,10 +9,13 @@ See docs/protocol.md for one example per method.
 
 from __future__ import annotations
 
+import logging
 from typing import Callable
 
 from cogd.daemon.protocol import INVALID_PARAMS, RpcError
 from cogd.memory.errors import MemoryError_
+
+log = logging.getLogger("cogd.memory")
 
 ACTORS = ("agent", "human", "consolidation", "import")
 MAX_IMPORT_ITEMS = 10_000
@@ -81,7 +84,13 @@ def memory_methods(service) -> dict[str, Callable[[dict], object]]:
                                   reason=_str(params, "reason", limit=1000) or "", actor=_actor(params, "agent"))
 
     def get(params: dict) -> dict:
-        return store().get(_str(params, "id", required=True))
+        result = store().get(_str(params, "id", required=True))
+        record = result["record"]
+        if record.get("superseded_by"):  # graph expansion follows superseded_by to the live record
+            from cogd.memory.consolidate import resolve_survivor
+
+            result["survivor"] = resolve_survivor(store(), record["id"])
+        return result
 
     def list_(params: dict) -> dict:
         return {"memories": store().list(type=_str(params, "type"), status=_str(params, "status"),
@@ -123,12 +132,20 @@ def memory_methods(service) -> dict[str, Callable[[dict], object]]:
     def sync(params: dict) -> dict:
         return store().sync()
 
+    def consolidate(params: dict) -> dict:
+        dry_run = params.get("dry_run", False)
+        if type(dry_run) is not bool:
+            raise RpcError("bad_request", "dry_run must be true or false", INVALID_PARAMS)
+        return service.consolidator.run("manual", dry_run=dry_run)
+
     handlers = {
         "memory.record": record, "memory.transition": transition, "memory.get": get, "memory.list": list_,
         "memory.edit": edit, "memory.supersede": supersede, "memory.verify": verify, "memory.purge": purge,
         "memory.events": events, "memory.export": export, "memory.import": import_, "memory.search": search,
-        "memory.sync": sync,
+        "memory.sync": sync, "memory.consolidate": consolidate,
     }
+    if getattr(service, "consolidator", None) is None:
+        service.consolidator = Consolidator(service)
     return {name: guarded(fn) for name, fn in handlers.items()}
 
 
@@ -145,3 +162,96 @@ def memory_store(service):
 
     layout = service.layout
     return MemoryStore(layout.root, layout.state_db, layout.index_dir, service.config.memory, embed)
+
+
+class Consolidator:
+    """Runs :func:`cogd.memory.consolidate.consolidate` for the daemon: on a background thread at
+    session end and once per idle stretch, synchronously for ``memory.consolidate``.
+
+    One run at a time: a background request while a run is going marks one more run
+    (coalesced); :meth:`run` waits for the running one (at most ``wait_s``). Failures
+    are logged and kept in ``last_error``; they never reach a hook.
+    """
+
+    def __init__(self, service, wait_s: float = 120.0):
+        import threading
+
+        self.service = service
+        self.wait_s = wait_s
+        self._run_lock = threading.Lock()
+        self._state = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._again: str | None = None
+        self._idle_mark: float | None = None  # the last_request_at whose idle stretch was consolidated
+        self.last_report: dict | None = None
+        self.last_error: str | None = None
+        self.runs = 0
+
+    @property
+    def config(self):
+        return self.service.config.consolidate
+
+    def run(self, trigger: str, *, dry_run: bool = False) -> dict:
+        """One run now (waits for a running one); returns the report as a dict. Raises RpcError."""
+        from cogd.memory.consolidate import consolidate
+
+        if not self._run_lock.acquire(timeout=self.wait_s):
+            raise RpcError("busy", f"a consolidation has been running for over {self.wait_s:.0f} s; try again later")
+        try:
+            try:
+                report = consolidate(self.service.memory, self.service.layout.state_db, self.config,
+                                     dry_run=dry_run, trigger=trigger).as_dict()
+            except MemoryError_ as exc:
+                raise RpcError(exc.kind, str(exc), data=exc.data) from exc
+            if not dry_run:
+                self.runs += 1
+                self.last_report = report
+                if report["actions"] or report["errors"]:
+                    log.info("consolidation (%s): %s; %d errors", trigger, report["counts"], len(report["errors"]))
+            return report
+        finally:
+            self._run_lock.release()
+
+    def kick(self, trigger: str) -> bool:
+        """Consolidate on a background thread (never blocks the caller). Returns False when disabled."""
+        import threading
+
+        if not self.config.enabled:
+            return False
+        with self._state:
+            if self._thread is not None and self._thread.is_alive():
+                self._again = trigger
+                return True
+            self._thread = threading.Thread(target=self._background, args=(trigger,), name="cogd-consolidate",
+                                            daemon=True)
+            self._thread.start()
+        return True
+
+    def _background(self, trigger: str) -> None:
+        while True:
+            try:
+                self.run(trigger)
+                self.last_error = None
+            except Exception as exc:  # noqa: BLE001 — logged; the daemon goes on
+                self.last_error = f"{exc.__class__.__name__}: {exc}"
+                log.exception("consolidation (%s) failed", trigger)
+            with self._state:
+                if self._again is None:
+                    self._thread = None
+                    return
+                trigger, self._again = self._again, None
+
+    def on_idle(self, last_request_at: float, now: float) -> bool:
+        """Called by the daemon's housekeeping (monotonic seconds): consolidate once per idle stretch
+        of ``[consolidate] idle_after_s``. Returns whether a run was started."""
+        idle_after = self.config.idle_after_s
+        if not idle_after or now - last_request_at < idle_after or self._idle_mark == last_request_at:
+            return False
+        self._idle_mark = last_request_at
+        return self.kick("idle")
+
+    def join(self, timeout: float | None = None) -> None:
+        """Wait for a background run (daemon shutdown, tests)."""
+        thread = self._thread
+        if thread is not None:
+            thread.join(timeout)

@@ -161,6 +161,9 @@ class Daemon:
                     log.info("%s: the client hung up while its pack was built; delivery %s retracted", method, delivery_id)
                     return None
         except RpcError as exc:
+            if "id" not in message:  # JSON-RPC 2.0: a notification is never answered, not even with an error
+                log.warning("notification %s refused (%s): %s", method, exc.kind, exc)
+                return None
             return error_response(request_id, exc)
         if "id" not in message:
             return None
@@ -188,6 +191,9 @@ class Daemon:
                     await asyncio.get_running_loop().run_in_executor(self.pool, self.service.check_projection)
                 except Exception:
                     log.exception("projection check failed")
+                consolidator = getattr(self.service, "consolidator", None)
+                if consolidator is not None:  # once per idle stretch, on its own thread
+                    consolidator.on_idle(self.service.last_request_at, time.monotonic())
             if idle and self.service and time.monotonic() - self.service.last_request_at > idle:
                 if self.service.worker.state == "idle":
                     self.request_stop(f"idle for {idle} s")

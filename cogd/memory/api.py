@@ -772,8 +772,8 @@ class MemoryStore:
             self.ledger.add_tombstone(stone, record.id, record.rejected_reason or f"{record.status} by hand edit",
                                       record.updated_at)
         if action != "unchanged":
-            if row is not None and record.updated_at <= row["updated_at"]:
-                record.updated_at = self.clock()  # a hand edit rarely bumps updated_at itself
+            # updated_at stays what the file says even when a hand edit did not bump it: the projection
+            # must be rebuildable from the files (`cogd reset`); the event below carries the edit's time.
             self.ledger.append(actor, record.id, action, old_status, record.status, self._pre_image(row),
                                {"path": relpath, "via": "file"})
         self._project(record, text_changed=text_changed)

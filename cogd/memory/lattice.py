@@ -14,6 +14,12 @@ pruned    (terminal)
 the sync, the anchor check, consolidation, imports — calls it before anything
 is written. Staying in the same status is an *edit*: allowed for every status
 but ``pruned`` (a pruned record keeps its tombstone and nothing else).
+
+One move exists only as a **merge** (``merge=True``): ``candidate → superseded``,
+when consolidation finds that a candidate states the same claim as another
+memory and folds it into that survivor (``superseded_by`` names it). It is not
+in the table, so a hand edit or ``memory.transition`` cannot make it: a
+supersession without its successor would mean nothing.
 """
 
 from __future__ import annotations
@@ -38,11 +44,17 @@ CREATE_STATUSES = frozenset({"candidate", "active"})
 
 LIVE = frozenset({"candidate", "active", "stale"})  # statuses whose body is a claim still in play
 
+# Moves legal only as a merge of duplicates by consolidation (see the module docstring).
+MERGE_TRANSITIONS: frozenset[tuple[str, str]] = frozenset({("candidate", "superseded")})
 
-def allowed(old: str | None, new: str, *, arrival: bool = False) -> bool:
-    """Whether ``old → new`` is legal. ``old`` None is a creation (``arrival``: a file seen first)."""
+
+def allowed(old: str | None, new: str, *, arrival: bool = False, merge: bool = False) -> bool:
+    """Whether ``old → new`` is legal. ``old`` None is a creation (``arrival``: a file seen first);
+    ``merge``: consolidation folding a duplicate into its survivor (adds :data:`MERGE_TRANSITIONS`)."""
     if new not in TRANSITIONS:
         return False
+    if merge and (old, new) in MERGE_TRANSITIONS:
+        return True
     if old is None:
         return arrival or new in CREATE_STATUSES
     if old == new:
@@ -50,15 +62,16 @@ def allowed(old: str | None, new: str, *, arrival: bool = False) -> bool:
     return new in TRANSITIONS.get(old, frozenset())
 
 
-def transition(old: str | None, new: str, *, entity_id: str = "", arrival: bool = False) -> str:
+def transition(old: str | None, new: str, *, entity_id: str = "", arrival: bool = False, merge: bool = False) -> str:
     """Decide one status change; returns its name for the event log.
 
     Names: ``create``, ``edit`` (same status), ``activate``, ``stale``,
     ``reject``, ``supersede``, ``prune``, ``reactivate`` (stale → active).
+    ``merge``: see :func:`allowed`.
     Raises :class:`MemoryError_` ``illegal_transition`` (data: ``id``,
     ``from``, ``to``, ``allowed`` — the legal targets) when the table forbids it.
     """
-    if not allowed(old, new, arrival=arrival):
+    if not allowed(old, new, arrival=arrival, merge=merge):
         targets = sorted(CREATE_STATUSES) if old is None else sorted(TRANSITIONS.get(old, ()))
         if old is None:
             message = f"a memory cannot be created as {new!r} (only {' or '.join(targets)})"
