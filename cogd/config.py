@@ -73,7 +73,7 @@ class RetrieveConfig:
 class RankConfig:
     """How the usage ledger feeds ranking (:mod:`cogd.usage.utility`). Every weight 0 = feedback off."""
 
-    utility_weight: float = 0.5  # score × exp(w·(utility − prior mean)); utility is a Beta posterior mean
+    utility_weight: float = 0.5  # score × exp(w·(utility − base rate)); utility is a Beta posterior mean
     prior_hits: float = 1.0  # Beta prior α: pseudo-hits every entity starts with
     prior_misses: float = 3.0  # Beta prior β: pseudo-misses (prior mean α/(α+β) = 0.25)
     working_set_weight: float = 0.5  # score × (1 + w) for entities touched in this session (half for their file)

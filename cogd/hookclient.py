@@ -12,18 +12,23 @@ deadline (default 1.5 s; ``[hook] deadline_ms`` in ``.cogd/config.toml`` or
 two context events it also starts the daemon in the background, so the next
 hook finds one.
 
-Standard library only, and only light modules: this is the hot path.
+Standard library only, and only light modules: this is the hot path. Its
+start-up is its latency, so it imports nothing the interpreter has not loaded
+already but ``_json`` and ``_socket`` (C), through :mod:`cogd.fastjson` and
+:mod:`cogd.daemon.client`; ``json``, ``socket``, ``signal`` (all three pull in
+``re`` or ``enum``) and ``from __future__`` are avoided on purpose, and what
+only failures need is imported where it is used. tests/test_wiring.py guards
+the list.
 """
 
-from __future__ import annotations
-
-import json
 import os
-import signal
 import sys
 import time
 
+import _signal
+
 from cogd.daemon.client import DaemonUnavailable, RemoteError, call
+from cogd.fastjson import loads, quote
 from cogd.locate import cogd_file, find_root, socket_path
 
 DEFAULT_DEADLINE_MS = 1500
@@ -141,15 +146,15 @@ def _arm(deadline_s: float) -> None:
         log("deadline reached: exit 0 with no output")
         os._exit(0)
 
-    signal.signal(signal.SIGALRM, expire)
-    signal.setitimer(signal.ITIMER_REAL, max(deadline_s, 0.001))
+    _signal.signal(_signal.SIGALRM, expire)
+    _signal.setitimer(_signal.ITIMER_REAL, max(deadline_s, 0.001))
 
 
 def _read_payload() -> dict:
     raw = sys.stdin.buffer.read(MAX_STDIN_BYTES)
     if not raw.strip():
         raise ValueError("empty stdin")
-    data = json.loads(raw.decode("utf-8", errors="replace"))
+    data = loads(raw.decode("utf-8", errors="replace"))
     if not isinstance(data, dict):
         raise ValueError(f"payload is a JSON {type(data).__name__}, not an object")
     return data
@@ -253,7 +258,8 @@ def run(argv: list[str]) -> str | None:
     if len(text) > MAX_CONTEXT_CHARS:  # a client over its limit swaps the text for a preview: send nothing
         log(f"pack of {len(text)} characters is over {MAX_CONTEXT_CHARS}: not injected")
         return None
-    return json.dumps({"hookSpecificOutput": {"hookEventName": hook_event_name, "additionalContext": text}})
+    # json.dumps({"hookSpecificOutput": {"hookEventName": ..., "additionalContext": text}}), spelled out
+    return f'{{"hookSpecificOutput": {{"hookEventName": {quote(hook_event_name)}, "additionalContext": {quote(text)}}}}}'
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -268,7 +274,7 @@ def main(argv: list[str] | None = None) -> int:
         log(f"no context: {exc.__class__.__name__}: {str(exc)[:300]}")
         output = None
     try:
-        signal.setitimer(signal.ITIMER_REAL, 0)
+        _signal.setitimer(_signal.ITIMER_REAL, 0)
         if output:
             sys.stdout.write(output + "\n")
             sys.stdout.flush()
@@ -277,5 +283,22 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def main_and_exit() -> None:
+    """:func:`main`, then leave at once with status 0: what the ``cogd-hook`` command runs.
+
+    ``os._exit`` skips the interpreter's finalisation (module teardown, garbage
+    collection), about 1.5 ms of every hook. Nothing is lost: the log is written
+    with its file closed, the socket is closed, and standard output is flushed here.
+    Not for in-process callers: use :func:`main`.
+    """
+    code = main()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except BaseException:  # noqa: BLE001 — e.g. the client closed the pipe
+            pass
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    main_and_exit()
