@@ -425,8 +425,8 @@ def check_memory_files(ctx: DoctorContext) -> Check:
         path = ctx.layout.cogd_dir / "memory" / rel
         try:
             record = read(path)
-        except RecordError as exc:
-            problems.append({"path": rel, "kind": "broken_frontmatter",
+        except RecordError as exc:  # broken_frontmatter, or too_large (never read whole)
+            problems.append({"path": rel, "kind": exc.kind,
                              "message": f"line {exc.line}, column {exc.column}: {exc.message}",
                              "fix": "fix the frontmatter at that line and column"})
             continue

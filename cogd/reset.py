@@ -37,6 +37,7 @@ log = logging.getLogger("cogd.reset")
 #: Files of the embedding cache (SQLite and its WAL side files), kept across a reset.
 CACHE_FILES = ("embed_cache.db", "embed_cache.db-wal", "embed_cache.db-shm")
 LEDGER_FILES = ("state.db", "state.db-wal", "state.db-shm")
+MEMORY_DB_FILES = ("memory.db", "memory.db-wal", "memory.db-shm")
 OLD_INDEX = "index.reset-old"  # where the old projection waits until the new one is built
 
 #: Extension point: functions ``(layout, config) -> dict`` that rebuild further parts of the
@@ -164,6 +165,15 @@ def reset(layout: Layout, config: Config, *, wipe_ledger: bool = False, restart:
         shutil.rmtree(old, ignore_errors=True)
         if wipe_ledger:
             _say(progress, "wiping the local ledger (.cogd/state.db)")
+            # The ledger holds the memory tombstones too. Drop memory.db first, so the next sync
+            # rebuilds it from the record files — and re-reads each rejected or pruned file's
+            # `tombstone` — instead of skipping files it has already seen (a kill between the two
+            # steps leaves the ledger intact and memory.db to rebuild: nothing is lost).
+            for name in MEMORY_DB_FILES:
+                try:
+                    (index_dir / name).unlink()
+                except FileNotFoundError:
+                    pass
             for name in LEDGER_FILES:
                 try:
                     (layout.cogd_dir / name).unlink()

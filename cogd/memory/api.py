@@ -250,7 +250,9 @@ class MemoryStore:
             head = " ".join(strip_private(title or "").split()) or derive_title(body)
             if len(head) > TITLE_MAX:
                 raise bad_request(f"the title is {len(head)} characters; at most {TITLE_MAX}")
-            self._check_secrets(head, body)
+            tags = [str(t)[:100] for t in tags][:50]
+            creation_reason = str(creation_reason or "")[:500]
+            self._check_secrets(head, body, creation_reason, *tags)  # provenance is stored too: scan it
             chash = content_hash(body)
             self._check_tombstone(chash)
             warnings: list[str] = []
@@ -291,9 +293,8 @@ class MemoryStore:
             record = Record(
                 id=entity_id, type=type, title=head, status=status, body=body,
                 created_at=created_at if created_at is not None else now, updated_at=now, source=source,
-                valid_from_commit=self.code.commit(), creation_reason=str(creation_reason or "")[:500],
-                session_id=str(session_id or "")[:200], anchors=anchor_list,
-                tags=[str(t)[:100] for t in tags][:50],
+                valid_from_commit=self.code.commit(), creation_reason=creation_reason,
+                session_id=str(session_id or "")[:200], anchors=anchor_list, tags=tags,
             )
             self._write(record)
             self.ledger.append(actor or source, entity_id, "create", None, status,
@@ -744,12 +745,19 @@ class MemoryStore:
                 raise MemoryError_("illegal_transition", f"{record.id} was purged (erased) here: it cannot come back",
                                    id=record.id, **{"from": "purged", "to": record.status, "allowed": []})
             action = lattice.transition(old_status, record.status, entity_id=record.id, arrival=arrival)
+            if record.status == "superseded" and old_status not in (None, "superseded"):
+                self._check_successor(record)
             body = strip_private(record.body).strip()
+            if len(body) > TEXT_MAX:  # the limit every other write path has (a hand edit must not bypass it)
+                raise bad_request(f"the body is {len(body)} characters; at most {TEXT_MAX}", id=record.id)
             chash = content_hash(body) if body else record.tombstone
             text_changed = row is None or row["content_hash"] != chash or row["title"] != record.title
-            if record.status in lattice.LIVE and text_changed:
-                self._check_secrets(record.title, body)
-                self._check_tombstone(chash, record.id)
+            if record.status in lattice.LIVE:
+                # provenance (reason, tags) is scanned like the text: a file can carry a secret there too
+                self._check_secrets(*((record.title, body) if text_changed else ()), record.creation_reason,
+                                    *record.tags)
+                if text_changed:
+                    self._check_tombstone(chash, record.id)
         except MemoryError_ as exc:
             if raise_errors:
                 raise
@@ -782,6 +790,24 @@ class MemoryStore:
         self._anchor_mark = None
         return action
 
+    def _check_successor(self, record: Record) -> None:
+        """A hand edit into ``superseded`` must name its successor in ``superseded_by`` (as
+        :meth:`supersede` does): a supersession without one would mean nothing, and cannot be undone.
+        The successor is a memory of the same type known here, or its file is present (a ``git pull``
+        brings both files at once, and the scan may read the superseded one first)."""
+        successor = record.superseded_by.strip()
+        ok = False
+        if is_ulid(successor) and successor != record.id:
+            row = self.projection.row(successor)
+            ok = (row["type"] == record.type) if row is not None else \
+                (self.memory_dir / FOLDERS[record.type] / f"{successor}.md").is_file()
+        if not ok:
+            raise bad_request(
+                f"{record.id} is marked superseded, but superseded_by ({successor or 'empty'}) names no "
+                f"{record.type} here; superseded cannot be undone, so it needs its successor",
+                id=record.id, fix="set `superseded_by:` to the id of the memory that replaces it, or set "
+                "`status:` back (or use `cogd memory supersede OLD_ID NEW_ID`)")
+
     @staticmethod
     def _fix_hint(exc: MemoryError_, old_status: str | None, record: Record) -> str:
         if exc.kind == "illegal_transition":
@@ -794,4 +820,4 @@ class MemoryStore:
             return "remove the secret from the file (wrap private notes in <private>…</private>)"
         if exc.kind == "tombstoned":
             return f"this claim was rejected as {exc.data.get('id')}; delete the file or change the claim"
-        return "fix the file"
+        return str(exc.data.get("fix") or "fix the file")

@@ -35,6 +35,10 @@ TYPES = ("observation", "rule", "knowledge")
 FOLDERS = {"observation": "observations", "rule": "rules", "knowledge": "knowledge"}
 SOURCES = ("agent", "human", "consolidation", "import")
 TITLE_MAX = 200
+# A record file larger than this is not read at all (a body holds at most 100,000 characters:
+# ``api.TEXT_MAX``). Reading, hashing and secret-scanning a 50 MB file held the store's lock for
+# minutes, so every memory request — and the daemon's housekeeping — waited behind it.
+MAX_FILE_BYTES = 1 << 20
 
 # In the order they are written. ``tombstone`` (normalised-content hash, on rejected
 # and pruned records) and ``rejected_reason`` are cogd's additions to the issue's list.
@@ -46,14 +50,18 @@ KNOWN_KEYS = (
 
 
 class RecordError(ValueError):
-    """A record file that cannot be read: ``line`` and ``column`` are 1-based (0 when unknown)."""
+    """A record file that cannot be read: ``line`` and ``column`` are 1-based (0 when unknown).
 
-    def __init__(self, message: str, line: int = 0, column: int = 0):
+    ``kind``: ``broken_frontmatter``, or ``too_large`` for a file over :data:`MAX_FILE_BYTES`.
+    """
+
+    def __init__(self, message: str, line: int = 0, column: int = 0, kind: str = "broken_frontmatter"):
         where = f"line {line}, column {column}: " if line else ""
         super().__init__(f"{where}{message}")
         self.message = message
         self.line = line
         self.column = column
+        self.kind = kind
 
 
 def new_id() -> str:
@@ -314,9 +322,15 @@ def atomic_write(path: Path, text: str) -> None:
 
 
 def read(path: Path) -> Record:
-    """Parse the record at ``path``. Raises RecordError (also for undecodable bytes) or OSError."""
+    """Parse the record at ``path``. Raises RecordError (also for undecodable bytes, and ``too_large``
+    for a file over :data:`MAX_FILE_BYTES`, which is never read past that size) or OSError."""
+    with open(path, "rb") as handle:
+        data = handle.read(MAX_FILE_BYTES + 1)
+    if len(data) > MAX_FILE_BYTES:
+        raise RecordError(f"the file is larger than {MAX_FILE_BYTES} bytes (a memory's body holds at most "
+                          "100,000 characters)", kind="too_large")
     try:
-        text = path.read_bytes().decode("utf-8")
+        text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise RecordError(f"not UTF-8 text (byte {exc.start})", 1, 1) from None
     return parse(text)

@@ -5,7 +5,8 @@ are skipped) whose size or mtime differs from what the projection last saw:
 
 - unreadable or broken frontmatter → a ``broken_frontmatter`` problem with line
   and column, stored against the file; the file is left untouched, its memory
-  keeps its last legal state, and every other file keeps syncing;
+  keeps its last legal state, and every other file keeps syncing; a file over
+  ``record.MAX_FILE_BYTES`` is a ``too_large`` problem and is never read whole;
 - otherwise the record goes through :meth:`MemoryStore.apply_file_state`, which
   asks the lattice about the status change (from the projection's state, or
   from the ledger's last event when the projection was rebuilt) and refuses
@@ -76,9 +77,11 @@ def scan(store: "MemoryStore") -> dict:
         try:
             record = read(path)
         except RecordError as exc:
-            projection.set_file(rel, st.st_mtime_ns, st.st_size, seen["id"] if seen else "", _problem(
-                "broken_frontmatter", exc.message, "fix the frontmatter at that line and column; the memory keeps "
-                "its last good state meanwhile", exc.line, exc.column))
+            fix = ("shorten it, or split it into several memories; the memory keeps its last good state meanwhile"
+                   if exc.kind == "too_large" else
+                   "fix the frontmatter at that line and column; the memory keeps its last good state meanwhile")
+            projection.set_file(rel, st.st_mtime_ns, st.st_size, seen["id"] if seen else "",
+                                _problem(exc.kind, exc.message, fix, exc.line, exc.column))
             counts["broken"] += 1
             continue
         except OSError as exc:
