@@ -173,3 +173,10 @@ def test_reset_all_keeps_rejected_claims_tombstoned(tmp_path):
     assert again.returncode == 1, again.stdout
     assert "tombstoned" in again.stderr and rid in again.stderr
     assert "Traceback" not in again.stderr
+
+
+def test_invisible_format_characters_do_not_dodge_a_tombstone():
+    from cogd.memory.normalise import content_hash, normalise
+
+    assert normalise("Na\u200bN is re\u00adjected") == normalise("NaN is rejected") == "nan is rejected"
+    assert content_hash("NaN\u2060 values") == content_hash("nan values")

@@ -2,7 +2,8 @@
 
 Folded: Unicode compatibility forms (NFKC), case (``casefold``), punctuation
 and symbols (every Unicode ``P*`` and ``S*`` character is dropped, so ``8,000``
-is ``8000`` and ``don't`` is ``dont``), and whitespace (runs of it, control
+is ``8000`` and ``don't`` is ``dont``), invisible format characters (``Cf``,
+dropped), and whitespace (runs of it, control
 characters included, collapse to one space; ends trimmed). So ``"Never  call
 parse_date() on UTC!"`` and ``"never call PARSE_DATE on utc"`` are one claim.
 """
@@ -16,7 +17,10 @@ import unicodedata
 def normalise(text: str) -> str:
     """``text`` folded as described above; ``""`` for text with no letters or digits."""
     folded = unicodedata.normalize("NFKC", text).casefold()
-    chars = ["" if unicodedata.category(c)[0] in "PS" else " " if unicodedata.category(c)[0] in "ZC" else c
+    # Format characters (Cf: zero-width space, soft hyphen, joiners) are invisible: dropped, or
+    # "Na\u200bN" would be a different claim from "NaN" and slip past its tombstone.
+    chars = ["" if unicodedata.category(c)[0] in "PS" or unicodedata.category(c) == "Cf"
+             else " " if unicodedata.category(c)[0] in "ZC" else c
              for c in folded]
     return " ".join("".join(chars).split())
 
