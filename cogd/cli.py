@@ -230,6 +230,12 @@ def _install_hooks(layout: Layout, local: bool = False) -> None:
         console.print(f"hooks written to {result['path']}{backup}")
     else:
         console.print(f"hooks already in {result['path']}")
+    if local:
+        # .mcp.json is project-scoped and usually committed: an absolute path of this machine
+        # does not belong there when the hooks went to the private settings file.
+        console.print("MCP server not registered in .mcp.json (--local); to add it for yourself:")
+        console.print(f"  claude mcp add cogd -- {' '.join(_mcp_argv())}", markup=False, soft_wrap=True)
+        return
     try:
         mcp = install_mcp_server(layout.root)
     except SettingsError as exc:
@@ -239,6 +245,13 @@ def _install_hooks(layout: Layout, local: bool = False) -> None:
         console.print(f"MCP server `cogd mcp` registered in {mcp['path']}{backup}")
     else:
         console.print(f"MCP server already in {mcp['path']}")
+
+
+def _mcp_argv() -> list[str]:
+    from cogd.install import mcp_command
+
+    command, args = mcp_command()
+    return [command, *args]
 
 
 @main.command("install-hooks")

@@ -240,3 +240,16 @@ def test_default_command_is_used_when_none_given(tmp_path):
     install_claude_hooks(tmp_path)
     commands = [h["command"] for groups in read_settings(tmp_path)["hooks"].values() for g in groups for h in g["hooks"]]
     assert commands == [f"{hook_command()} {CLAUDE_EVENTS[e][0]}" for e in CLAUDE_EVENTS]
+
+
+def test_local_install_keeps_the_machine_path_out_of_mcp_json(tmp_path):
+    from conftest import make_repo, run_cogd
+
+    root = make_repo(tmp_path / "repo", {"a.py": "def f():\n    return 1\n"})
+    proc = run_cogd(root, "install-hooks", "--local")
+    assert (root / ".claude" / "settings.local.json").is_file()
+    assert not (root / ".claude" / "settings.json").exists()
+    assert not (root / ".mcp.json").exists()
+    assert "claude mcp add cogd --" in proc.stdout and " mcp" in proc.stdout
+    run_cogd(root, "install-hooks")
+    assert json.loads((root / ".mcp.json").read_text())["mcpServers"]["cogd"]["args"][-1] == "mcp"
