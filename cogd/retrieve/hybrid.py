@@ -182,15 +182,33 @@ def retrieve(
     return result
 
 
-def _similarity(a: Hit, b: Hit, vectors: dict[str, np.ndarray]) -> float:
-    va, vb = vectors.get(a.id), vectors.get(b.id)
-    if va is not None and vb is not None:
-        return float(max(0.0, va @ vb))
+def _structural(a: Hit, b: Hit) -> float:
+    """Similarity without vectors: same container 0.8, same file 0.5, else 0."""
     if a.parent_id and a.parent_id == b.parent_id and "::" in a.parent_id:
         return 0.8
     if a.path == b.path:
         return 0.5
     return 0.0
+
+
+def similarity_matrix(hits: list[Hit], vectors: dict[str, np.ndarray]) -> np.ndarray:
+    """Pairwise similarity of ``hits`` (n × n, float32): the cosine of their vectors (floored
+    at 0) where both have one, else :func:`_structural`. One matrix product instead of
+    O(n²·k) Python calls inside MMR."""
+    n = len(hits)
+    sim = np.zeros((n, n), dtype=np.float32)
+    have = [i for i, h in enumerate(hits) if h.id in vectors]
+    if have:
+        matrix = np.stack([vectors[hits[i].id] for i in have]).astype(np.float32)
+        sim[np.ix_(have, have)] = np.maximum(matrix @ matrix.T, 0.0)
+    with_vector = set(have)
+    for i in range(n):
+        if i in with_vector:
+            continue
+        for j in range(n):
+            if j != i:
+                sim[i, j] = sim[j, i] = _structural(hits[i], hits[j])
+    return sim
 
 
 def select(
@@ -220,24 +238,29 @@ def select(
     top = max(h.score for h in hits) or 1.0
     vectors = dense.vectors([h.id for h in hits]) if dense is not None else {}
     lam = config.mmr_lambda
-    remaining = sorted(hits, key=lambda h: h.score, reverse=True)
+    order = sorted(hits, key=lambda h: h.score, reverse=True)
+    sim = similarity_matrix(order, vectors)
+    redundancy = np.zeros(len(order), dtype=np.float32)  # max similarity to anything chosen so far
+    remaining = list(range(len(order)))
     chosen: list[Hit] = []
     per_file: Counter[str] = Counter()
     while remaining and len(chosen) < limit:
-        best, best_value, best_penalty = None, -1e9, 0.0
-        for hit in remaining[:80]:
+        best, best_value = -1, -1e9
+        for i in remaining[:80]:
+            hit = order[i]
             if per_file[hit.path] >= per_file_cap or (hit.kind == "file" and per_file[hit.path]):
                 continue
-            penalty = max((_similarity(hit, s, vectors) for s in chosen), default=0.0)
-            value = lam * (hit.score / top) - (1 - lam) * penalty
+            value = lam * (hit.score / top) - (1 - lam) * float(redundancy[i])
             if value > best_value:
-                best, best_value, best_penalty = hit, value, penalty
-        if best is None:
+                best, best_value = i, value
+        if best < 0:
             break
-        best.signals["mmr"] = round(best_value, 4)
-        if best_penalty:
-            best.signals["redundancy"] = round(best_penalty, 3)
-        chosen.append(best)
-        per_file[best.path] += 1
+        hit = order[best]
+        hit.signals["mmr"] = round(best_value, 4)
+        if redundancy[best]:
+            hit.signals["redundancy"] = round(float(redundancy[best]), 3)
+        chosen.append(hit)
+        per_file[hit.path] += 1
         remaining.remove(best)
+        np.maximum(redundancy, sim[:, best], out=redundancy)
     return chosen
