@@ -25,7 +25,7 @@ from cogd.index.vectors import DenseIndex, VectorStore
 log = logging.getLogger("cogd.embedder")
 
 CHUNK = 64  # entities per store write: readers see coverage grow in steps this size
-QUERY_CACHE_SIZE = 32  # recent query embeddings kept (dict order = insertion order: the oldest goes first)
+QUERY_CACHE_SIZE = 4  # recent query embeddings kept: enough for one request's code and memory searches (the oldest goes first)
 
 
 class EmbeddingWorker:
