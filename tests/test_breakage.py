@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from cogd.memory.api import TEXT_MAX, MemoryStore
-from cogd.memory.errors import MemoryError_
+from cogd.memory.api import TEXT_MAX
 from cogd.memory.record import MAX_FILE_BYTES
+from memory_fixtures import refused, root, store  # noqa: F401 (fixtures)
 from conftest import lexical_only, make_repo, run_cogd
 
 APP = '''"""A tiny app."""
@@ -27,24 +27,6 @@ def parse_date(text):
 '''
 
 
-@pytest.fixture
-def root(tmp_path: Path) -> Path:
-    (tmp_path / ".cogd" / "index").mkdir(parents=True)
-    return tmp_path
-
-
-@pytest.fixture
-def store(root: Path):
-    s = MemoryStore(root, root / ".cogd" / "state.db", root / ".cogd" / "index")
-    yield s
-    s.close()
-
-
-def refused(kind: str, fn, *args, **kwargs) -> MemoryError_:
-    with pytest.raises(MemoryError_) as info:
-        fn(*args, **kwargs)
-    assert info.value.kind == kind, (info.value.kind, str(info.value))
-    return info.value
 
 
 def rewrite(path: Path, old: str, new: str) -> None:

@@ -16,31 +16,13 @@ import pytest
 
 from cogd.memory import lattice
 from cogd.memory.api import MemoryStore
-from cogd.memory.errors import MemoryError_
 from cogd.memory.normalise import content_hash, normalise
 from cogd.memory.record import parse, serialise
+from memory_fixtures import refused, root, store  # noqa: F401 (fixtures)
 
 CLAIM = "parse_date returns naive datetimes when the Date header has no zone"
 
 
-@pytest.fixture
-def root(tmp_path: Path) -> Path:
-    (tmp_path / ".cogd" / "index").mkdir(parents=True)
-    return tmp_path
-
-
-@pytest.fixture
-def store(root: Path):
-    s = MemoryStore(root, root / ".cogd" / "state.db", root / ".cogd" / "index")
-    yield s
-    s.close()
-
-
-def refused(kind: str, fn, *args, **kwargs) -> MemoryError_:
-    with pytest.raises(MemoryError_) as info:
-        fn(*args, **kwargs)
-    assert info.value.kind == kind, (info.value.kind, str(info.value))
-    return info.value
 
 
 def event_rows(root: Path) -> list[tuple]:
