@@ -123,6 +123,9 @@ class MemoryConfig:
     """Memory records (:mod:`cogd.memory`)."""
 
     show_stale: bool = True  # packs show stale memories with their age and a "may be outdated" mark; False leaves them out
+    # Prompt packs also show matching candidates (agent-written, not yet confirmed), marked so: without
+    # delivery a candidate could never earn the hits in two sessions that promote it. False leaves them out.
+    show_candidates: bool = True
     # Embedding cosine at or above which a new memory duplicates an active one of its type. High on
     # purpose: with MiniLM a claim and its negation score 0.95 ("returns naive" / "returns aware").
     duplicate_similarity: float = 0.97

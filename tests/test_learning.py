@@ -213,3 +213,13 @@ def test_an_editor_save_counts_as_a_touch(repo, clock):
         time.sleep(0.2)
     assert outcome == "hit"
     git(repo, "checkout", "--", target["path"])
+
+
+def test_a_candidate_rides_marked_unconfirmed():
+    from cogd.memory.projection import MemoryHit
+    from cogd.retrieve.memories import render_memories
+
+    candidate = MemoryHit("01CAND", "observation", "Folding breaks long headers", "", "candidate", 1_700_000_000.0)
+    assert render_memories([], [candidate], 2000) == ("", [])  # left out unless asked
+    text, items = render_memories([], [candidate], 2000, show_candidates=True)
+    assert "unconfirmed" in text and [i.entity_id for i in items] == ["01CAND"]

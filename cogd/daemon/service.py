@@ -310,6 +310,10 @@ class Service:
             return None
         show_stale = self.config.memory.show_stale
         statuses = ("active", "stale") if show_stale else ("active",)
+        # A prompt pack may carry matching candidates (marked unconfirmed) so they can earn promotion.
+        show_candidates = query is not None and self.config.memory.show_candidates
+        if show_candidates:
+            statuses += ("candidate",)
         try:
             counts = memory.projection.counts()
             if not any(n for by_status in counts.values() for status, n in by_status.items() if status in statuses):
@@ -326,7 +330,7 @@ class Service:
             log.exception("memories left out of the pack")
             return None
         budget = int(min(self.config.pack.max_chars, 9_500) * MEMORY_SHARE)
-        return render_memories(rules, others, budget, show_stale=show_stale)
+        return render_memories(rules, others, budget, show_stale=show_stale, show_candidates=show_candidates)
 
     def context_session_start(self, params: dict) -> dict:
         """SessionStart by ``source``: startup/clear → the repository map; resume → the same

@@ -3,7 +3,9 @@
 Rendering only: the memory store (:mod:`cogd.memory.api`) finds them. A
 ``stale`` memory — its anchored code changed since it was written — is shown
 with its age and a "may be outdated" mark, never as current fact, or left out
-(``[memory] show_stale = false``).
+(``[memory] show_stale = false``). A ``candidate`` (agent-written, not yet
+confirmed) is shown only where asked, marked "unconfirmed": delivering it is
+how it can earn the hits that promote it.
 """
 
 from __future__ import annotations
@@ -55,7 +57,7 @@ def _memory_path(memory: MemoryLike) -> str:
 
 def render_memories(
     rules: Iterable[MemoryLike], memories: Iterable[MemoryLike], budget_chars: int, *,
-    show_stale: bool = True, now: float | None = None,
+    show_stale: bool = True, show_candidates: bool = False, now: float | None = None,
 ) -> tuple[str, list[PackItem]]:
     """Markdown for ``rules`` then ``memories`` within ``budget_chars``, and their pack items.
 
@@ -70,12 +72,14 @@ def render_memories(
     for heading, group in (("### Rules (follow these)", rules), ("### Memories", memories)):
         lines = []
         for memory in group:
-            if memory.id in seen or memory.status not in ("active", "stale"):
+            if memory.id in seen or memory.status not in ("active", "stale", "candidate"):
                 continue
-            if memory.status == "stale" and not show_stale:
+            if (memory.status == "stale" and not show_stale) or (memory.status == "candidate" and not show_candidates):
                 continue
             mark = ""
-            if memory.status == "stale":
+            if memory.status == "candidate":
+                mark = " _(unconfirmed: recorded by an agent, not yet corroborated)_"
+            elif memory.status == "stale":
                 mark = f" _(may be outdated: its code changed since; written {age(now - memory.updated_at)} ago)_"
             body = _one_line(memory.body, BODY_CHARS)
             title = _one_line(memory.title, 160)
