@@ -413,6 +413,9 @@ def search(ctx: click.Context, query: str, kind: str | None, limit: int, mode: s
         return
     if result["mode"] != "bm25" and not result["vectors"]:
         err.print("(no vectors yet: lexical results only — see `cogd status`)")
+    if not hits:
+        err.print(f"nothing in the index matches {query!r}", markup=False)
+        return
     table = Table("score", "kind", "id", "lines")
     table.columns[2].overflow = "fold"  # ids stay whole: they are meant to be copied
     for hit in hits:

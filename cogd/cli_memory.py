@@ -96,7 +96,8 @@ def list_(ctx, status: str | None, type_: str | None, limit: int | None, as_json
         click.echo(json.dumps(memories, indent=2))
         return
     table = Table("id", "type", "status", "updated", "title")
-    table.columns[0].overflow = "fold"
+    table.columns[0].no_wrap = True  # a ULID (26 characters) stays on one line: it is meant to be copied
+    table.columns[0].min_width = 26
     for m in memories:
         status_text = m["status"] + (f" ({_age(m['updated_at'])})" if m["status"] == "stale" else "")
         table.add_row(m["id"], m["type"], status_text, _date(m["updated_at"]), m["title"])
@@ -249,7 +250,8 @@ def _print_events(events: list[dict], title: str = "") -> None:
     columns = ["#", "time", "actor"] + ([] if title else ["entity"]) + ["action", "status", "detail"]
     table = Table(*columns, title=title or None)
     if not title:
-        table.columns[3].overflow = "fold"
+        table.columns[3].no_wrap = True
+        table.columns[3].min_width = 26
     for e in events:
         move = f"{e['old_status'] or '∅'} → {e['new_status'] or '∅'}"
         detail = {k: v for k, v in (e.get("detail") or {}).items() if v not in ("", [], {}, None)}
@@ -381,7 +383,9 @@ def consolidate(ctx, dry_run: bool, as_json: bool) -> None:
     console = _cli().console
     title = "consolidation" + (" (dry run: nothing changed)" if dry_run else "")
     table = Table("step", "id", "type", "change", "title", "why", title=title)
-    table.columns[1].overflow = table.columns[5].overflow = "fold"
+    table.columns[1].no_wrap = True
+    table.columns[1].min_width = 26
+    table.columns[5].overflow = "fold"
     for a in report["actions"]:
         style = _STEP_STYLE.get(a["step"], "")
         table.add_row(f"[{style}]{a['step']}[/]", a["id"], a["type"], f"{a['from']} → {a['to']}", escape(a["title"]),
