@@ -122,6 +122,11 @@ def show(ctx, entity_id: str, as_json: bool) -> None:
     console.print(rec["title"], markup=False)
     console.print(f"{result['path']}  created {_date(rec['created_at'])}, updated {_date(rec['updated_at'])}",
                   style="dim", markup=False)
+    if rec["status"] == "rejected":
+        verdicts = [e for e in result["events"] if e.get("new_status") == "rejected"]
+        reason = (verdicts[-1].get("detail") or {}).get("reason") if verdicts else None
+        if reason:
+            console.print(f"rejected: {escape(str(reason))}")
     if rec["status"] == "stale":
         console.print(f"[yellow]may be outdated[/]: an anchored entity changed {_age(rec['updated_at'])} ago; "
                       f"`cogd memory verify {rec['id']}` re-anchors it")

@@ -162,3 +162,15 @@ def test_invisible_format_characters_do_not_dodge_a_tombstone():
 
     assert normalise("Na\u200bN is re\u00adjected") == normalise("NaN is rejected") == "nan is rejected"
     assert content_hash("NaN\u2060 values") == content_hash("nan values")
+
+
+def test_memory_show_states_why_a_memory_was_rejected(tmp_path):
+    root = lexical_only(make_repo(tmp_path / "repo", {"a.py": "def f():\n    return 1\n"}))
+    run_cogd(root, "memory", "add", "rule", "Indent with tabs everywhere")
+    listed = run_cogd(root, "memory", "list", "--json")
+    [memory] = json.loads(listed.stdout)
+    run_cogd(root, "memory", "reject", memory["id"], "--reason", "Makefiles only; Python uses spaces")
+    shown = run_cogd(root, "memory", "show", memory["id"])
+    assert "rejected: Makefiles only; Python uses spaces" in shown.stdout
+    assert memory["id"] in run_cogd(root, "memory", "list").stdout  # whole, on one line
+    run_cogd(root, "stop", check=False)
