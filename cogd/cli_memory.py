@@ -344,6 +344,13 @@ def print_memory_status(result: dict) -> None:
         console.print(f"  [red]{p['kind']}[/] {path}{escape(move)}: {escape(str(p['message']))}", soft_wrap=True)
         if p.get("fix"):
             console.print(f"    fix: {p['fix']}", markup=False, style="dim")
+    run = result.get("consolidation")
+    if run and run.get("runs"):
+        counts = ", ".join(f"{n} {step}" for step, n in (run.get("last_counts") or {}).items() if n) or "nothing to do"
+        console.print(f"  consolidation: {run['runs']} runs; last ({run.get('last_trigger')}, "
+                      f"{_age(run['last_finished_at'])} ago): {counts}", markup=False)
+    if run and run.get("last_error"):
+        console.print(f"  [red]consolidation failed[/]: {escape(str(run['last_error']))}")
 
 
 _STEP_STYLE = {"dedup": "cyan", "promote": "green", "decay": "yellow", "retention": "magenta"}

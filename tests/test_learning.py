@@ -223,3 +223,15 @@ def test_a_candidate_rides_marked_unconfirmed():
     assert render_memories([], [candidate], 2000) == ("", [])  # left out unless asked
     text, items = render_memories([], [candidate], 2000, show_candidates=True)
     assert "unconfirmed" in text and [i.entity_id for i in items] == ["01CAND"]
+
+
+def test_status_reports_consolidation_after_session_ends(repo, clock):
+    hook(repo, clock, "session-end", payload("session_end.other.json", repo, session_id="learn-consolidate"))
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        run = json.loads(run_cogd(repo, "status", "--json").stdout)["consolidation"]
+        if run and run["runs"] >= 1:
+            break
+        time.sleep(0.3)
+    assert run["runs"] >= 1 and run["last_trigger"] == "session_end" and run["last_error"] is None
+    assert "consolidation:" in run_cogd(repo, "status").stdout

@@ -10,6 +10,7 @@ See docs/protocol.md for one example per method.
 from __future__ import annotations
 
 import logging
+import time
 from typing import Callable
 
 from cogd.daemon.protocol import INVALID_PARAMS, RpcError
@@ -187,6 +188,12 @@ class Consolidator:
         self.last_error: str | None = None
         self.runs = 0
 
+    def status(self) -> dict:
+        """For ``cogd status``: runs so far, the last run's trigger, time (unix s) and counts, the last error."""
+        last = self.last_report or {}
+        return {"runs": self.runs, "last_trigger": last.get("trigger"), "last_finished_at": last.get("finished_at"),
+                "last_counts": last.get("counts"), "last_error": self.last_error}
+
     @property
     def config(self):
         return self.service.config.consolidate
@@ -205,7 +212,7 @@ class Consolidator:
                 raise RpcError(exc.kind, str(exc), data=exc.data) from exc
             if not dry_run:
                 self.runs += 1
-                self.last_report = report
+                self.last_report = {**report, "trigger": trigger, "finished_at": time.time()}
                 if report["actions"] or report["errors"]:
                     log.info("consolidation (%s): %s; %d errors", trigger, report["counts"], len(report["errors"]))
             return report

@@ -238,6 +238,7 @@ class Service:
             "watch": self.watcher.status() if self.watcher is not None else off_status(
                 "disabled by [watch] enabled = false" if not self.config.watch.enabled else "not started"),
             "memory": self.memory.status(),
+            "consolidation": self.consolidator.status() if getattr(self, "consolidator", None) else None,
         }
 
     def _embedding_status(self) -> dict:
