@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import time
 from contextlib import contextmanager
@@ -111,6 +112,9 @@ def backend(layout: Layout, *, fresh: bool = True):
         yield local
     finally:
         local.close()
+
+
+_ULID = re.compile(r"^[0-9A-HJKMNP-TV-Z]{26}$")  # a memory id; code ids hold "::" or a path
 
 
 def _call(be, method: str, params: dict | None = None, timeout: float = 30.0):
@@ -430,7 +434,14 @@ def search(ctx: click.Context, query: str, kind: str | None, limit: int, mode: s
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_context
 def show(ctx: click.Context, entity_id: str, as_json: bool) -> None:
-    """Show one entity: where it is, its signature, doc, edges both ways, usage."""
+    """Show one entity: where it is, its signature, doc, edges both ways, usage.
+
+    A memory's id (a ULID from a pack's rules and memories) is shown as
+    ``cogd memory show ID`` shows it.
+    """
+    if _ULID.match(entity_id):
+        ctx.invoke(memory_group.get_command(ctx, "show"), entity_id=entity_id, as_json=as_json)
+        return
     with backend(_layout_from(ctx)) as be:
         result = _call(be, "entity.get", {"id": entity_id})
     if as_json:

@@ -172,5 +172,7 @@ def test_memory_show_states_why_a_memory_was_rejected(tmp_path):
     run_cogd(root, "memory", "reject", memory["id"], "--reason", "Makefiles only; Python uses spaces")
     shown = run_cogd(root, "memory", "show", memory["id"])
     assert "rejected: Makefiles only; Python uses spaces" in shown.stdout
+    assert run_cogd(root, "show", memory["id"]).stdout == shown.stdout  # a pack's memory id expands too
+    assert json.loads(run_cogd(root, "show", memory["id"], "--json").stdout)["record"]["status"] == "rejected"
     assert memory["id"] in run_cogd(root, "memory", "list").stdout  # whole, on one line
     run_cogd(root, "stop", check=False)
