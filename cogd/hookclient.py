@@ -154,7 +154,10 @@ def _read_payload() -> dict:
     raw = sys.stdin.buffer.read(MAX_STDIN_BYTES)
     if not raw.strip():
         raise ValueError("empty stdin")
-    data = loads(raw.decode("utf-8", errors="replace"))
+    try:
+        data = loads(raw.decode("utf-8", errors="replace"))
+    except ValueError as exc:  # the C scanner's message names only an offset: say what it is about
+        raise ValueError(f"stdin is not a JSON payload ({len(raw)} bytes): {exc}") from None
     if not isinstance(data, dict):
         raise ValueError(f"payload is a JSON {type(data).__name__}, not an object")
     return data

@@ -355,3 +355,12 @@ def test_deleted_cogd_dir_recovers(stdlib_template, tmp_path):
         assert len(pids) == 1
     finally:
         run_cogd(root, "stop", check=False)
+
+
+def test_malformed_payload_reason_is_logged_in_the_repository(repo):
+    root, _ = repo
+    proc, seconds = run_hook("prompt-submit", None, raw=b'{"session_id": "x", "prompt": ',
+                             env={"CLAUDE_PROJECT_DIR": str(root)})
+    _assert_harmless(proc, seconds)
+    last = (root / ".cogd" / "logs" / "hook.log").read_text().splitlines()[-1]
+    assert "event=prompt-submit" in last and "stdin is not a JSON payload (30 bytes)" in last
