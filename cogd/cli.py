@@ -225,30 +225,22 @@ def up(ctx: click.Context, no_hooks: bool, local_hooks: bool, wait_embed: int) -
 def _install_hooks(layout: Layout, local: bool = False) -> None:
     from cogd.install import SettingsError, install_claude_hooks, install_mcp_server
 
-    try:
-        result = install_claude_hooks(layout.root, local=local)
-    except SettingsError as exc:
-        raise click.ClickException(str(exc)) from exc
-    if result["changed"]:
+    def report(install, written: str, already: str, **kwargs) -> None:
+        try:
+            result = install(layout.root, **kwargs)
+        except SettingsError as exc:
+            raise click.ClickException(str(exc)) from exc
         backup = f" (backup: {result['backup']})" if result["backup"] else ""
-        console.print(f"hooks written to {result['path']}{backup}")
-    else:
-        console.print(f"hooks already in {result['path']}")
+        console.print(f"{written} {result['path']}{backup}" if result["changed"] else f"{already} {result['path']}")
+
+    report(install_claude_hooks, "hooks written to", "hooks already in", local=local)
     if local:
         # .mcp.json is project-scoped and usually committed: an absolute path of this machine
         # does not belong there when the hooks went to the private settings file.
         console.print("MCP server not registered in .mcp.json (--local); to add it for yourself:")
         console.print(f"  claude mcp add cogd -- {' '.join(_mcp_argv())}", markup=False, soft_wrap=True)
         return
-    try:
-        mcp = install_mcp_server(layout.root)
-    except SettingsError as exc:
-        raise click.ClickException(str(exc)) from exc
-    if mcp["changed"]:
-        backup = f" (backup: {mcp['backup']})" if mcp["backup"] else ""
-        console.print(f"MCP server `cogd mcp` registered in {mcp['path']}{backup}")
-    else:
-        console.print(f"MCP server already in {mcp['path']}")
+    report(install_mcp_server, "MCP server `cogd mcp` registered in", "MCP server already in")
 
 
 def _mcp_argv() -> list[str]:

@@ -151,6 +151,28 @@ class ScratchTree:
         return ranges
 
 
+def wait_embeddings(status, timeout: float, poll_s: float = 0.2) -> tuple[float, dict | None, bool]:
+    """Wait until the embedder has caught up: ``(seconds waited, last embedding status, timed out)``.
+
+    ``status``: a callable returning ``cogd status --json`` as a dict. Caught
+    up = state ``idle`` with no pass queued (coverage alone is not enough: the
+    daemon reports it while still loading the model). Idle with coverage below
+    1.0 means the embedder stalled; the caller records the coverage. No
+    ``embedding`` key or the states ``disabled``/``error``/``stopped`` end the
+    wait at once.
+    """
+    started = time.perf_counter()
+    while True:
+        emb = status().get("embedding")
+        if not isinstance(emb, dict) or emb.get("state") in ("disabled", "error", "stopped"):
+            return time.perf_counter() - started, emb, False
+        if emb.get("state") == "idle" and not emb.get("queued"):
+            return time.perf_counter() - started, emb, False
+        if time.perf_counter() - started > timeout:
+            return time.perf_counter() - started, emb, True
+        time.sleep(poll_s)
+
+
 def toml_value(text: str) -> str:
     """A ``--set`` value as TOML: numbers and booleans bare, anything else quoted."""
     if re.fullmatch(r"-?\d+(\.\d+)?|true|false", text):
@@ -226,21 +248,5 @@ class Daemon:
         return result if isinstance(result, dict) else {}
 
     def wait_embeddings(self, timeout: float, poll_s: float = 0.2) -> tuple[float, dict | None, bool]:
-        """Wait until the embedder has caught up: ``(seconds waited, last embedding status, timed out)``.
-
-        Caught up = state ``idle`` with no pass queued (coverage alone is not
-        enough: the daemon reports it while still loading the model). Idle with
-        coverage below 1.0 means the embedder stalled; the caller records the
-        coverage. No ``embedding`` key or the states ``disabled``/``error``/
-        ``stopped`` end the wait at once.
-        """
-        started = time.perf_counter()
-        while True:
-            emb = self.status().get("embedding")
-            if not isinstance(emb, dict) or emb.get("state") in ("disabled", "error", "stopped"):
-                return time.perf_counter() - started, emb, False
-            if emb.get("state") == "idle" and not emb.get("queued"):
-                return time.perf_counter() - started, emb, False
-            if time.perf_counter() - started > timeout:
-                return time.perf_counter() - started, emb, True
-            time.sleep(poll_s)
+        """:func:`wait_embeddings` on this daemon's ``status``."""
+        return wait_embeddings(self.status, timeout, poll_s)

@@ -95,7 +95,7 @@ import time
 import uuid
 from pathlib import Path
 
-from _replay_tree import snapshot  # noqa: E402 — scripts/ is on sys.path when run as a script
+from _replay_tree import snapshot, wait_embeddings as wait_for_embedder  # noqa: E402 — scripts/ is on sys.path when run as a script
 
 PROJECT = Path(__file__).resolve().parent.parent
 DEFAULT_TASKS = PROJECT.parent / "shared" / "eval-data" / "commits" / "pallets__click.jsonl"
@@ -399,27 +399,8 @@ def status(work: Path) -> dict:
 
 
 def wait_embeddings(work: Path, timeout: float) -> tuple[float, dict | None, bool]:
-    """Wait until the embedder has caught up; returns (seconds waited, last ``embedding`` status, timed out).
-
-    The wait ends when the embedder is ``idle`` with no pass queued (the daemon
-    reports coverage 1.0 while still loading the model, so coverage alone is not
-    enough); if coverage is below 1.0 then, the embedder has stalled (an error)
-    and the report counts the task as run without full vectors. No
-    ``embedding`` key, or the states ``disabled``/``error``/``stopped``, end the
-    wait at once.
-    """
-    started = time.perf_counter()
-    while True:
-        emb = status(work).get("embedding")
-        if not isinstance(emb, dict) or emb.get("state") in ("disabled", "error", "stopped"):
-            return time.perf_counter() - started, emb, False
-        if emb.get("state") == "idle" and not emb.get("queued"):
-            # Caught up, or stalled (idle with nothing due but coverage < 1, e.g. after
-            # an error): either way nothing more will come; the record keeps the status.
-            return time.perf_counter() - started, emb, False
-        if time.perf_counter() - started > timeout:
-            return time.perf_counter() - started, emb, True
-        time.sleep(0.25)
+    """The embedder caught up in ``work``'s daemon: see :func:`_replay_tree.wait_embeddings`."""
+    return wait_for_embedder(lambda: status(work), timeout, 0.25)
 
 
 def hook_payload(work: Path, prompt: str) -> str:
