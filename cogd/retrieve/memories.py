@@ -12,26 +12,15 @@ from __future__ import annotations
 
 import re
 import time
-from typing import Iterable, Protocol
+from typing import Iterable
 
+from cogd.memory.projection import MemoryHit
 from cogd.retrieve.pack import PackItem
 
 MEMORY_SHARE = 0.35  # at most this share of a pack's budget goes to rules and memories
 BODY_CHARS = 320  # a memory's body is cut to this many characters in a pack
 _SPACE = re.compile(r"\s+")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-
-
-class MemoryLike(Protocol):
-    """The fields of :class:`cogd.memory.projection.MemoryHit` a pack needs."""
-
-    id: str
-    type: str
-    title: str
-    body: str
-    status: str
-    updated_at: float
-    score: float
 
 
 def age(seconds: float) -> str:
@@ -51,12 +40,12 @@ def _one_line(text: str, limit: int) -> str:
     return line if len(line) <= limit else line[: limit - 1].rstrip() + "…"
 
 
-def _memory_path(memory: MemoryLike) -> str:
+def _memory_path(memory: MemoryHit) -> str:
     return f".cogd/memory/{memory.type}s/{memory.id}.md"
 
 
 def render_memories(
-    rules: Iterable[MemoryLike], memories: Iterable[MemoryLike], budget_chars: int, *,
+    rules: Iterable[MemoryHit], memories: Iterable[MemoryHit], budget_chars: int, *,
     show_stale: bool = True, show_candidates: bool = False, now: float | None = None,
 ) -> tuple[str, list[PackItem]]:
     """Markdown for ``rules`` then ``memories`` within ``budget_chars``, and their pack items.
