@@ -18,7 +18,7 @@ import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-# Strength of the evidence, strongest first. Later issues weigh hits by it.
+# Strength of the evidence, strongest first (cogd.usage.outcomes maps them to hit weights).
 ACTIONS = ("edit", "write", "read", "search", "mention")
 
 # A token of free text that looks like a file path: no quadratic backtracking,
