@@ -333,7 +333,14 @@ def test_deleted_cogd_dir_recovers(stdlib_template, tmp_path):
     run_cogd(root, "start")
     run_cogd(root, "index")
     try:
-        shutil.rmtree(root / ".cogd")
+        # The running daemon may write into .cogd/ while it is deleted (a log line, the memory
+        # sync's folders): like `rm -rf` run again, retry until it is gone.
+        for _ in range(20):
+            shutil.rmtree(root / ".cogd", ignore_errors=True)
+            if not (root / ".cogd").exists():
+                break
+            time.sleep(0.05)
+        assert not (root / ".cogd").exists()
         proc, seconds = run_hook("prompt-submit", payload("user_prompt_submit.json", root, prompt="json decoder error"))
         _assert_harmless(proc, seconds, may_print_pack=True)
         # The old daemon notices its .cogd/ is gone and leaves; the hook started a new one.
