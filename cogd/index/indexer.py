@@ -375,8 +375,10 @@ class Indexer:
             gone = [p for p in wanted if p not in listing.files and p not in listing.outside and p in known]
         current = list(listing.files)
         result.scanned = len(current) + len(listing.outside)
-        # Links out of the tree newly found (or a file swapped for one): recorded by path only.
-        outside_new = [p for p in listing.outside if known.get(p) is None or known[p]["status"] != SYMLINK_OUTSIDE]
+        # Links out of the tree newly found (or a file swapped for one), all of them on a full
+        # refresh (counted like any re-parsed file): recorded by path only.
+        outside_new = [p for p in listing.outside
+                       if full or known.get(p) is None or known[p]["status"] != SYMLINK_OUTSIDE]
         result.unchanged += len(listing.outside) - len(outside_new)
 
         to_parse: list[tuple[str, os.stat_result]] = []
