@@ -142,16 +142,17 @@ def looks_minified(text: bytes, max_line: int, max_mean: int) -> bool:
 def read_source(path: Path | str, max_file_bytes: int, *, root: Path | None = None) -> bytes:
     """The bytes of a regular file; only a head (over the limit by one byte) when it is too large.
 
-    With ``root``, ``path`` is repo-relative and is opened through
-    :func:`cogd.index.boundary.read_tree_file`: never outside the work tree
-    (raises OutsideTree, an OSError). Without, ``path`` is opened as given but
-    a symlink is refused. Opens without blocking and refuses anything but a
+    With ``root``, ``path`` is a real repo-relative path (as
+    :class:`~cogd.index.sources.SourceListing` maps names to) and is opened
+    through :func:`cogd.index.boundary.read_tree_file` with no symlink
+    allowed in it: never outside the work tree (raises OutsideTree, an
+    OSError). Without, ``path`` is opened as given but a symlink is refused. Opens without blocking and refuses anything but a
     regular file, so a FIFO or device that appears at an indexed path cannot
     hang the indexer. Raises OSError (including for a non-regular file).
     """
     limit = max(max_file_bytes, MINIFIED_SNIFF_BYTES) + 1
     if root is not None:
-        return read_tree_file(root, os.fspath(path), limit)
+        return read_tree_file(root, os.fspath(path), limit, follow_inside=False)
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0))
     try:
         st = os.fstat(fd)
@@ -420,8 +421,8 @@ class Indexer:
                     if path in known:
                         gone.append(path)
                     continue
-                except OutsideTree:  # swapped for a symlink out of the tree since it was listed
-                    log.warning("not read: %s became a symlink out of the work tree", path)
+                except OutsideTree:  # it, or a directory on its path, was swapped for a symlink since the listing
+                    log.warning("not read: %s became a symlink since it was listed (checked again next refresh)", path)
                     names_before |= resolve.entity_names(self.conn, [path])
                     self._write_outside(path, result)
                     parsed_paths.append(path)
