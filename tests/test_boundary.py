@@ -218,6 +218,48 @@ def test_tool_payloads_naming_paths_outside_leave_no_touch(attack, daemon_factor
         conn.close()
 
 
+def test_mcp_tools_return_nothing_of_the_targets(attack):
+    """The real ``cogd mcp`` process (it starts the daemon itself), through the MCP SDK's client."""
+    import asyncio
+
+    from mcp import Client, StdioServerParameters
+
+    from conftest import COGD
+
+    root, secrets = attack
+    line = passwd_line().decode()
+
+    async def calls(client):
+        out = {}
+        for key, name, args in [
+            ("entity", "get_entity", {"id": "notes.py"}),
+            ("passwd", "get_entity", {"id": "evil_link.py"}),
+            ("search", "search", {"query": f"{secrets.function} notes.py evil_link.py", "limit": 20}),
+            ("context", "get_context", {"prompt": f"what does {secrets.function} in notes.py return?",
+                                        "session_id": "mcp-boundary"}),
+        ]:
+            out[key] = await client.call_tool(name, args)
+        return out
+
+    async def main():
+        params = StdioServerParameters(command=COGD, args=["mcp"], cwd=str(root))
+        async with Client(params, read_timeout_seconds=120) as client:
+            return await calls(client)
+
+    try:
+        out = asyncio.run(main())
+    finally:
+        run_cogd(root, "stop", check=False)
+    for key, result in out.items():
+        assert not result.is_error, (key, result.content)
+        text = json.dumps(result.structured_content)
+        assert secrets.marker not in text and line not in text, key
+    assert out["entity"].structured_content["entity"]["kind"] == "file"
+    assert out["entity"].structured_content["body"] == ""
+    found = {h["id"] for h in out["search"].structured_content["hits"]}
+    assert "notes.py" in found and not any(i.startswith(("notes.py::", "evil_link.py::")) for i in found)
+
+
 # --------------------------------------------------------------------------- swaps and races
 
 
