@@ -341,6 +341,43 @@ def test_swap_between_listing_and_read_is_refused_at_read_time(tmp_path, monkeyp
             assert secrets.marker.encode() not in path.read_bytes()
 
 
+# --------------------------------------------------------------------------- links inside the tree
+
+
+def test_links_inside_the_tree_are_indexed_once(tmp_path):
+    root = make_repo(tmp_path / "repo", {
+        "pkg/real.py": "def real_thing():\n    return 2\n",
+        "scripts/tool": "def tool_entry():\n    return 3\n",
+    }, commit=False)
+    os.symlink("pkg/real.py", root / "alias.py")  # target listed: the target's path wins
+    os.symlink("../pkg/real.py", root / "scripts" / "again.py")
+    os.symlink("scripts/tool", root / "tool.py")  # target not a source: indexed under the link's name
+    os.symlink("scripts/tool", root / "tool2.py")  # a second link to it: left out
+    os.symlink(".git/config", root / "gitconfig.py")  # into .git/: not work tree content
+    os.symlink("pkg", root / "pkglink")  # a directory link inside: not entered
+    os.symlink("missing.py", root / "dangling.py")
+    git(root, "add", "-A")
+    git(root, "commit", "-q", "-m", "links")
+    listing = scan_source_files(root)
+    assert listing.files == {"pkg/real.py": "pkg/real.py", "tool.py": "scripts/tool"}
+    assert listing.outside == ["gitconfig.py"]
+    ix = Indexer(root, tmp_path / "index.db")
+    try:
+        result = ix.refresh()
+        assert result.parsed == 3 and result.skipped == {"symlink_outside": 1}
+        rows = [tuple(r) for r in ix.conn.execute("SELECT id, kind FROM entities ORDER BY id")]
+        assert rows == [("gitconfig.py", "file"), ("pkg/real.py", "file"), ("pkg/real.py::real_thing", "function"),
+                        ("tool.py", "file"), ("tool.py::tool_entry", "function")]
+        # A save of the target refreshes the entry read from it.
+        write(root, "scripts/tool", "def tool_entry_v2():\n    return 4\n")
+        result = ix.refresh(["scripts/tool"])
+        assert result.parsed == 1
+        assert [r[0] for r in ix.conn.execute("SELECT id FROM entities WHERE path = 'tool.py' ORDER BY id")] == \
+            ["tool.py", "tool.py::tool_entry_v2"]
+    finally:
+        ix.close()
+
+
 # --------------------------------------------------------------------------- directories and ignore files
 
 

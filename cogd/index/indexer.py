@@ -371,8 +371,12 @@ class Indexer:
                 listing = classify_paths(self.root, wanted)
             if listing is None:
                 whole = scan_source_files(self.root) if wanted else SourceListing()
-                listing = SourceListing({p: whole.files[p] for p in wanted if p in whole.files},
+                # A saved file that is the target of a link indexed under the link's name
+                # (bin/tool.py -> ../scripts/tool) refreshes that name too.
+                asked = set(wanted)
+                listing = SourceListing({p: real for p, real in whole.files.items() if p in asked or real in asked},
                                         [p for p in wanted if p in whole.outside])
+                wanted = sorted(asked | set(listing.files))
             gone = [p for p in wanted if p not in listing.files and p not in listing.outside and p in known]
         current = list(listing.files)
         result.scanned = len(current) + len(listing.outside)
