@@ -51,10 +51,10 @@ from pathlib import Path
 
 from cogd.config import IndexConfig
 from cogd.index import resolve, store
+from cogd.index.boundary import SYMLINK_OUTSIDE, OutsideTree, read_tree_file
 from cogd.index.extract import Entity, ParsedFile, content_hash, extract, line_count
 from cogd.index.languages import grammar, language_for_path
 from cogd.index.parsepool import ParsePool
-from cogd.index.boundary import SYMLINK_OUTSIDE, OutsideTree, read_tree_file
 from cogd.index.sources import SourceListing, classify_paths, git_head, scan_source_files
 
 log = logging.getLogger("cogd.index")
@@ -146,9 +146,10 @@ def read_source(path: Path | str, max_file_bytes: int, *, root: Path | None = No
     :class:`~cogd.index.sources.SourceListing` maps names to) and is opened
     through :func:`cogd.index.boundary.read_tree_file` with no symlink
     allowed in it: never outside the work tree (raises OutsideTree, an
-    OSError). Without, ``path`` is opened as given but a symlink is refused. Opens without blocking and refuses anything but a
-    regular file, so a FIFO or device that appears at an indexed path cannot
-    hang the indexer. Raises OSError (including for a non-regular file).
+    OSError). Without, ``path`` is opened as given but a symlink is refused.
+    Opens without blocking and refuses anything but a regular file, so a FIFO
+    or device that appears at an indexed path cannot hang the indexer. Raises
+    OSError (including for a non-regular file).
     """
     limit = max(max_file_bytes, MINIFIED_SNIFF_BYTES) + 1
     if root is not None:

@@ -27,7 +27,8 @@ Symbolic links never lead out of the work tree (:mod:`cogd.index.boundary`
 has the rule and the reader every caller uses):
 
 * a directory symlink is never entered (so a link to a parent cannot loop),
-  and a name git lists below one (a crafted index) is left out;
+  and a name git lists below one (a crafted index) is left out, or counted
+  with the links out (below) when it resolves out of the tree;
 * a file symlink whose target lies outside the root, or in ``.git/`` or
   ``.cogd/``, is listed in :attr:`SourceListing.outside`; the indexer records
   it by path only, with the skip reason ``symlink_outside``, and never reads it;
@@ -186,7 +187,7 @@ def _apply_cogdignore(root: Path, names: list[str]) -> list[str]:
         while parent not in dirs:
             dirs.add(parent)
             parent = parent.rpartition("/")[0]
-    rule_dirs = [d for d in dirs if os.path.isfile(os.path.join(root, d, COGD_IGNORE))]
+    rule_dirs = [d for d in dirs if _regular(os.path.join(root, d, COGD_IGNORE))]  # a symlink is not read
     if not rule_dirs:
         return names
     rules = IgnoreRules()
