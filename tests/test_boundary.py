@@ -218,7 +218,7 @@ def test_tool_payloads_naming_paths_outside_leave_no_touch(attack, daemon_factor
         conn.close()
 
 
-def test_mcp_tools_return_nothing_of_the_targets(attack):
+def test_mcp_tools_return_nothing_of_the_targets(attack, request):
     """The real ``cogd mcp`` process (it starts the daemon itself), through the MCP SDK's client."""
     import asyncio
 
@@ -228,6 +228,7 @@ def test_mcp_tools_return_nothing_of_the_targets(attack):
 
     root, secrets = attack
     line = passwd_line().decode()
+    request.addfinalizer(lambda: run_cogd(root, "stop", check=False))  # the daemon `cogd mcp` starts
 
     async def calls(client):
         out = {}
@@ -246,10 +247,7 @@ def test_mcp_tools_return_nothing_of_the_targets(attack):
         async with Client(params, read_timeout_seconds=120) as client:
             return await calls(client)
 
-    try:
-        out = asyncio.run(main())
-    finally:
-        run_cogd(root, "stop", check=False)
+    out = asyncio.run(main())
     for key, result in out.items():
         assert not result.is_error, (key, result.content)
         text = json.dumps(result.structured_content)
