@@ -427,6 +427,30 @@ def test_git_listing_below_a_directory_symlink_out_is_not_read(tmp_path):
     assert secrets.marker.encode() not in db.read_bytes()
 
 
+def test_submodule_swapped_for_a_directory_link_out_is_not_entered(tmp_path):
+    """A submodule's work tree replaced by a symlink to a directory of code
+    outside: git lists only the gitlink, and nothing below it is indexed."""
+    secrets = Secrets(tmp_path)
+    sub = make_repo(tmp_path / "subrepo", {"inner.py": "def inner():\n    pass\n"})
+    root = make_repo(tmp_path / "repo", {"app.py": "def a():\n    pass\n"})
+    git(root, "-c", "protocol.file.allow=always", "submodule", "add", "-q", str(sub), "vendor.py")
+    git(root, "commit", "-q", "-m", "submodule")
+    assert list(scan_source_files(root).files) == ["app.py"]  # a submodule's files are its own
+    shutil.rmtree(root / "vendor.py")
+    os.symlink(secrets.home / "extdir", root / "vendor.py")  # holds leak.py with the marker
+    db = tmp_path / "index.db"
+    ix = Indexer(root, db)
+    try:
+        result = ix.refresh()
+        # The gitlink, named like a source file, is now a symlink out: counted, never read.
+        assert result.skipped == {"symlink_outside": 1}
+        assert dict(ix.conn.execute("SELECT path, status FROM files")) == {"app.py": "ok",
+                                                                          "vendor.py": "symlink_outside"}
+    finally:
+        ix.close()
+    assert secrets.marker.encode() not in db.read_bytes()
+
+
 def test_ignore_files_that_are_symlinks_are_not_read(tmp_path):
     """A ``.cogdignore`` linking out of the tree (or anywhere: git reads no
     symlinked ``.gitignore`` either) is not read; a regular one still is."""
