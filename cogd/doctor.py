@@ -255,7 +255,7 @@ def check_index_drift(ctx: DoctorContext) -> Check:
     from cogd.index import store
     from cogd.index.extract import content_hash
     from cogd.index.indexer import read_source
-    from cogd.index.sources import list_source_files
+    from cogd.index.sources import scan_source_files
 
     db = ctx.layout.index_db
     if not db.exists():
@@ -265,7 +265,8 @@ def check_index_drift(ctx: DoctorContext) -> Check:
         rows = {r["path"]: r for r in conn.execute("SELECT path, hash, size, mtime_ns, status FROM files")}
     finally:
         conn.close()
-    current = list_source_files(ctx.layout.root)
+    listing = scan_source_files(ctx.layout.root)
+    current = [*listing.files, *listing.outside]
     added = [p for p in current if p not in rows]
     current_set = set(current)
     removed = sorted(p for p in rows if p not in current_set)
@@ -275,8 +276,12 @@ def check_index_drift(ctx: DoctorContext) -> Check:
         row = rows.get(path)
         if row is None:
             continue
+        if path not in listing.files:  # a symlink out of the tree: never read, only its status counts
+            if row["status"] != "symlink_outside":
+                changed.append(path)
+            continue
         try:
-            st = os.stat(ctx.layout.root / path)
+            st = os.stat(ctx.layout.root / listing.files[path], follow_symlinks=False)
         except OSError:
             removed.append(path)
             continue
@@ -287,7 +292,7 @@ def check_index_drift(ctx: DoctorContext) -> Check:
             continue
         hashed += 1  # a stat change alone (touch, racy mtime 0) is not drift when the content is the same
         try:
-            data = read_source(ctx.layout.root / path, ctx.config.index.max_file_bytes)
+            data = read_source(listing.files[path], ctx.config.index.max_file_bytes, root=ctx.layout.root)
         except OSError:
             changed.append(path)
             continue

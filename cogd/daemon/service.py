@@ -23,6 +23,7 @@ from cogd.daemon.protocol import INVALID_PARAMS, METHOD_NOT_FOUND, PROTOCOL_VERS
 from cogd.daemon.watcher import Watcher, off_status
 from cogd.daemon.worker import IndexWorker
 from cogd.index import store
+from cogd.index.boundary import tree_relpath
 from cogd.index.sources import recently_changed_files
 from cogd.paths import Layout
 from cogd.retrieve.feedback import Feedback
@@ -436,12 +437,8 @@ class Service:
         paths = params.get("paths")
         if not isinstance(paths, list) or not all(isinstance(p, str) for p in paths):
             raise RpcError("bad_request", "paths must be a list of strings", INVALID_PARAMS)
-        rel = []
-        for raw in paths[:10_000]:
-            full = os.path.normpath(os.path.join(self.layout.root, raw))
-            relative = os.path.relpath(full, self.layout.root)
-            if not relative.startswith(".."):
-                rel.append(relative.replace(os.sep, "/"))
+        # Relative to the root; `..`, absolute paths and symlinks that lead out of the tree are dropped.
+        rel = list(dict.fromkeys(p for p in (tree_relpath(self.layout.root, raw) for raw in paths[:10_000]) if p))
         timeout = _timeout(params, 60.0)
         before = self._entity_hashes(rel) if rel and params.get("attribute", True) is not False else None
         ticket = self.worker.request(rel)

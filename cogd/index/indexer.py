@@ -25,7 +25,11 @@ in :attr:`RefreshResult.skipped`:
     the tree-sitter parse ran longer than ``parse_timeout_ms`` (default
     2,000 ms; 0 = no limit) and was cancelled; a warning is logged;
 ``unreadable``
-    reading failed (OSError; retried on every refresh) or extraction raised.
+    reading failed (OSError; retried on every refresh) or extraction raised;
+``symlink_outside``
+    a symlink whose target lies outside the work tree (or in ``.git/`` or
+    ``.cogd/``), or a path that turned into one before it was read: never
+    read, recorded with size and mtime 0 (see :mod:`cogd.index.boundary`).
 
 Decoding: a UTF-8 BOM is stripped and a UTF-16 or UTF-32 file with a BOM is
 transcoded to UTF-8 before parsing (newlines map one to one, so line numbers
@@ -47,10 +51,11 @@ from pathlib import Path
 
 from cogd.config import IndexConfig
 from cogd.index import resolve, store
+from cogd.index.boundary import SYMLINK_OUTSIDE, OutsideTree, read_tree_file
 from cogd.index.extract import Entity, ParsedFile, content_hash, extract, line_count
 from cogd.index.languages import grammar, language_for_path
 from cogd.index.parsepool import ParsePool
-from cogd.index.sources import git_head, list_source_files
+from cogd.index.sources import SourceListing, classify_paths, git_head, scan_source_files
 
 log = logging.getLogger("cogd.index")
 
@@ -134,19 +139,26 @@ def looks_minified(text: bytes, max_line: int, max_mean: int) -> bool:
     return len(text) >= MINIFIED_MEAN_MIN_BYTES and len(text) / max(len(lines), 1) > max_mean
 
 
-def read_source(path: Path, max_file_bytes: int) -> bytes:
+def read_source(path: Path | str, max_file_bytes: int, *, root: Path | None = None) -> bytes:
     """The bytes of a regular file; only a head (over the limit by one byte) when it is too large.
 
+    With ``root``, ``path`` is a real repo-relative path (as
+    :class:`~cogd.index.sources.SourceListing` maps names to) and is opened
+    through :func:`cogd.index.boundary.read_tree_file` with no symlink
+    allowed in it: never outside the work tree (raises OutsideTree, an
+    OSError). Without, ``path`` is opened as given but a symlink is refused.
     Opens without blocking and refuses anything but a regular file, so a FIFO
     or device that appears at an indexed path cannot hang the indexer. Raises
     OSError (including for a non-regular file).
     """
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    limit = max(max_file_bytes, MINIFIED_SNIFF_BYTES) + 1
+    if root is not None:
+        return read_tree_file(root, os.fspath(path), limit, follow_inside=False)
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0))
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise OSError(f"{path} is not a regular file")
-        limit = max(max_file_bytes, MINIFIED_SNIFF_BYTES) + 1
         chunks, size = [], 0
         while size < limit:
             chunk = os.read(fd, min(1 << 20, limit - size))
@@ -303,6 +315,16 @@ class Indexer:
         """Entities of ``path`` (raw bytes ``data``) and its status (``ok`` or a skip reason)."""
         return parse_file(path, data, self._limits())
 
+    def _write_outside(self, path: str, result: RefreshResult) -> None:
+        """Record ``path`` by name only with the skip reason ``symlink_outside`` (replacing what was there).
+
+        Size and mtime are 0: nothing of the target, not even its size, is kept.
+        """
+        store.write_file(self.conn, _file_only(path, language_for_path(path) or "text", b"", 0),
+                         size=0, mtime_ns=0, status=SYMLINK_OUTSIDE, now=time.time())
+        result.skipped[SYMLINK_OUTSIDE] = result.skipped.get(SYMLINK_OUTSIDE, 0) + 1
+        result.parsed += 1
+
     def _resolve(
         self, known: dict, parsed_paths: list[str], gone: list[str], names_before: set[tuple[str, str]],
         everything: bool,
@@ -338,31 +360,44 @@ class Indexer:
         result = RefreshResult()
         known = store.known_files(self.conn)
         if paths is None:
-            current = list_source_files(self.root)
-            current_set = set(current)
-            gone = [p for p in known if p not in current_set]
+            listing = scan_source_files(self.root)
+            gone = [p for p in known if p not in listing.files and p not in listing.outside]
         else:
             wanted = sorted({posixpath.normpath(p.replace(os.sep, "/")).lstrip("/") for p in paths})
+            wanted = [p for p in wanted if p != ".." and not p.startswith("../")]  # never outside the root
+            listing = None
             if all(p in known for p in wanted):
                 # Saves of files already indexed: they passed the ignore rules when
                 # listed, so a stat is enough (listing the tree costs ~10 ms per save).
-                present = {p for p in wanted if os.path.isfile(self.root / p)}
-            else:
-                present = set(list_source_files(self.root)) if wanted else set()
-            current = [p for p in wanted if p in present]
-            gone = [p for p in wanted if p not in present and p in known]
-        result.scanned = len(current)
+                listing = classify_paths(self.root, wanted)
+            if listing is None:
+                whole = scan_source_files(self.root) if wanted else SourceListing()
+                # A saved file that is the target of a link indexed under the link's name
+                # (bin/tool.py -> ../scripts/tool) refreshes that name too.
+                asked = set(wanted)
+                listing = SourceListing({p: real for p, real in whole.files.items() if p in asked or real in asked},
+                                        [p for p in wanted if p in whole.outside])
+                wanted = sorted(asked | set(listing.files))
+            gone = [p for p in wanted if p not in listing.files and p not in listing.outside and p in known]
+        current = list(listing.files)
+        result.scanned = len(current) + len(listing.outside)
+        # Links out of the tree newly found (or a file swapped for one), all of them on a full
+        # refresh (counted like any re-parsed file): recorded by path only.
+        outside_new = [p for p in listing.outside
+                       if full or known.get(p) is None or known[p]["status"] != SYMLINK_OUTSIDE]
+        result.unchanged += len(listing.outside) - len(outside_new)
 
         to_parse: list[tuple[str, os.stat_result]] = []
         for path in current:
-            try:
-                st = os.stat(self.root / path)
+            try:  # the real path has no symlink in it: do not follow one that appeared since
+                st = os.stat(os.path.join(self.root, listing.files[path]), follow_symlinks=False)
             except OSError:  # vanished between listing and stat
                 if path in known:
                     gone.append(path)
                 continue
             row = known.get(path)
-            if not full and row is not None and row["mtime_ns"] == st.st_mtime_ns and row["size"] == st.st_size:
+            if (not full and row is not None and row["mtime_ns"] == st.st_mtime_ns and row["size"] == st.st_size
+                    and row["status"] != SYMLINK_OUTSIDE):
                 result.unchanged += 1
                 continue
             to_parse.append((path, st))
@@ -371,21 +406,31 @@ class Indexer:
         # references are resolved at the end: if this refresh is cut short, the
         # flag, committed with the first batch, makes the next one resolve all.
         resolve_all = store.get_meta(self.conn, "resolve_pending") == "1"
-        if to_parse:
+        if to_parse or outside_new:
             store.set_meta(self.conn, "resolve_pending", "1")
         now_ns = time.time_ns()
         total = len(to_parse)
         parsed_paths: list[str] = []
         names_before: set[tuple[str, str]] = set()  # (name, id) defined in re-parsed files, before
         done = 0
+        for path in outside_new:
+            names_before |= resolve.entity_names(self.conn, [path])
+            self._write_outside(path, result)
+            parsed_paths.append(path)
         for start in range(0, len(to_parse), READ_AHEAD_FILES):
             jobs: list[tuple[str, os.stat_result, int, bytes]] = []
             for path, st in to_parse[start : start + READ_AHEAD_FILES]:
                 try:
-                    data = read_source(self.root / path, self.max_file_bytes)
+                    data = read_source(listing.files[path], self.max_file_bytes, root=self.root)
                 except FileNotFoundError:  # vanished between stat and read
                     if path in known:
                         gone.append(path)
+                    continue
+                except OutsideTree:  # it, or a directory on its path, was swapped for a symlink since the listing
+                    log.warning("not read: %s became a symlink since it was listed (checked again next refresh)", path)
+                    names_before |= resolve.entity_names(self.conn, [path])
+                    self._write_outside(path, result)
+                    parsed_paths.append(path)
                     continue
                 except OSError as exc:
                     log.warning("unreadable %s: %s", path, exc)

@@ -22,12 +22,13 @@ differently are re-resolved (see :func:`files_to_reresolve`).
 
 from __future__ import annotations
 
-import os
 import posixpath
 import re
 import sqlite3
 from collections import defaultdict
 from collections.abc import Iterable
+
+from cogd.index.boundary import read_tree_file
 
 SELF_LIKE = {"self", "cls", "this", "super", "super()", "@", "base", "Self", "static"}
 # Languages where a bare call inside a method may mean another method of the class.
@@ -36,6 +37,7 @@ CALLABLE = ("function", "method", "class")
 CLASS_LIKE = ("class",)
 JS_EXTENSIONS = (".ts", ".tsx", ".js", ".jsx", ".mjs", ".cjs", ".d.ts")
 CHUNK = 500  # SQLite host-parameter batch
+GO_MOD_MAX_BYTES = 1 << 20  # the module line comes first; a bigger go.mod is read up to here
 # Languages that can call each other's definitions by name; others resolve
 # only within their own language.
 FAMILY = {"typescript": "js", "tsx": "js", "javascript": "js", "c": "c", "cpp": "c"}
@@ -171,12 +173,12 @@ class Resolver:
     def _go_package(self, module: str) -> list[str]:
         if self._go_module is False:
             self._go_module = None
-            try:
-                with open(os.path.join(self.root, "go.mod"), encoding="utf-8", errors="replace") as fh:
-                    match = re.search(r"^module\s+(\S+)", fh.read(), re.M)
-                    self._go_module = match.group(1) if match else None
+            try:  # never outside the work tree (go.mod may be a symlink)
+                text = read_tree_file(self.root, "go.mod", GO_MOD_MAX_BYTES).decode("utf-8", errors="replace")
             except OSError:
-                pass
+                text = ""
+            match = re.search(r"^module\s+(\S+)", text, re.M)
+            self._go_module = match.group(1) if match else None
         prefix = self._go_module
         if not prefix or not (module == prefix or module.startswith(prefix + "/")):
             return []

@@ -23,10 +23,23 @@ on tracked files too; in a directory holding both files, ``.cogdignore`` lines
 come after the ``.gitignore`` ones and so win. In git mode a ``.cogdignore``
 counts even when git ignores it (a personal one, say).
 
-Symbolic links are not followed: a directory symlink is never entered (so a
-link to a parent cannot loop), and a file symlink whose target lies inside the
-root is left out, since the target is listed under its own path. ``.git/``
-and ``.cogd/`` are never listed.
+Symbolic links never lead out of the work tree (:mod:`cogd.index.boundary`
+has the rule and the reader every caller uses):
+
+* a directory symlink is never entered (so a link to a parent cannot loop),
+  and a name git lists below one (a crafted index) is left out, or counted
+  with the links out (below) when it resolves out of the tree;
+* a file symlink whose target lies outside the root, or in ``.git/`` or
+  ``.cogd/``, is listed in :attr:`SourceListing.outside`; the indexer records
+  it by path only, with the skip reason ``symlink_outside``, and never reads it;
+* a file symlink whose target is a regular file inside the root is indexed
+  once: under the target's own path when that is listed as a source file
+  itself (the link is then left out), otherwise under the link's path (the
+  first such link by name when several share a target), read at the target;
+* ``.gitignore`` and ``.cogdignore`` files that are symlinks are not read,
+  as git does not read a symlinked ``.gitignore``.
+
+``.git/`` and ``.cogd/`` are never listed.
 """
 
 from __future__ import annotations
@@ -35,15 +48,18 @@ import functools
 import os
 import stat
 import subprocess
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pathspec
 
+from cogd.index.boundary import PRIVATE_DIRS, OutsideTree, inside, read_tree_file, real_root, resolve_tree_path
 from cogd.index.languages import language_for_path
 from cogd.paths import COGD_DIR
 
 BULK_COMMIT_FILES = 50  # commits touching more files are skipped by recently_changed_files
 COGD_IGNORE = ".cogdignore"
+MAX_RULE_FILE_BYTES = 4 << 20  # a longer ignore file is read up to here (git refuses one of 100 MB)
 
 # The non-git walk's lowest-precedence layer (gitignore syntax): never code anyone edits ...
 DEFAULT_WALK_IGNORES = (".*/", "node_modules/", "__pycache__/", "site-packages/")
@@ -94,11 +110,13 @@ def _compile(lines: list[str]) -> pathspec.GitIgnoreSpec | None:
         return pathspec.GitIgnoreSpec.from_lines(good) if good else None
 
 
-def _read_lines(path: Path) -> list[str]:
+def _read_lines(root: Path, rel: str) -> list[str]:
+    """The lines of rule file ``rel`` (root-relative); [] when missing, unreadable or a symlink."""
     try:
-        return path.read_text(encoding="utf-8", errors="replace").splitlines()
+        data = read_tree_file(root, rel, MAX_RULE_FILE_BYTES, follow_inside=False)
     except OSError:
         return []
+    return data.decode("utf-8", errors="replace").splitlines()
 
 
 class IgnoreRules:
@@ -116,10 +134,9 @@ class IgnoreRules:
 
     def add_dir(self, root: Path, rel_dir: str, names: tuple[str, ...]) -> None:
         """Read the rule files called ``names`` in ``rel_dir`` (missing ones count as empty)."""
-        directory = root / rel_dir if rel_dir else root
         lines: list[str] = []
         for name in names:
-            lines += _read_lines(directory / name)
+            lines += _read_lines(root, f"{rel_dir}/{name}" if rel_dir else name)
         spec = _compile(lines)
         if spec is not None:
             self.specs[rel_dir] = spec
@@ -170,7 +187,7 @@ def _apply_cogdignore(root: Path, names: list[str]) -> list[str]:
         while parent not in dirs:
             dirs.add(parent)
             parent = parent.rpartition("/")[0]
-    rule_dirs = [d for d in dirs if os.path.isfile(os.path.join(root, d, COGD_IGNORE))]
+    rule_dirs = [d for d in dirs if _regular(os.path.join(root, d, COGD_IGNORE))]  # a symlink is not read
     if not rule_dirs:
         return names
     rules = IgnoreRules()
@@ -183,7 +200,7 @@ def _apply_cogdignore(root: Path, names: list[str]) -> list[str]:
 
 def _walk_files(root: Path) -> list[str]:
     """Every file under ``root`` that the ignore files and the defaults leave in."""
-    guessed = () if (root / ".gitignore").is_file() else GUESSED_WALK_IGNORES
+    guessed = () if _regular(os.path.join(root, ".gitignore")) else GUESSED_WALK_IGNORES
     rules = IgnoreRules(_compile([*DEFAULT_WALK_IGNORES, *guessed]))
     found: list[str] = []
     for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
@@ -205,18 +222,69 @@ def _walk_files(root: Path) -> list[str]:
     return sorted(found)
 
 
-def _is_listable(root: str, name: str) -> bool:
-    """A regular file, or a symlink to a regular file outside ``root``."""
-    path = os.path.join(root, name)  # not pathlib: this runs for every file on every refresh
+def _regular(path: str) -> bool:
+    """Whether ``path`` itself (not a symlink's target) is a regular file."""
     try:
-        st = os.lstat(path)
+        return stat.S_ISREG(os.lstat(path).st_mode)
     except OSError:
         return False
-    if stat.S_ISREG(st.st_mode):
-        return True
-    if not stat.S_ISLNK(st.st_mode) or not os.path.isfile(path):
-        return False
-    return not Path(os.path.realpath(path)).is_relative_to(os.path.realpath(root))
+
+
+@dataclass
+class SourceListing:
+    """The work tree's source files, as :func:`scan_source_files` finds them.
+
+    ``files``: listed repo-relative POSIX name → the real repo-relative path
+    its content is read from (the name itself, or an in-tree symlink's
+    target), sorted by name. ``outside``: sorted names of symlinks that lead
+    out of the work tree (skip reason ``symlink_outside``; never read).
+    """
+
+    files: dict[str, str] = field(default_factory=dict)
+    outside: list[str] = field(default_factory=list)
+
+
+class _Classifier:
+    """Sorts listed names into regular files, in-tree links and links out (see the module docstring)."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self.real = real_root(root)
+        self._plain_dirs: dict[str, bool] = {"": True}
+
+    def plain_dir(self, rel_dir: str) -> bool:
+        """Whether ``rel_dir`` and each of its ancestors is a directory, not a symlink to one."""
+        known = self._plain_dirs.get(rel_dir)
+        if known is None:
+            parent = rel_dir.rpartition("/")[0]
+            try:
+                known = self.plain_dir(parent) and stat.S_ISDIR(os.lstat(os.path.join(self.real, rel_dir)).st_mode)
+            except OSError:
+                known = False
+            self._plain_dirs[rel_dir] = known
+        return known
+
+    def classify(self, name: str) -> tuple[str | None, str]:
+        """(``"file"``, ``"link"``, ``"outside"`` or None to leave out, the real path to read)."""
+        path = os.path.join(self.real, name)  # not pathlib: this runs for every file on every refresh
+        if not self.plain_dir(name.rpartition("/")[0]):
+            # Below a directory symlink (or a vanished directory): never followed. Counted when it
+            # leads out; inside, the file is listed under its real path if at all.
+            rel = inside(self.real, os.path.realpath(path))
+            return ("outside" if rel is None or rel.split("/", 1)[0] in PRIVATE_DIRS else None), name
+        try:
+            st = os.lstat(path)
+        except OSError:
+            return None, name
+        if stat.S_ISREG(st.st_mode):
+            return "file", name
+        if not stat.S_ISLNK(st.st_mode):
+            return None, name  # a FIFO, socket or device: nothing to read
+        try:
+            real = resolve_tree_path(self.root, name, root_real=self.real)
+        except OutsideTree:
+            return "outside", name
+        return ("link" if _regular(os.path.join(self.real, real)) else None), real
 
 
 # Every refresh, even one for a single saved file, lists the whole tree: remember
@@ -224,21 +292,14 @@ def _is_listable(root: str, name: str) -> bool:
 _language = functools.lru_cache(maxsize=1 << 17)(language_for_path)
 
 
-def list_source_files(root: Path) -> list[str]:
-    """Repo-relative POSIX paths of existing files in a language cogd parses.
-
-    Sorted, de-duplicated; excludes ``.cogd/``, paths a ``.cogdignore``
-    excludes, paths git lists that are gone from the work tree (deleted but not
-    yet staged), symlinks into the tree itself, and names that are not valid
-    UTF-8.
-    """
+def _candidates(root: Path) -> list[str]:
+    """Names git (or the walk) lists that are in a language cogd parses, sorted."""
     names = _git_files(root)
     if names is None:
         names = _walk_files(root)
     else:
         names = _apply_cogdignore(root, names)
     result = []
-    root_str = str(root)
     for name in names:
         if name.startswith(COGD_DIR + "/") or _language(name) is None:
             continue
@@ -246,9 +307,64 @@ def list_source_files(root: Path) -> list[str]:
             name.encode("utf-8")
         except UnicodeEncodeError:  # a non-UTF-8 name cannot be stored or reported
             continue
-        if _is_listable(root_str, name):
-            result.append(name)
+        result.append(name)
     return result
+
+
+def classify_paths(root: Path, names: list[str]) -> SourceListing | None:
+    """:func:`scan_source_files` for ``names`` alone (already known to pass the ignore rules).
+
+    Returns None when one of them is an in-tree symlink, since whether a link
+    is indexed depends on whether its target is listed: list the whole tree then.
+    """
+    classifier = _Classifier(root)
+    listing = SourceListing()
+    for name in sorted(names):
+        kind, real = classifier.classify(name)
+        if kind == "link":
+            return None
+        if kind == "file":
+            listing.files[name] = real
+        elif kind == "outside":
+            listing.outside.append(name)
+    return listing
+
+
+def scan_source_files(root: Path) -> SourceListing:
+    """The work tree's source files and the symlinks among them that lead outside.
+
+    Excludes ``.cogd/``, paths a ``.cogdignore`` excludes, paths git lists
+    that are gone from the work tree (deleted but not yet staged), anything
+    that is not a regular file or a symlink to one, names below a directory
+    symlink, and names that are not valid UTF-8. Symlinks follow the rules of
+    the module docstring.
+    """
+    classifier = _Classifier(root)
+    listing = SourceListing()
+    links: list[tuple[str, str]] = []
+    for name in _candidates(root):
+        kind, real = classifier.classify(name)
+        if kind == "file":
+            listing.files[name] = real
+        elif kind == "link":
+            links.append((name, real))
+        elif kind == "outside":
+            listing.outside.append(name)
+    taken = set(listing.files)
+    for name, real in links:  # in name order: the first link to a target that is not listed wins
+        if real not in taken:
+            taken.add(real)
+            listing.files[name] = real
+    listing.files = dict(sorted(listing.files.items()))
+    return listing
+
+
+def list_source_files(root: Path) -> list[str]:
+    """Repo-relative POSIX paths of the files :func:`scan_source_files` would index (sorted).
+
+    Symlinks that lead out of the tree are not among them.
+    """
+    return list(scan_source_files(root).files)
 
 
 def recently_changed_files(root: Path, limit: int = 50) -> list[str]:

@@ -38,6 +38,7 @@ from typing import Callable, Iterable
 
 import numpy as np
 
+from cogd.index.boundary import exists_in_tree
 from cogd.memory import lattice
 from cogd.memory.anchors import CodeIndex, entity_path
 from cogd.memory.dedup import Existing, find_duplicate, nearest
@@ -700,7 +701,7 @@ class MemoryStore:
         # longer exists; a file not (re)indexed yet — a rebuild in progress — says nothing.
         missing_paths = {entity_path(a.entity) for items in anchors.values() for a in items if a.entity not in hashes}
         indexed = self.code.indexed_files(sorted(missing_paths))
-        gone_paths = {p for p in missing_paths if p in indexed or not (self.root / p).exists()}
+        gone_paths = {p for p in missing_paths if p in indexed or not exists_in_tree(self.root, p)}
         staled = 0
         for row in rows:
             changed = [{"entity": a.entity, "was": a.hash, "now": hashes.get(a.entity)}

@@ -17,11 +17,14 @@ from pathlib import Path
 import numpy as np
 
 from cogd.config import PACK_HARD_CAP_CHARS, PackConfig, RetrieveConfig
+from cogd.index.boundary import read_tree_file
 from cogd.index.vectors import DenseIndex
 from cogd.retrieve.feedback import Feedback
 from cogd.retrieve.hybrid import is_test_path, retrieve, select
 from cogd.retrieve.lexical import Hit, query_terms
 from cogd.retrieve.repomap import RankedGraph, map_entities
+
+EXCERPT_READ_BYTES = 16 << 20  # indexed files are far smaller (index.max_file_bytes); a bound all the same
 
 CANDIDATES = 60  # retrieved before selection
 
@@ -115,13 +118,15 @@ def _drop_docstring(lines: list[str]) -> list[str]:
 def _excerpt(root: Path, hit: Hit, max_lines: int) -> str:
     """Up to ``max_lines`` lines of the entity, read from the work tree now.
 
+    Read through :func:`cogd.index.boundary.read_tree_file`: a path that has
+    become a symlink out of the tree since it was indexed gives no excerpt.
     A Python docstring is left out when the item already shows its first line.
     """
     try:
-        with open(root / hit.path, "rb") as fh:
-            lines = fh.read().decode("utf-8", errors="replace").splitlines()
-    except OSError:
+        data = read_tree_file(root, hit.path, EXCERPT_READ_BYTES)
+    except OSError:  # gone, unreadable, or outside the work tree now
         return ""
+    lines = data.decode("utf-8", errors="replace").splitlines()
     body = lines[hit.start_line - 1 : hit.end_line]
     if hit.doc and hit.path.endswith((".py", ".pyi")):
         body = _drop_docstring(body)

@@ -7,6 +7,12 @@ lines (``relpath:line:text``) are relative to ``cwd``; partial reads carry
 ``structuredPatch`` hunks (``newStart``/``newLines``); paths in Bash commands
 and subagent summaries are free text and count only as weak mentions.
 
+Only paths inside the work tree count: each is resolved (``..`` and symlinks,
+see :func:`cogd.index.boundary.tree_relpath`) before it is kept, so a Read of
+``/etc/passwd``, ``../outside.py`` or a link that leads out yields no touch and
+nothing of it reaches the ledger. A path reached through a symlink inside the
+tree is recorded under its real path.
+
 Standard library only, and tolerant: any field may be missing or of the wrong
 type; a malformed payload yields fewer touches, never an exception.
 """
@@ -15,8 +21,11 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from dataclasses import asdict, dataclass
 from pathlib import Path
+
+from cogd.index.boundary import tree_relpath
 
 # Strength of the evidence, strongest first (cogd.usage.outcomes maps them to hit weights).
 ACTIONS = ("edit", "write", "read", "search", "mention")
@@ -45,17 +54,8 @@ class Touch:
 
 
 def _relative(root: Path, cwd: Path, raw: object) -> str | None:
-    """``raw`` (absolute, or relative to ``cwd``) as a POSIX path inside ``root``, or None."""
-    if not isinstance(raw, str) or not raw or "\0" in raw or len(raw) > 4096:
-        return None
-    full = os.path.normpath(os.path.join(cwd, raw))
-    try:
-        rel = os.path.relpath(full, root)
-    except ValueError:
-        return None
-    if rel == "." or rel == ".." or rel.startswith(".." + os.sep):
-        return None
-    return rel.replace(os.sep, "/")
+    """``raw`` (absolute, or relative to ``cwd``) as a real POSIX path inside ``root``, or None."""
+    return tree_relpath(root, raw, cwd)
 
 
 def _int(value: object) -> int | None:
@@ -71,8 +71,9 @@ def _list(value: object) -> list:
 
 
 def _is_file(path: Path) -> bool:
+    """Whether ``path`` (real: :func:`_relative` resolved it) is a regular file; a symlink is not."""
     try:
-        return path.is_file()
+        return stat.S_ISREG(os.lstat(path).st_mode)
     except (OSError, ValueError):  # e.g. a name longer than the file system allows
         return False
 
