@@ -29,12 +29,19 @@ they enclose nothing and do not prefix names (the path already does).
 
 from __future__ import annotations
 
+import hashlib
 import importlib
+import logging
+import os
+import re
+import stat
 import threading
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 import tree_sitter
+
+from cogd.locate import COGD_DIR
 
 
 @dataclass(frozen=True)
@@ -384,12 +391,228 @@ def _tags_source(module_name: str) -> str:
     raise FileNotFoundError(f"no queries/tags.scm for {module_name}")
 
 
+# ---------------------------------------------------------------- loading and checking
+#
+# A grammar wheel that does not import, or a query that does not compile (a
+# node type the installed grammar does not have, a typo in an override), must
+# cost that language only. So each language is loaded and each of its queries
+# compiled once per process, on its own (:func:`check`); a failure disables
+# the language — its files are indexed by path only, with status
+# ``language_disabled`` — and is reported once (a warning, the daemon's status,
+# ``cogd doctor``), never as one traceback per file.
+
+QUERY_KINDS = ("tags", "imports", "inherits")
+OVERRIDE_DIR = "queries"  # under .cogd/: <language>/<kind>.scm replaces that query
+OVERRIDE_MAX_BYTES = 1 << 20
+
+log = logging.getLogger("cogd.languages")
+
+
+class LanguageUnavailable(Exception):
+    """A language is disabled in this process: its grammar did not load or a query did not compile.
+
+    ``language``: the language name; ``problem``: the status line text
+    (``tags query does not compile: …``).
+    """
+
+    def __init__(self, language: str, problem: str):
+        super().__init__(f"{language}: {problem}")
+        self.language = language
+        self.problem = problem
+
+
+@dataclass(frozen=True)
+class LanguageState:
+    """The outcome of :func:`check` for one language.
+
+    ``problem``: None when usable, else why not (``grammar does not load: …``,
+    ``imports query does not compile: …``; several separated by ``; ``).
+    ``digest``: 16 hex digits identifying the grammar and query texts in use
+    (or the problem), so an index can tell when a language's extraction changed.
+    ``overrides``: the override files in use (paths relative to the root).
+    """
+
+    name: str
+    problem: str | None
+    digest: str
+    overrides: tuple[str, ...] = ()
+    language: tree_sitter.Language | None = None
+    queries: tuple[tree_sitter.Query | None, ...] = ()  # in QUERY_KINDS order; None = no such query
+
+
+_settings: dict[str, Path | None] = {"root": None}
+_states: dict[tuple[str | None, str], LanguageState] = {}
+_state_lock = threading.Lock()
+_local = threading.local()
+
+
+def configure(root: str | os.PathLike[str] | None) -> None:
+    """Use the query overrides of repository ``root`` (``.cogd/queries/``) in this process.
+
+    None: the shipped queries only (the default). Called by the daemon, by
+    each parse worker process when it starts, and by in-process indexing.
+    Languages are checked again (lazily) for a different root.
+    """
+    _settings["root"] = Path(root) if root is not None else None
+
+
+def override_dir(root: Path) -> Path:
+    """Where a repository's query overrides live: ``<root>/.cogd/queries``."""
+    return root / COGD_DIR / OVERRIDE_DIR
+
+
+def _read_override(root: Path, name: str, kind: str) -> tuple[str, str] | None:
+    """(text, path relative to root) of ``.cogd/queries/<name>/<kind>.scm``, or None when absent.
+
+    The file must be a regular file inside the work tree (no symlink out of
+    it), at most OVERRIDE_MAX_BYTES, UTF-8. Raises ValueError otherwise.
+    """
+    path = override_dir(root) / name / f"{kind}.scm"
+    if not os.path.lexists(path):
+        return None
+    rel = path.relative_to(root).as_posix()
+    real, top = os.path.realpath(path), os.path.realpath(root)
+    if os.path.commonpath([real, top]) != top:
+        raise ValueError(f"{rel} points outside the repository")
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOFOLLOW)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ValueError(f"{rel} is not a regular file")
+        if st.st_size > OVERRIDE_MAX_BYTES:
+            raise ValueError(f"{rel} is larger than {OVERRIDE_MAX_BYTES} bytes")
+        data = os.read(fd, OVERRIDE_MAX_BYTES + 1)
+    finally:
+        os.close(fd)
+    try:
+        return data.decode("utf-8"), rel
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{rel} is not UTF-8: {exc}") from None
+
+
+def _query_parts(spec: LanguageSpec, kind: str, root: Path | None) -> tuple[list[tuple[str, str]], str | None]:
+    """The texts that make up query ``kind`` of ``spec`` as (label, text) pairs, and the override used.
+
+    An override replaces the whole query (shipped tags file and cogd's own patterns).
+    """
+    if root is not None:
+        found = _read_override(root, spec.name, kind)
+        if found is not None:
+            return [(found[1], found[0])], found[1]
+    if kind == "tags":
+        parts = [(f"{m}/queries/tags.scm", _tags_source(m)) for m in spec.tags_from]
+        if spec.extra_tags:
+            parts.append((f"cogd's {spec.name} tags patterns", spec.extra_tags))
+        return parts, None
+    return [(f"cogd's {spec.name} {kind} query", getattr(spec, kind))], None
+
+
+_ROW = re.compile(r"\bat row (\d+), column (\d+)")
+
+
+def _where(message: str, parts: list[tuple[str, str]]) -> str:
+    """``message`` with tree-sitter's position (0-based row and column of the joined
+    text) rewritten as a 1-based line and column of the part it falls in."""
+    found = _ROW.search(message)
+    if found is None:
+        return message
+    row, column = int(found.group(1)), int(found.group(2))
+    for label, text in parts:
+        lines = text.count("\n") + 1
+        if row < lines:
+            return f"{message[:found.start()]}at line {row + 1}, column {column + 1} of {label}{message[found.end():]}"
+        row -= lines
+    return message
+
+
+def _compile(language: tree_sitter.Language, kind: str, parts: list[tuple[str, str]]) -> tree_sitter.Query | None:
+    """Compile the joined ``parts``; None for an empty query. Raises LanguageUnavailable's problem text as ValueError."""
+    text = "\n".join(t for _label, t in parts)
+    if not text.strip():
+        return None
+    try:
+        return tree_sitter.Query(language, text)
+    except (tree_sitter.QueryError, ValueError) as exc:  # QueryError is a ValueError
+        raise ValueError(f"{kind} query does not compile: {_where(str(exc), parts)}") from None
+
+
+def _check(name: str, root: Path | None) -> LanguageState:
+    spec = LANGUAGES[name]
+    digest = hashlib.sha256(spec.module.encode())
+    try:
+        pointer = getattr(importlib.import_module(spec.module), spec.function)()
+        language = tree_sitter.Language(pointer)
+    except Exception as exc:  # a broken wheel: ImportError, AttributeError, a bad pointer (ValueError)
+        problem = f"grammar does not load: {exc.__class__.__name__}: {exc}"
+        return LanguageState(name, problem, hashlib.sha256(problem.encode()).hexdigest()[:16])
+    digest.update(str(getattr(language, "semantic_version", None) or language.abi_version).encode())
+    problems: list[str] = []
+    queries: list[tree_sitter.Query | None] = []
+    overrides: list[str] = []
+    for kind in QUERY_KINDS:
+        try:
+            parts, override = _query_parts(spec, kind, root)
+            if override:
+                overrides.append(override)
+            for _label, text in parts:
+                digest.update(b"\0" + text.encode())
+            queries.append(_compile(language, kind, parts))
+        except (OSError, ValueError) as exc:  # an unreadable tags file or override, a query error
+            problems.append(str(exc) if str(exc).startswith(kind) else f"{kind} query unusable: {exc}")
+            queries.append(None)
+    if queries[0] is None and not problems:
+        problems.append("tags query is empty")
+    if problems:
+        problem = "; ".join(problems)
+        return LanguageState(name, problem, hashlib.sha256(problem.encode()).hexdigest()[:16], tuple(overrides))
+    return LanguageState(name, None, digest.hexdigest()[:16], tuple(overrides), language, tuple(queries))
+
+
+def check(name: str) -> LanguageState:
+    """Load language ``name``'s grammar and compile each of its queries, once per process.
+
+    Uses the overrides of the root given to :func:`configure`. A failure is
+    logged once (a warning) and remembered: the language stays disabled in
+    this process. Raises KeyError for an unknown language.
+    """
+    root = _settings["root"]
+    key = (str(root) if root is not None else None, name)
+    state = _states.get(key)
+    if state is not None:
+        return state
+    with _state_lock:  # two threads asking at once compile once
+        state = _states.get(key)
+        if state is None:
+            state = _check(name, root)
+            if state.problem:
+                log.warning("%s disabled (its files are indexed by path only): %s", name, state.problem)
+            _states[key] = state
+    return state
+
+
+def _configured_states() -> list[LanguageState]:
+    root = _settings["root"]
+    key_root = str(root) if root is not None else None
+    return [state for (r, _name), state in sorted(list(_states.items()), key=lambda kv: kv[0][1]) if r == key_root]
+
+
+def checked() -> list[str]:
+    """The languages checked so far in this process (for the configured root), sorted."""
+    return [state.name for state in _configured_states()]
+
+
+def problems() -> dict[str, str]:
+    """Languages checked in this process (for the configured root) that are disabled: name → problem."""
+    return {state.name: state.problem for state in _configured_states() if state.problem}
+
+
 @dataclass
 class Grammar:
-    """A ready parser and compiled tags query for one language.
+    """A ready parser and compiled queries for one language.
 
     ``tree_sitter.Parser`` is not safe to share between threads, so grammars
-    are cached per thread (see :func:`grammar`).
+    are cached per thread (see :func:`grammar`); the compiled queries are
+    shared (compiled once per process by :func:`check`).
     """
 
     language: tree_sitter.Language
@@ -399,27 +622,19 @@ class Grammar:
     inherits: tree_sitter.Query | None = None
 
 
-_local = threading.local()
-
-
 def grammar(name: str) -> Grammar:
     """Return this thread's :class:`Grammar` for language ``name``.
 
-    Raises KeyError for an unknown language and ImportError when the grammar
-    wheel is missing.
+    Raises KeyError for an unknown language and :class:`LanguageUnavailable`
+    when its grammar does not load or a query does not compile (see :func:`check`).
     """
-    cache: dict[str, Grammar] = getattr(_local, "cache", None) or {}
+    state = check(name)
+    if state.problem:
+        raise LanguageUnavailable(name, state.problem)
+    cache: dict[tuple[str, str], Grammar] = getattr(_local, "cache", None) or {}
     _local.cache = cache
-    if name not in cache:
-        spec = LANGUAGES[name]
-        pointer = getattr(importlib.import_module(spec.module), spec.function)()
-        language = tree_sitter.Language(pointer)
-        query_text = "\n".join([*(_tags_source(m) for m in spec.tags_from), spec.extra_tags])
-        cache[name] = Grammar(
-            language,
-            tree_sitter.Parser(language),
-            tree_sitter.Query(language, query_text),
-            tree_sitter.Query(language, spec.imports) if spec.imports.strip() else None,
-            tree_sitter.Query(language, spec.inherits) if spec.inherits.strip() else None,
-        )
-    return cache[name]
+    key = (state.digest, name)
+    if key not in cache:
+        tags, imports, inherits = state.queries
+        cache[key] = Grammar(state.language, tree_sitter.Parser(state.language), tags, imports, inherits)
+    return cache[key]
