@@ -441,7 +441,8 @@ class LanguageState:
 
 
 _settings: dict[str, Path | None] = {"root": None}
-_states: dict[tuple[str | None, str], LanguageState] = {}
+_compiled: dict[tuple, LanguageState] = {}  # (name, overrides) → state: each distinct query set compiled once
+_by_root: dict[str | None, dict[str, LanguageState]] = {}  # root → name → state: what each root has checked
 _state_lock = threading.Lock()
 _local = threading.local()
 
@@ -490,21 +491,43 @@ def _read_override(root: Path, name: str, kind: str) -> tuple[str, str] | None:
         raise ValueError(f"{rel} is not UTF-8: {exc}") from None
 
 
-def _query_parts(spec: LanguageSpec, kind: str, root: Path | None) -> tuple[list[tuple[str, str]], str | None]:
-    """The texts that make up query ``kind`` of ``spec`` as (label, text) pairs, and the override used.
+Overrides = dict  # kind → (text, path relative to the root), or kind → the reason it is unusable (str)
 
-    An override replaces the whole query (shipped tags file and cogd's own patterns).
+
+def _overrides(name: str, root: Path | None) -> Overrides:
+    """The override files of language ``name`` under ``root`` (see :func:`_read_override`)."""
+    found: Overrides = {}
+    if root is None:
+        return found
+    for kind in QUERY_KINDS:
+        try:
+            override = _read_override(root, name, kind)
+        except (OSError, ValueError) as exc:
+            found[kind] = str(exc)
+            continue
+        if override is not None:
+            found[kind] = override
+    return found
+
+
+def _query_parts(spec: LanguageSpec, kind: str, overrides: Overrides) -> list[tuple[str, str]]:
+    """The texts that make up query ``kind`` of ``spec``, as (label, text) pairs.
+
+    An override replaces the whole query (shipped tags file and cogd's own
+    patterns). Raises ValueError for an unusable override, OSError for a
+    missing shipped tags file.
     """
-    if root is not None:
-        found = _read_override(root, spec.name, kind)
-        if found is not None:
-            return [(found[1], found[0])], found[1]
+    override = overrides.get(kind)
+    if isinstance(override, str):
+        raise ValueError(override)
+    if override is not None:
+        return [(override[1], override[0])]
     if kind == "tags":
         parts = [(f"{m}/queries/tags.scm", _tags_source(m)) for m in spec.tags_from]
         if spec.extra_tags:
             parts.append((f"cogd's {spec.name} tags patterns", spec.extra_tags))
-        return parts, None
-    return [(f"cogd's {spec.name} {kind} query", getattr(spec, kind))], None
+        return parts
+    return [(f"cogd's {spec.name} {kind} query", getattr(spec, kind))]
 
 
 _ROW = re.compile(r"\bat row (\d+), column (\d+)")
@@ -536,7 +559,7 @@ def _compile(language: tree_sitter.Language, kind: str, parts: list[tuple[str, s
         raise ValueError(f"{kind} query does not compile: {_where(str(exc), parts)}") from None
 
 
-def _check(name: str, root: Path | None) -> LanguageState:
+def _check(name: str, overrides: Overrides) -> LanguageState:
     spec = LANGUAGES[name]
     digest = hashlib.sha256(spec.module.encode())
     try:
@@ -548,12 +571,10 @@ def _check(name: str, root: Path | None) -> LanguageState:
     digest.update(str(getattr(language, "semantic_version", None) or language.abi_version).encode())
     problems: list[str] = []
     queries: list[tree_sitter.Query | None] = []
-    overrides: list[str] = []
+    used = tuple(o[1] for o in overrides.values() if isinstance(o, tuple))
     for kind in QUERY_KINDS:
-        try:
-            parts, override = _query_parts(spec, kind, root)
-            if override:
-                overrides.append(override)
+        try:  # each query on its own: one error report per broken query
+            parts = _query_parts(spec, kind, overrides)
             for _label, text in parts:
                 digest.update(b"\0" + text.encode())
             queries.append(_compile(language, kind, parts))
@@ -564,36 +585,45 @@ def _check(name: str, root: Path | None) -> LanguageState:
         problems.append("tags query is empty")
     if problems:
         problem = "; ".join(problems)
-        return LanguageState(name, problem, hashlib.sha256(problem.encode()).hexdigest()[:16], tuple(overrides))
-    return LanguageState(name, None, digest.hexdigest()[:16], tuple(overrides), language, tuple(queries))
+        return LanguageState(name, problem, hashlib.sha256(problem.encode()).hexdigest()[:16], used)
+    return LanguageState(name, None, digest.hexdigest()[:16], used, language, tuple(queries))
 
 
 def check(name: str) -> LanguageState:
     """Load language ``name``'s grammar and compile each of its queries, once per process.
 
-    Uses the overrides of the root given to :func:`configure`. A failure is
-    logged once (a warning) and remembered: the language stays disabled in
-    this process. Raises KeyError for an unknown language.
+    Uses the overrides of the root given to :func:`configure`. The result is
+    remembered per root (so status and doctor can list it) and shared between
+    roots with the same override texts (a test suite's many repositories
+    compile each language once). A failure is logged once (a warning): the
+    language stays disabled in this process. Raises KeyError for an unknown
+    language.
     """
     root = _settings["root"]
-    key = (str(root) if root is not None else None, name)
-    state = _states.get(key)
+    checked_here = _by_root.get(str(root) if root is not None else None)
+    state = checked_here.get(name) if checked_here is not None else None
     if state is not None:
         return state
     with _state_lock:  # two threads asking at once compile once
-        state = _states.get(key)
+        checked_here = _by_root.setdefault(str(root) if root is not None else None, {})
+        state = checked_here.get(name)
         if state is None:
-            state = _check(name, root)
-            if state.problem:
-                log.warning("%s disabled (its files are indexed by path only): %s", name, state.problem)
-            _states[key] = state
+            overrides = _overrides(name, root)
+            key = (name, tuple(sorted(overrides.items())))
+            state = _compiled.get(key)
+            if state is None:
+                state = _check(name, overrides)
+                if state.problem:
+                    log.warning("%s disabled (its files are indexed by path only): %s", name, state.problem)
+                _compiled[key] = state
+            checked_here[name] = state
     return state
 
 
 def _configured_states() -> list[LanguageState]:
     root = _settings["root"]
-    key_root = str(root) if root is not None else None
-    return [state for (r, _name), state in sorted(list(_states.items()), key=lambda kv: kv[0][1]) if r == key_root]
+    checked_here = _by_root.get(str(root) if root is not None else None) or {}
+    return [state for _name, state in sorted(list(checked_here.items()))]
 
 
 def checked() -> list[str]:
