@@ -25,6 +25,13 @@ TypeScript namespaces) are containers, so they prefix qualified names
 ``package``, Java/Kotlin ``package``, C# ``namespace X;``, PHP ``namespace
 X;``) are ``module`` entities with subkind ``package`` spanning their line:
 they enclose nothing and do not prefix names (the path already does).
+
+Loading: :func:`check` loads a language's grammar and compiles each query on
+its own, once per process; a failure disables that language only
+(:class:`LanguageUnavailable`, skip reason ``language_disabled``). A
+repository may replace any query with ``.cogd/queries/<language>/<kind>.scm``
+(``kind``: ``tags``, ``imports``, ``inherits``), read after :func:`configure`
+names its root.
 """
 
 from __future__ import annotations
