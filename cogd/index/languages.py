@@ -383,8 +383,17 @@ _BY_EXTENSION = {ext: spec.name for spec in LANGUAGES.values() for ext in spec.e
 
 
 def language_for_path(path: str) -> str | None:
-    """Return the language name for a repository-relative path, or None."""
-    return _BY_EXTENSION.get(PurePosixPath(path).suffix.lower())
+    """Return the language name for a repository-relative POSIX path, or None.
+
+    The extension is ``PurePosixPath(path).suffix`` (a name's last dot, not
+    its first character), found with string methods: every refresh asks this
+    of every file in the tree.
+    """
+    name = path[path.rfind("/") + 1:]
+    dot = name.rfind(".")
+    if dot <= 0 or dot == len(name) - 1:
+        return None
+    return _BY_EXTENSION.get(name[dot:].lower())
 
 
 def _tags_source(module_name: str) -> str:
