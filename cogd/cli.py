@@ -160,10 +160,13 @@ def _embed_with_progress(be, wait_s: float) -> None:
             e = _call(be, "status").get("embedding") or {}
             if e.get("state") in ("disabled", "error", None):
                 break
-            if e.get("state") != "loading":
+            phase = e.get("phase") or e.get("state")  # a daemon without phases says only its state
+            if phase == "counting":
+                progress.update(task, total=None, note="counting the entities")
+            elif phase != "loading":
                 progress.update(task, total=e.get("entities") or None, completed=e.get("embedded_entities", 0),
                                 note=f"ETA {e.get('eta_s', 0):.0f} s" if e.get("pending") and e.get("rate_per_s") else "")
-                if not e.get("pending") and e.get("state") == "idle" and not e.get("queued"):
+                if phase in ("current", "idle") and not e.get("pending") and not e.get("queued"):
                     break
             if time.monotonic() > deadline:
                 break

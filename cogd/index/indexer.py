@@ -57,10 +57,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cogd.config import IndexConfig
-from cogd.index import resolve, store
+from cogd.index import languages, resolve, store
 from cogd.index.boundary import SYMLINK_OUTSIDE, OutsideTree, read_tree_file
 from cogd.index.extract import Entity, ParsedFile, content_hash, extract, line_count
-from cogd.index import languages
 from cogd.index.languages import LanguageUnavailable, grammar, language_for_path
 from cogd.index.parsepool import ParsePool
 from cogd.index.sources import SourceListing, classify_paths, git_head, scan_source_files
