@@ -199,7 +199,8 @@ def test_an_override_outside_the_tree_is_refused(repo, tmp_path):
     link.symlink_to(outside)
     languages.configure(root)
     try:
-        assert languages.check("python").problem == "tags query unusable: .cogd/queries/python/tags.scm points outside the repository"
+        assert languages.check("python").problem == ("tags query unusable: .cogd/queries/python/tags.scm is refused: "
+                                                     "a symlink is on its path (an override must be a regular file)")
     finally:
         languages.configure(None)
 

@@ -41,13 +41,13 @@ import importlib
 import logging
 import os
 import re
-import stat
 import threading
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 import tree_sitter
 
+from cogd.index.boundary import OutsideTree, read_tree_file
 from cogd.locate import COGD_DIR
 
 
@@ -481,26 +481,22 @@ def override_dir(root: Path) -> Path:
 def _read_override(root: Path, name: str, kind: str) -> tuple[str, str] | None:
     """(text, path relative to root) of ``.cogd/queries/<name>/<kind>.scm``, or None when absent.
 
-    The file must be a regular file inside the work tree (no symlink out of
-    it), at most OVERRIDE_MAX_BYTES, UTF-8. Raises ValueError otherwise.
+    Read through the work tree boundary (:func:`cogd.index.boundary.read_tree_file`)
+    with no symlink allowed anywhere on the path: the override must be a
+    regular file of the repository, at most OVERRIDE_MAX_BYTES, UTF-8. Raises
+    ValueError otherwise.
     """
-    path = override_dir(root) / name / f"{kind}.scm"
-    if not os.path.lexists(path):
-        return None
-    rel = path.relative_to(root).as_posix()
-    real, top = os.path.realpath(path), os.path.realpath(root)
-    if os.path.commonpath([real, top]) != top:
-        raise ValueError(f"{rel} points outside the repository")
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOFOLLOW)
+    rel = f"{COGD_DIR}/{OVERRIDE_DIR}/{name}/{kind}.scm"
     try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise ValueError(f"{rel} is not a regular file")
-        if st.st_size > OVERRIDE_MAX_BYTES:
-            raise ValueError(f"{rel} is larger than {OVERRIDE_MAX_BYTES} bytes")
-        data = os.read(fd, OVERRIDE_MAX_BYTES + 1)
-    finally:
-        os.close(fd)
+        data = read_tree_file(root, rel, OVERRIDE_MAX_BYTES + 1, follow_inside=False)
+    except FileNotFoundError:
+        return None
+    except OutsideTree:
+        raise ValueError(f"{rel} is refused: a symlink is on its path (an override must be a regular file)") from None
+    except OSError as exc:
+        raise ValueError(f"{rel} is unreadable: {exc.strerror or exc}") from None
+    if len(data) > OVERRIDE_MAX_BYTES:
+        raise ValueError(f"{rel} is larger than {OVERRIDE_MAX_BYTES} bytes")
     try:
         return data.decode("utf-8"), rel
     except UnicodeDecodeError as exc:
