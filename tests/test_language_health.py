@@ -174,12 +174,18 @@ def test_each_language_is_checked_once_per_process_not_per_file(repo, monkeypatc
     assert languages.problems() == {"python": PYTHON_TAGS_PROBLEM}
 
 
-def test_parse_workers_use_the_overrides_and_report_the_same(repo):
+def test_parse_workers_compile_what_the_daemon_checked_and_report_the_same(repo):
     root, _env = repo
-    break_python_tags(root)
+    override = break_python_tags(root)
+    try:
+        snapshot = languages.configure(root)  # what the index worker does before starting its pool
+        assert languages.check("python").problem == PYTHON_TAGS_PROBLEM
+    finally:
+        languages.configure(None)
+    override.unlink()  # an edit after the daemon read its overrides does not split daemon and workers
     limits = (1 << 20, 2000, 4096, 300)
     jobs = [(rel, (root / rel).read_bytes(), limits) for rel in sorted(FILES)]
-    pool = ParsePool(1, parse_job, timeout_result, languages.configure, (str(root),))
+    pool = ParsePool(1, parse_job, timeout_result, languages.configure, (str(root), snapshot))
     try:
         outcomes = pool.map(jobs, budget_s=60.0)
     finally:

@@ -168,7 +168,8 @@ class IndexWorker:
     def _open(self) -> tuple[Indexer, ParsePool]:
         # One parser process per spare core (at least one): a pathological file
         # can be killed there, and parsing overlaps the SQLite writes here.
-        # Workers use this repository's query overrides, as the daemon does (cogd.index.languages).
+        # Workers compile the same query overrides as this process (read once, here: cogd.index.languages).
+        overrides = languages.configure(self._root)
         pool = ParsePool(max(1, min((os.cpu_count() or 2) - 1, 3)), parse_job, timeout_result,
-                         languages.configure, (str(self._root),))
+                         languages.configure, (str(self._root), overrides))
         return Indexer(**self._indexer_args(pool)), pool

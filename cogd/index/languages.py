@@ -456,21 +456,34 @@ class LanguageState:
     queries: tuple[tree_sitter.Query | None, ...] = ()  # in QUERY_KINDS order; None = no such query
 
 
-_settings: dict[str, Path | None] = {"root": None}
+_settings: dict = {"root": None, "overrides": {}}  # the configured root and its overrides, read at configure()
 _compiled: dict[tuple, LanguageState] = {}  # (name, overrides) → state: each distinct query set compiled once
 _by_root: dict[str | None, dict[str, LanguageState]] = {}  # root → name → state: what each root has checked
 _state_lock = threading.Lock()
 _local = threading.local()
 
 
-def configure(root: str | os.PathLike[str] | None) -> None:
+def configure(root: str | os.PathLike[str] | None, overrides: dict[str, "Overrides"] | None = None) -> dict:
     """Use the query overrides of repository ``root`` (``.cogd/queries/``) in this process.
 
-    None: the shipped queries only (the default). Called by the daemon, by
-    each parse worker process when it starts, and by in-process indexing.
-    Languages are checked again (lazily) for a different root.
+    None: the shipped queries only (the default). The override files are read
+    here, once: ``overrides`` (language → :data:`Overrides`, as this function
+    returns) hands a snapshot already read to another process, so the parse
+    workers compile exactly what the daemon checked even if a file changes
+    meanwhile (an edit takes effect when the daemon restarts). Configuring the
+    root already configured keeps its snapshot. Returns the snapshot in use.
+    Called by the index worker (before it starts the parse pool), by each
+    parse worker process when it starts, and by in-process indexing.
     """
-    _settings["root"] = Path(root) if root is not None else None
+    path = Path(root) if root is not None else None
+    if overrides is None and path is not None and path == _settings["root"]:
+        return _settings["overrides"]
+    if overrides is None:
+        overrides = {name: found for name in LANGUAGES if (found := _overrides(name, path))}
+    with _state_lock:
+        _settings["root"], _settings["overrides"] = path, overrides
+        _by_root.pop(str(path) if path is not None else None, None)  # checked again with this snapshot
+    return overrides
 
 
 def override_dir(root: Path) -> Path:
@@ -620,7 +633,7 @@ def check(name: str) -> LanguageState:
         checked_here = _by_root.setdefault(str(root) if root is not None else None, {})
         state = checked_here.get(name)
         if state is None:
-            overrides = _overrides(name, root)
+            overrides = _settings["overrides"].get(name, {})
             key = (name, tuple(sorted(overrides.items())))
             state = _compiled.get(key)
             if state is None:

@@ -13,10 +13,10 @@ SQLite writes. Results come back in submission order, so everything written
 stays deterministic.
 
 Each worker process starts with ``initializer(*initargs)``: the daemon passes
-:func:`cogd.index.languages.configure` and the repository root, so workers
-use the same query overrides as the daemon and check each language once per
-process (a disabled language answers ``language_disabled`` for every file
-without being tried again).
+:func:`cogd.index.languages.configure`, the repository root and the query
+overrides it read, so workers compile exactly the queries the daemon checked,
+each language once per process (a disabled language answers
+``language_disabled`` for every file without being tried again).
 """
 
 from __future__ import annotations
