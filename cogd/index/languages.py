@@ -43,7 +43,7 @@ import os
 import re
 import threading
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 import tree_sitter
 
@@ -484,11 +484,6 @@ def configure(root: str | os.PathLike[str] | None, overrides: dict[str, "Overrid
         _settings["root"], _settings["overrides"] = path, overrides
         _by_root.pop(str(path) if path is not None else None, None)  # checked again with this snapshot
     return overrides
-
-
-def override_dir(root: Path) -> Path:
-    """Where a repository's query overrides live: ``<root>/.cogd/queries``."""
-    return root / COGD_DIR / OVERRIDE_DIR
 
 
 def _read_override(root: Path, name: str, kind: str) -> tuple[str, str] | None:
