@@ -18,6 +18,7 @@ from pathlib import Path
 
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -159,10 +160,13 @@ def _embed_with_progress(be, wait_s: float) -> None:
             e = _call(be, "status").get("embedding") or {}
             if e.get("state") in ("disabled", "error", None):
                 break
-            if e.get("state") != "loading":
+            phase = e.get("phase") or e.get("state")  # a daemon without phases says only its state
+            if phase == "counting":
+                progress.update(task, total=None, note="counting the entities")
+            elif phase != "loading":
                 progress.update(task, total=e.get("entities") or None, completed=e.get("embedded_entities", 0),
                                 note=f"ETA {e.get('eta_s', 0):.0f} s" if e.get("pending") and e.get("rate_per_s") else "")
-                if not e.get("pending") and e.get("state") == "idle" and not e.get("queued"):
+                if phase in ("current", "idle") and not e.get("pending") and not e.get("queued"):
                     break
             if time.monotonic() > deadline:
                 break
@@ -302,15 +306,55 @@ def daemon(ctx: click.Context) -> None:
 
 
 def _embedding_line(e: dict) -> str:
-    if e.get("state") in (None, "disabled"):
+    """The embedding row of ``cogd status``: the phase in words (README "Status words").
+
+    A count or percentage is shown only once the entities have been counted,
+    so nothing reads as finished before it is.
+    """
+    phase = e.get("phase") or e.get("state")
+    model = f" ({e['model']})" if e.get("model") else ""
+    if phase in (None, "disabled"):
         return "disabled"
-    if e.get("state") == "error":
+    if phase == "error":
         return f"error: {e.get('error')}"
-    line = (f"{e.get('state')}, {e.get('coverage', 0) * 100:.1f}% of {e.get('entities', 0)} entities, "
-            f"files included ({e.get('model')})")
-    if e.get("pending") and e.get("rate_per_s"):
-        line += f", {e['pending']} to go at {e.get('rate_per_s', 0)}/s, ETA {e.get('eta_s', 0):.0f} s"
+    if phase == "loading":
+        return "loading the model"
+    if phase == "counting":
+        line = f"counting the entities to embed{model}"
+    elif phase == "embedding":
+        done, total = e.get("embedded_entities", 0), e.get("entities", 0)
+        line = f"embedding {done:,} of {total:,} entities ({done / total * 100:.1f}%){model}" if total else \
+            f"embedding{model}"
+        if e.get("pending") and e.get("rate_per_s"):
+            line += f", {e['pending']:,} to go at {e.get('rate_per_s', 0)}/s, ETA {e.get('eta_s', 0):.0f} s"
+    elif phase == "current":
+        total = e.get("entities", 0)
+        line = f"current: all {total:,} entities embedded{model}" if total else f"current: no entities to embed{model}"
+    else:
+        line = f"{phase}{model}"
+    if e.get("error"):
+        line += f"; the last pass failed: {e['error']}"
     return line
+
+
+def _skipped_rows(index: dict) -> list[tuple[str, str]]:
+    """``skipped``: files indexed by path only, per reason (``language_disabled 2, binary 1``)."""
+    skipped = index.get("skipped") or {}
+    return [("skipped", ", ".join(f"{reason} {n}" for reason, n in sorted(skipped.items())))] if skipped else []
+
+
+def _language_rows(languages: dict) -> list[tuple[str, str]]:
+    """One ``disabled`` row per language that is off: ``python: tags query does not compile: …``."""
+    return [("disabled", escape(f"{name}: {problem}"))
+            for name, problem in sorted((languages.get("disabled") or {}).items())]
+
+
+def _resolved_rows(resolved: dict | None) -> list[tuple[str, str]]:
+    """``resolved``: the last error that cleared, and how long ago."""
+    if not resolved:
+        return []
+    ago = max(time.time() - float(resolved.get("resolved_at") or 0), 0)
+    return [("resolved", escape(f"{resolved.get('error')} (cleared {_format_age(ago)} ago)"))]
 
 
 def _watch_line(w: dict) -> str:
@@ -349,10 +393,12 @@ def status(ctx: click.Context, as_json: bool) -> None:
         ("root", result["root"]), ("pid", result["pid"]), ("uptime", f"{result['uptime_s']:.0f} s"),
         ("socket", result["socket"]),
         ("index", f"{index['files']} files, {index['entities']} code entities, {index['edges']} edges"),
+        *_skipped_rows(index), *_language_rows(result.get("languages") or {}),
         ("commit", index["commit"] or "-"), ("worker", f"{index['state']} (queue {index['queue_depth']})"),
         ("embedding", _embedding_line(result.get("embedding") or {})),
         ("watching", _watch_line(result.get("watch") or {})),
         ("last error", result.get("last_error") or "-"),
+        *_resolved_rows(result.get("last_resolved")),
     ):
         table.add_row(f"[bold]{key}[/]", str(value))
     console.print(table)

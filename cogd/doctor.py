@@ -22,6 +22,7 @@ read-only; extend the list for new memory checks.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import sqlite3
 import stat
@@ -359,6 +360,47 @@ def check_databases(ctx: DoctorContext) -> list[Check]:
     return checks
 
 
+def _language_fix(name: str, problem: str) -> str:
+    """What to do about a disabled language, from its problem text."""
+    from cogd.index.languages import LANGUAGES, OVERRIDE_DIR
+
+    found = re.search(r"(\.cogd/" + OVERRIDE_DIR + r"/[^\s:]+\.scm)", problem)
+    if found:
+        return f"fix or remove {found.group(1)} (then `cogd stop; cogd start`)"
+    if problem.startswith("grammar does not load"):
+        wheel = LANGUAGES[name].module.replace("_", "-")
+        return f"reinstall the grammar: pip install --force-reinstall {wheel} (then `cogd stop; cogd start`)"
+    return "the installed grammar does not match cogd's queries: reinstall cogd with its pinned grammar versions"
+
+
+def check_languages(ctx: DoctorContext) -> list[Check]:
+    """Each language of the tree loads its grammar and compiles its queries (cogd.index.languages).
+
+    With a daemon, its own finding (``status.languages``) once it has checked
+    something; otherwise the check runs here, with the repository's query
+    overrides, for the languages of the tree's files. One ``fail`` per
+    disabled language, naming it and the query (or the grammar).
+    """
+    from cogd.index import languages
+    from cogd.index.sources import list_source_files
+
+    reported = (ctx.status or {}).get("languages") or {}
+    if reported.get("checked"):
+        checked, disabled, where = list(reported["checked"]), dict(reported.get("disabled") or {}), "the daemon"
+    else:
+        names = sorted({languages.language_for_path(p) for p in list_source_files(ctx.layout.root)} - {None})
+        languages.configure(ctx.layout.root)
+        states = [languages.check(name) for name in names]
+        checked, disabled, where = names, {s.name: s.problem for s in states if s.problem}, "doctor"
+    if not disabled:
+        finding = (f"{len(checked)} language{'s' * (len(checked) != 1)} checked by {where}: grammars load and "
+                   f"queries compile ({', '.join(checked)})" if checked else "no source files of a known language")
+        return [Check("languages", OK, finding, "", {"checked": checked})]
+    return [Check(f"language {name}", FAIL, f"{name} is disabled (its files are indexed by path only): {problem}",
+                  _language_fix(name, problem), {"language": name, "problem": problem, "checked_by": where})
+            for name, problem in sorted(disabled.items())]
+
+
 def _du(path: Path) -> int:
     total = 0
     for dirpath, _dirs, files in os.walk(path):
@@ -548,7 +590,7 @@ def _memory_available() -> bool:
 #: The core checks, in order (check_daemon first: it fills ``ctx.status``).
 CHECKS: list[CheckFn] = [
     check_config, check_daemon, check_socket, check_lock, check_model, check_inotify,
-    check_index_drift, check_databases, check_disk,
+    check_index_drift, check_languages, check_databases, check_disk,
 ]
 
 #: The memory subsystem's checks (``(DoctorContext) -> Check | list[Check]``): illegal hand edits

@@ -256,7 +256,8 @@ def run(argv: list[str]) -> str | None:
     if hook_event_name is None or not isinstance(result, dict):
         return None
     text = result.get("text")
-    if not isinstance(text, str) or not text:
+    if not isinstance(text, str) or not text:  # only this path logs: a pack delivered costs no write
+        log(f"empty pack: {str(result.get('empty_reason') or 'no reason given')[:80]}")
         return None
     if len(text) > MAX_CONTEXT_CHARS:  # a client over its limit swaps the text for a preview: send nothing
         log(f"pack of {len(text)} characters is over {MAX_CONTEXT_CHARS}: not injected")

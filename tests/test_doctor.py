@@ -34,13 +34,15 @@ def test_green_without_a_daemon(repo):
     code, checks = doctor(repo)
     assert code == 0, checks
     assert list(checks) == ["config", "daemon", "socket", "lock", "model", "inotify", "index drift",
-                            "db index.db", "db memory.db", "db state.db", "disk", "memory files",
+                            "languages", "db index.db", "db memory.db", "db state.db", "disk", "memory files",
                             "memory anchors", "memory dead weight"]
     assert all(c["status"] == OK for c in checks.values()), checks
     assert checks["daemon"]["details"] == {"running": False}
     assert checks["index drift"]["details"]["indexed_files"] == len(list(repo.rglob("*.py")))
     assert checks["inotify"]["details"]["directories"] == 2  # the root and json/
     assert checks["disk"]["details"]["bytes"] > 0
+    assert checks["languages"]["finding"] == \
+        "1 language checked by doctor: grammars load and queries compile (python)"
     assert all(c["fix"] == "" for c in checks.values())
 
 

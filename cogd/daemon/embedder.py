@@ -7,6 +7,24 @@ A pass compares every entity's content hash with the stored vector's
 cache keyed by (model, text hash), so an entity that comes back (a branch
 switched away and back) is never embedded twice. Rows whose entity is gone, or
 that another model made, are deleted: vectors of two models are never mixed.
+
+Status words (``phase`` in :meth:`EmbeddingWorker.status`), so that a number
+is never shown before it means something:
+
+``loading``
+    the model is loading; nothing is counted yet;
+``counting``
+    the model is loaded and a pass is due or is listing the entities (the
+    counts, if any, are from the previous pass);
+``embedding``
+    a pass is embedding: ``embedded_entities`` of ``entities`` have a current vector;
+``current``
+    every entity counted by the last pass has a current vector, and no pass is due;
+``error`` / ``stopped``
+    the model could not be loaded (``error`` says why) / the worker ended.
+
+The daemon adds one case it alone knows: ``counting`` while its first index
+has not committed (the entities are not listed yet).
 """
 
 from __future__ import annotations
@@ -46,6 +64,8 @@ class EmbeddingWorker:
         self.done = 0
         self.rate = 0.0  # entities per second over the current pass
         self.embedded = 0  # vectors computed by the model (cache misses) since start
+        self.counted = False  # the current pass has listed the entities (total and done are its counts)
+        self.ever_counted = False  # some pass has: coverage means something
         self._cond = threading.Condition()
         self._pending = True
         self._stopping = False
@@ -67,14 +87,29 @@ class EmbeddingWorker:
 
     @property
     def coverage(self) -> float:
-        """Share of entities with a current vector, 0.0–1.0 (1.0 for an empty index)."""
+        """Share of entities with a current vector, 0.0–1.0 (1.0 for an empty index; 0.0 before
+        any pass has counted the entities)."""
+        if not self.ever_counted:
+            return 0.0
         return 1.0 if self.total == 0 else min(1.0, self.done / self.total)
+
+    @property
+    def phase(self) -> str:
+        """``loading`` | ``counting`` | ``embedding`` | ``current`` | ``error`` | ``stopped`` (module docstring)."""
+        state = self.state
+        if state in ("loading", "error", "stopped"):
+            return state
+        with self._cond:
+            pending = self._pending
+        if pending or not self.counted:
+            return "counting"
+        return "embedding" if state == "embedding" and self.done < self.total else "current"
 
     def status(self) -> dict:
         remaining = max(self.total - self.done, 0)
         eta = remaining / self.rate if self.rate > 0 and remaining else 0.0
         return {
-            "state": self.state, "model": self.model_id, "coverage": round(self.coverage, 4),
+            "state": self.state, "phase": self.phase, "model": self.model_id, "coverage": round(self.coverage, 4),
             "entities": self.total, "embedded_entities": self.done, "pending": remaining,
             "rate_per_s": round(self.rate, 1), "eta_s": round(eta, 1), "error": self.error,
             "queued": self._pending,  # a pass is due (the index changed since the last one)
@@ -130,6 +165,7 @@ class EmbeddingWorker:
                     if self._stopping:
                         return
                     self._pending = False
+                self.counted = False  # until this pass has listed the entities
                 self.state = "embedding"
                 try:
                     # A fresh connection per pass: the index file may have been rebuilt since.
@@ -164,6 +200,7 @@ class EmbeddingWorker:
         pending = [i for i, (h, _k, _p) in entities.items() if stored.get(i) != (model, h)]
         self.total = len(entities)
         self.done = self.total - len(pending)
+        self.counted = self.ever_counted = True
         if not pending:
             return
         log.info("embedding %d of %d entities", len(pending), self.total)

@@ -17,7 +17,7 @@ import threading
 import time
 from pathlib import Path
 
-from cogd import __version__
+from cogd import __version__, faults
 from cogd.config import Config
 from cogd.daemon.protocol import INVALID_PARAMS, METHOD_NOT_FOUND, PROTOCOL_VERSION, RpcError
 from cogd.daemon.watcher import Watcher, off_status
@@ -74,7 +74,10 @@ class Service:
         self.config = config
         self.started_at = time.time()
         self.last_request_at = time.monotonic()
-        self.last_error: str | None = None
+        self.last_error: str | None = None  # the newest current error (see _errors)
+        self._errors: dict[str, dict] = {}  # method → {"kind", "error", "since", "count"}: current problems
+        self._last_resolved: dict | None = None  # the last error a later success of its method cleared
+        self._errors_lock = threading.Lock()
         self.requests = 0
         self._local = threading.local()
         store.connect(layout.index_db).close()  # schema exists before any reader opens it
@@ -145,17 +148,45 @@ class Service:
         self.requests += 1
         self.last_request_at = time.monotonic()
         try:
-            return handler(params)
+            answer = handler(params)
         except RpcError:
             raise
         except sqlite3.Error as exc:
-            self.last_error = f"{method}: {exc}"
+            self._error(method, f"{method}: {exc}")
             log.exception("database error in %s", method)
             raise RpcError("internal", f"database error: {exc}") from exc
         except Exception as exc:
-            self.last_error = f"{method}: {exc.__class__.__name__}: {exc}"
+            self._error(method, f"{method}: {exc.__class__.__name__}: {exc}")
             log.exception("error in %s", method)
             raise RpcError("internal", f"{exc.__class__.__name__}: {exc}") from exc
+        if method in self._errors:  # unlocked peek: the hot path pays one dict lookup
+            self._resolve_error(method)
+        return answer
+
+    def _error(self, kind: str, message: str) -> None:
+        """Record a current problem of ``kind`` (a method name): shown by status until it clears."""
+        with self._errors_lock:
+            known = self._errors.get(kind)
+            now = time.time()
+            self._errors[kind] = {"kind": kind, "error": message, "since": known["since"] if known else now,
+                                  "at": now, "count": (known["count"] if known else 0) + 1}
+            self.last_error = message
+
+    def _resolve_error(self, kind: str) -> None:
+        """``kind`` succeeded (its writes went through): its error is no longer current.
+
+        The condition behind a failure (a full disk, a read-only file) is
+        judged cleared by the next success of the same method, which did the
+        same kind of writes; status keeps the last one resolved, and when.
+        """
+        with self._errors_lock:
+            gone = self._errors.pop(kind, None)
+            if gone is None:
+                return
+            self._last_resolved = {**gone, "resolved_at": time.time()}
+            newest = max(self._errors.values(), key=lambda e: e["at"], default=None)
+            self.last_error = newest["error"] if newest else None
+        log.info("%s works again: cleared %r", kind, gone["error"])
 
     def _reader(self) -> sqlite3.Connection:
         conn = getattr(self._local, "conn", None)
@@ -224,8 +255,12 @@ class Service:
             "uptime_s": round(time.time() - self.started_at, 3),
             "requests": self.requests,
             "last_error": self.last_error or self.worker.last_error,
+            **self._problems_status(),
+            "languages": self._languages_status(),
             "index": {
                 **counts,
+                "skipped": dict(conn.execute(
+                    "SELECT status, count(*) FROM files WHERE status != 'ok' GROUP BY status ORDER BY status")),
                 "commit": store.get_meta(conn, "commit") or None,
                 "indexed_at": float(store.get_meta(conn, "indexed_at") or 0) or None,
                 "state": self.worker.state,
@@ -242,10 +277,32 @@ class Service:
             "consolidation": self.consolidator.status() if getattr(self, "consolidator", None) else None,
         }
 
+    def _problems_status(self) -> dict:
+        """``errors``: the current problems (each until its method, or the index worker, next
+        succeeds); ``last_resolved``: the newest problem that cleared, with ``resolved_at``."""
+        with self._errors_lock:
+            errors = sorted(self._errors.values(), key=lambda e: e["at"])
+            resolved = [r for r in (self._last_resolved, self.worker.last_resolved) if r]
+        if self.worker.last_error:
+            errors.append({"kind": "index.refresh", "error": self.worker.last_error})
+        return {"errors": errors, "last_resolved": max(resolved, key=lambda r: r["resolved_at"], default=None)}
+
+    def _languages_status(self) -> dict:
+        """``disabled``: language → why it is off (its grammar did not load or a query did not
+        compile; see cogd.index.languages); ``checked``: languages checked so far (those of the
+        tree's files, at the first refresh)."""
+        from cogd.index import languages
+
+        return {"checked": languages.checked(), "disabled": languages.problems()}
+
     def _embedding_status(self) -> dict:
         if self.embedder is None:
-            return {"state": "disabled", "model": None, "coverage": 0.0}
-        return self.embedder.status()
+            return {"state": "disabled", "phase": "disabled", "model": None, "coverage": 0.0}
+        status = self.embedder.status()
+        if self.worker.refreshes == 0 and status["phase"] == "current":
+            # The index is not listed yet: whatever the embedder counted is not the tree's entities.
+            status["phase"] = "counting"
+        return status
 
     def _mode(self, params: dict) -> str:
         mode = params.get("mode") or self.config.retrieve.mode
@@ -266,15 +323,39 @@ class Service:
             return float(value)
         return time.time()
 
-    def _deliver(self, params: dict, event: str, source: str, query: str, pack: Pack) -> dict:
+    def _deliver(self, params: dict, event: str, source: str, query: str, pack: Pack,
+                 empty_reason: str | None = None) -> dict:
+        """Record ``pack`` as a delivery (unless ``record`` is false or it is empty) and answer it.
+
+        An empty pack's answer carries ``empty_reason`` (:meth:`_empty_reason`
+        when not given), so the hook can log why it injected nothing.
+        """
+        if not pack.text:
+            return {**pack.as_dict(), "delivery_id": None, "empty_reason": empty_reason or self._empty_reason()}
         record = params.get("record", True) is not False
         delivery_id = None
-        if record and pack.text:
+        if record:
+            if faults.active("ledger_write"):  # tests only (cogd.faults): a full disk, on demand
+                raise sqlite3.OperationalError("database or disk is full")
             delivery_id = self.ledger.record_delivery(
                 _session_id(params), event, source, query, pack.text, [i.as_dict() for i in pack.items],
                 now=self._now(params), fingerprint=_fingerprint(pack.text),
             )
         return {**pack.as_dict(), "delivery_id": delivery_id}
+
+    def _empty_reason(self) -> str:
+        """Why a pack came out empty, as one word: ``index_building`` (no index has been completed
+        yet: the first one is running or queued), ``index_unavailable`` (none completed and none
+        running: see status for the error), ``index_empty`` (no file is indexed), else
+        ``no_match``. Callers name their own cases (``empty_prompt``, ``no_working_set``,
+        ``already_delivered``)."""
+        conn = self._reader()
+        if not store.get_meta(conn, "indexed_at"):  # written when a refresh completes
+            busy = self.worker.state == "indexing" or self.worker.queue_depth
+            return "index_building" if busy else "index_unavailable"
+        if not conn.execute("SELECT 1 FROM files LIMIT 1").fetchone():
+            return "index_empty"
+        return "no_match"
 
     def _feedback(self, session_id: str | None) -> Feedback:
         """Ranking feedback for one request: utility, the session's touches, recently changed files."""
@@ -346,11 +427,12 @@ class Service:
                 entities = self._working_set(session)
             pack = working_set_pack(self._reader(), self.layout.root, entities, self.config.pack,
                                     self._memory_preface(None, rules_only=True))
-            return self._deliver(params, "session_start", source, "", pack)
+            return self._deliver(params, "session_start", source, "", pack, None if entities else "no_working_set")
         pack = overview_pack(self._reader(), self.layout.root, self._recent_files(), self.config.pack,
                              self._repo_graph(), self._memory_preface(None))
         if source == "resume" and pack.text and self.ledger.has_fingerprint(session, _fingerprint(pack.text)):
-            return {**Pack("").as_dict(), "delivery_id": None, "skipped": "the session already holds this pack"}
+            return {**Pack("").as_dict(), "delivery_id": None, "skipped": "the session already holds this pack",
+                    "empty_reason": "already_delivered"}
         return self._deliver(params, "session_start", source, "", pack)
 
     def _working_set(self, session_id: str) -> list[str]:
@@ -385,7 +467,7 @@ class Service:
                            mode=mode, query_vector=vector, dense=dense,
                            feedback=self._feedback(session if record else None), pinned=pinned,
                            preface=self._memory_preface(prompt))
-        return self._deliver(params, "prompt", source, prompt, pack)
+        return self._deliver(params, "prompt", source, prompt, pack, None if query_terms(prompt) else "empty_prompt")
 
     def usage_tool_use(self, params: dict) -> dict:
         payload = params.get("payload")

@@ -15,7 +15,9 @@ import threading
 import time
 from pathlib import Path
 
+from cogd import faults
 from cogd.config import IndexConfig
+from cogd.index import languages
 from cogd.index.indexer import Indexer, RefreshResult, parse_job, timeout_result
 from cogd.index.parsepool import ParsePool
 
@@ -44,6 +46,7 @@ class IndexWorker:
         self.progress = {"done": 0, "total": 0, "path": ""}
         self.last_result: RefreshResult | None = None
         self.last_error: str | None = None
+        self.last_resolved: dict | None = None  # the last error a successful refresh cleared
         self.last_refresh_started = 0.0  # monotonic seconds
         self.refreshes = 0
         self._thread = threading.Thread(target=self._run, name="cogd-index", daemon=True)
@@ -122,9 +125,14 @@ class IndexWorker:
                     indexer.close()
                     indexer = Indexer(**self._indexer_args(pool))
                 self.last_refresh_started = time.monotonic()
+                while faults.active("hold_index") and not self._stopping:  # tests only (cogd.faults)
+                    time.sleep(0.05)
                 try:
                     result = indexer.refresh(paths, progress=self._progress, full=full)
                     self.last_result = result
+                    if self.last_error:  # the condition cleared: keep what it was, and when, for status
+                        self.last_resolved = {"kind": "index.refresh", "error": self.last_error,
+                                              "resolved_at": time.time()}
                     self.last_error = None
                     self.refreshes += 1
                     if result.parsed or result.removed or self.refreshes == 1:
@@ -160,5 +168,8 @@ class IndexWorker:
     def _open(self) -> tuple[Indexer, ParsePool]:
         # One parser process per spare core (at least one): a pathological file
         # can be killed there, and parsing overlaps the SQLite writes here.
-        pool = ParsePool(max(1, min((os.cpu_count() or 2) - 1, 3)), parse_job, timeout_result)
+        # Workers compile the same query overrides as this process (read once, here: cogd.index.languages).
+        overrides = languages.configure(self._root)
+        pool = ParsePool(max(1, min((os.cpu_count() or 2) - 1, 3)), parse_job, timeout_result,
+                         languages.configure, (str(self._root), overrides))
         return Indexer(**self._indexer_args(pool)), pool

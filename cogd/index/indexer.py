@@ -30,6 +30,12 @@ in :attr:`RefreshResult.skipped`:
     a symlink whose target lies outside the work tree (or in ``.git/`` or
     ``.cogd/``), or a path that turned into one before it was read: never
     read, recorded with size and mtime 0 (see :mod:`cogd.index.boundary`).
+``language_disabled``
+    the file's language is disabled in this process: its grammar wheel did not
+    load or one of its queries did not compile (:func:`cogd.index.languages.check`;
+    the reason is in the daemon's status and ``cogd doctor``). When a
+    language's state or queries change (``meta.language_digests``), its files
+    are parsed again, so fixing the query brings their entities back.
 
 Decoding: a UTF-8 BOM is stripped and a UTF-16 or UTF-32 file with a BOM is
 transcoded to UTF-8 before parsing (newlines map one to one, so line numbers
@@ -40,6 +46,7 @@ are the file's). Anything else goes to tree-sitter as it is: invalid UTF-8
 from __future__ import annotations
 
 import codecs
+import json
 import logging
 import os
 import posixpath
@@ -50,10 +57,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cogd.config import IndexConfig
-from cogd.index import resolve, store
+from cogd.index import languages, resolve, store
 from cogd.index.boundary import SYMLINK_OUTSIDE, OutsideTree, read_tree_file
 from cogd.index.extract import Entity, ParsedFile, content_hash, extract, line_count
-from cogd.index.languages import grammar, language_for_path
+from cogd.index.languages import LanguageUnavailable, grammar, language_for_path
 from cogd.index.parsepool import ParsePool
 from cogd.index.sources import SourceListing, classify_paths, git_head, scan_source_files
 
@@ -246,6 +253,8 @@ def parse_file(path: str, data: bytes, limits: tuple[int, int, int, int]) -> tup
         return _file_only(path, language, data, line_count(text)), "too_large"
     try:
         parsed = _extract(path, text, language, parse_timeout_ms)
+    except LanguageUnavailable:  # reported once by languages.check, not per file
+        return _file_only(path, language, data, line_count(text)), "language_disabled"
     except ParseTimeout:
         log.warning("parse of %s (%d bytes) exceeded %d ms: indexed by path only", path, len(data), parse_timeout_ms)
         return _file_only(path, language, data, line_count(text)), "timeout"
@@ -287,6 +296,7 @@ class Indexer:
         pool: ParsePool | None = None,
     ):
         self.root = root
+        languages.configure(root)  # this repository's query overrides (.cogd/queries/), in this process
         self.conn = store.connect(db_path)
         # The daemon parses in child processes it can kill; direct callers
         # (tests, scripts, the CLI without a daemon) parse in-process.
@@ -324,6 +334,29 @@ class Indexer:
                          size=0, mtime_ns=0, status=SYMLINK_OUTSIDE, now=time.time())
         result.skipped[SYMLINK_OUTSIDE] = result.skipped.get(SYMLINK_OUTSIDE, 0) + 1
         result.parsed += 1
+
+    def _language_changes(self, paths: list[str]) -> tuple[set[str], dict[str, str]]:
+        """Check the languages of ``paths`` (once per process, :func:`languages.check`).
+
+        Returns the languages whose state changed since their files were
+        parsed (a query now broken or fixed, an override edited, a new grammar
+        version), whose files must be parsed again, and the digests to store
+        after a whole-tree refresh. An index without stored digests (made
+        before they existed) re-parses only the files of disabled languages.
+        """
+        states = {name: languages.check(name) for name in {language_for_path(p) for p in paths} - {None}}
+        try:
+            stored = json.loads(store.get_meta(self.conn, "language_digests") or "null")
+        except ValueError:
+            stored = None
+        if not isinstance(stored, dict):
+            stored = None
+        changed: set[str] = set()
+        for name, state in states.items():
+            before = (stored or {}).get(name)
+            if (before is None and state.problem) or (before is not None and before != state.digest):
+                changed.add(name)
+        return changed, {**(stored or {}), **{name: state.digest for name, state in states.items()}}
 
     def _resolve(
         self, known: dict, parsed_paths: list[str], gone: list[str], names_before: set[tuple[str, str]],
@@ -386,6 +419,7 @@ class Indexer:
         outside_new = [p for p in listing.outside
                        if full or known.get(p) is None or known[p]["status"] != SYMLINK_OUTSIDE]
         result.unchanged += len(listing.outside) - len(outside_new)
+        relanguaged, digests = self._language_changes(current)
 
         to_parse: list[tuple[str, os.stat_result]] = []
         for path in current:
@@ -396,7 +430,8 @@ class Indexer:
                     gone.append(path)
                 continue
             row = known.get(path)
-            if (not full and row is not None and row["mtime_ns"] == st.st_mtime_ns and row["size"] == st.st_size
+            again = full or (relanguaged and language_for_path(path) in relanguaged)
+            if (not again and row is not None and row["mtime_ns"] == st.st_mtime_ns and row["size"] == st.st_size
                     and row["status"] != SYMLINK_OUTSIDE):
                 result.unchanged += 1
                 continue
@@ -444,7 +479,8 @@ class Indexer:
                     continue
                 mtime_ns = 0 if now_ns - st.st_mtime_ns < RACY_WINDOW_NS else st.st_mtime_ns
                 row = known.get(path)
-                if not full and row is not None and row["hash"] == content_hash(data) and row["status"] == "ok":
+                again = full or (relanguaged and language_for_path(path) in relanguaged)
+                if not again and row is not None and row["hash"] == content_hash(data) and row["status"] == "ok":
                     store.update_file_stat(self.conn, path, st.st_size, mtime_ns)
                     result.unchanged += 1
                     continue
@@ -483,6 +519,8 @@ class Indexer:
             store.set_meta(self.conn, "commit", result.commit or "")
         else:  # a save does not move HEAD; whole-tree refreshes (every pack's stat scan) do record it
             result.commit = store.get_meta(self.conn, "commit") or None
+        if paths is None:  # a save re-parses only its files: the rest of a changed language waits for a full scan
+            store.set_meta(self.conn, "language_digests", json.dumps(digests, sort_keys=True))
         store.set_meta(self.conn, "indexed_at", f"{time.time():.3f}")
         self.conn.commit()
         result.duration_ms = (time.perf_counter() - started) * 1000

@@ -25,16 +25,30 @@ TypeScript namespaces) are containers, so they prefix qualified names
 ``package``, Java/Kotlin ``package``, C# ``namespace X;``, PHP ``namespace
 X;``) are ``module`` entities with subkind ``package`` spanning their line:
 they enclose nothing and do not prefix names (the path already does).
+
+Loading: :func:`check` loads a language's grammar and compiles each query on
+its own, once per process; a failure disables that language only
+(:class:`LanguageUnavailable`, skip reason ``language_disabled``). A
+repository may replace any query with ``.cogd/queries/<language>/<kind>.scm``
+(``kind``: ``tags``, ``imports``, ``inherits``), read after :func:`configure`
+names its root.
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib
+import logging
+import os
+import re
 import threading
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 import tree_sitter
+
+from cogd.index.boundary import OutsideTree, read_tree_file
+from cogd.locate import COGD_DIR
 
 
 @dataclass(frozen=True)
@@ -369,8 +383,17 @@ _BY_EXTENSION = {ext: spec.name for spec in LANGUAGES.values() for ext in spec.e
 
 
 def language_for_path(path: str) -> str | None:
-    """Return the language name for a repository-relative path, or None."""
-    return _BY_EXTENSION.get(PurePosixPath(path).suffix.lower())
+    """Return the language name for a repository-relative POSIX path, or None.
+
+    The extension is ``PurePosixPath(path).suffix`` (a name's last dot, not
+    its first character), found with string methods: every refresh asks this
+    of every file in the tree.
+    """
+    name = path[path.rfind("/") + 1:]
+    dot = name.rfind(".")
+    if dot <= 0 or dot == len(name) - 1:
+        return None
+    return _BY_EXTENSION.get(name[dot:].lower())
 
 
 def _tags_source(module_name: str) -> str:
@@ -384,12 +407,262 @@ def _tags_source(module_name: str) -> str:
     raise FileNotFoundError(f"no queries/tags.scm for {module_name}")
 
 
+# ---------------------------------------------------------------- loading and checking
+#
+# A grammar wheel that does not import, or a query that does not compile (a
+# node type the installed grammar does not have, a typo in an override), must
+# cost that language only. So each language is loaded and each of its queries
+# compiled once per process, on its own (:func:`check`); a failure disables
+# the language — its files are indexed by path only, with status
+# ``language_disabled`` — and is reported once (a warning, the daemon's status,
+# ``cogd doctor``), never as one traceback per file.
+
+QUERY_KINDS = ("tags", "imports", "inherits")
+OVERRIDE_DIR = "queries"  # under .cogd/: <language>/<kind>.scm replaces that query
+OVERRIDE_MAX_BYTES = 1 << 20
+
+log = logging.getLogger("cogd.languages")
+
+
+class LanguageUnavailable(Exception):
+    """A language is disabled in this process: its grammar did not load or a query did not compile.
+
+    ``language``: the language name; ``problem``: the status line text
+    (``tags query does not compile: …``).
+    """
+
+    def __init__(self, language: str, problem: str):
+        super().__init__(f"{language}: {problem}")
+        self.language = language
+        self.problem = problem
+
+
+@dataclass(frozen=True)
+class LanguageState:
+    """The outcome of :func:`check` for one language.
+
+    ``problem``: None when usable, else why not (``grammar does not load: …``,
+    ``imports query does not compile: …``; several separated by ``; ``).
+    ``digest``: 16 hex digits identifying the grammar and query texts in use
+    (or the problem), so an index can tell when a language's extraction changed.
+    ``overrides``: the override files in use (paths relative to the root).
+    """
+
+    name: str
+    problem: str | None
+    digest: str
+    overrides: tuple[str, ...] = ()
+    language: tree_sitter.Language | None = None
+    queries: tuple[tree_sitter.Query | None, ...] = ()  # in QUERY_KINDS order; None = no such query
+
+
+_settings: dict = {"root": None, "overrides": {}}  # the configured root and its overrides, read at configure()
+_compiled: dict[tuple, LanguageState] = {}  # (name, overrides) → state: each distinct query set compiled once
+_by_root: dict[str | None, dict[str, LanguageState]] = {}  # root → name → state: what each root has checked
+_state_lock = threading.Lock()
+_local = threading.local()
+
+
+def configure(root: str | os.PathLike[str] | None, overrides: dict[str, "Overrides"] | None = None) -> dict:
+    """Use the query overrides of repository ``root`` (``.cogd/queries/``) in this process.
+
+    None: the shipped queries only (the default). The override files are read
+    here, once: ``overrides`` (language → :data:`Overrides`, as this function
+    returns) hands a snapshot already read to another process, so the parse
+    workers compile exactly what the daemon checked even if a file changes
+    meanwhile (an edit takes effect when the daemon restarts). Configuring the
+    root already configured keeps its snapshot. Returns the snapshot in use.
+    Called by the index worker (before it starts the parse pool), by each
+    parse worker process when it starts, and by in-process indexing.
+    """
+    path = Path(root) if root is not None else None
+    if overrides is None and path is not None and path == _settings["root"]:
+        return _settings["overrides"]
+    if overrides is None:
+        overrides = {name: found for name in LANGUAGES if (found := _overrides(name, path))}
+    with _state_lock:
+        _settings["root"], _settings["overrides"] = path, overrides
+        _by_root.pop(str(path) if path is not None else None, None)  # checked again with this snapshot
+    return overrides
+
+
+def _read_override(root: Path, name: str, kind: str) -> tuple[str, str] | None:
+    """(text, path relative to root) of ``.cogd/queries/<name>/<kind>.scm``, or None when absent.
+
+    Read through the work tree boundary (:func:`cogd.index.boundary.read_tree_file`)
+    with no symlink allowed anywhere on the path: the override must be a
+    regular file of the repository, at most OVERRIDE_MAX_BYTES, UTF-8. Raises
+    ValueError otherwise.
+    """
+    rel = f"{COGD_DIR}/{OVERRIDE_DIR}/{name}/{kind}.scm"
+    try:
+        data = read_tree_file(root, rel, OVERRIDE_MAX_BYTES + 1, follow_inside=False)
+    except FileNotFoundError:
+        return None
+    except OutsideTree:
+        raise ValueError(f"{rel} is refused: a symlink is on its path (an override must be a regular file)") from None
+    except OSError as exc:
+        raise ValueError(f"{rel} is unreadable: {exc.strerror or exc}") from None
+    if len(data) > OVERRIDE_MAX_BYTES:
+        raise ValueError(f"{rel} is larger than {OVERRIDE_MAX_BYTES} bytes")
+    try:
+        return data.decode("utf-8"), rel
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{rel} is not UTF-8: {exc}") from None
+
+
+Overrides = dict  # kind → (text, path relative to the root), or kind → the reason it is unusable (str)
+
+
+def _overrides(name: str, root: Path | None) -> Overrides:
+    """The override files of language ``name`` under ``root`` (see :func:`_read_override`)."""
+    found: Overrides = {}
+    if root is None:
+        return found
+    for kind in QUERY_KINDS:
+        try:
+            override = _read_override(root, name, kind)
+        except (OSError, ValueError) as exc:
+            found[kind] = str(exc)
+            continue
+        if override is not None:
+            found[kind] = override
+    return found
+
+
+def _query_parts(spec: LanguageSpec, kind: str, overrides: Overrides) -> list[tuple[str, str]]:
+    """The texts that make up query ``kind`` of ``spec``, as (label, text) pairs.
+
+    An override replaces the whole query (shipped tags file and cogd's own
+    patterns). Raises ValueError for an unusable override, OSError for a
+    missing shipped tags file.
+    """
+    override = overrides.get(kind)
+    if isinstance(override, str):
+        raise ValueError(override)
+    if override is not None:
+        return [(override[1], override[0])]
+    if kind == "tags":
+        parts = [(f"{m}/queries/tags.scm", _tags_source(m)) for m in spec.tags_from]
+        if spec.extra_tags:
+            parts.append((f"cogd's {spec.name} tags patterns", spec.extra_tags))
+        return parts
+    return [(f"cogd's {spec.name} {kind} query", getattr(spec, kind))]
+
+
+_ROW = re.compile(r"\bat row (\d+), column (\d+)")
+
+
+def _where(message: str, parts: list[tuple[str, str]]) -> str:
+    """``message`` with tree-sitter's position (0-based row and column of the joined
+    text) rewritten as a 1-based line and column of the part it falls in."""
+    found = _ROW.search(message)
+    if found is None:
+        return message
+    row, column = int(found.group(1)), int(found.group(2))
+    for label, text in parts:
+        lines = text.count("\n") + 1
+        if row < lines:
+            return f"{message[:found.start()]}at line {row + 1}, column {column + 1} of {label}{message[found.end():]}"
+        row -= lines
+    return message
+
+
+def _compile(language: tree_sitter.Language, kind: str, parts: list[tuple[str, str]]) -> tree_sitter.Query | None:
+    """Compile the joined ``parts``; None for an empty query. Raises LanguageUnavailable's problem text as ValueError."""
+    text = "\n".join(t for _label, t in parts)
+    if not text.strip():
+        return None
+    try:
+        return tree_sitter.Query(language, text)
+    except (tree_sitter.QueryError, ValueError) as exc:  # QueryError is a ValueError
+        raise ValueError(f"{kind} query does not compile: {_where(str(exc), parts)}") from None
+
+
+def _check(name: str, overrides: Overrides) -> LanguageState:
+    spec = LANGUAGES[name]
+    digest = hashlib.sha256(spec.module.encode())
+    try:
+        pointer = getattr(importlib.import_module(spec.module), spec.function)()
+        language = tree_sitter.Language(pointer)
+    except Exception as exc:  # a broken wheel: ImportError, AttributeError, a bad pointer (ValueError)
+        problem = f"grammar does not load: {exc.__class__.__name__}: {exc}"
+        return LanguageState(name, problem, hashlib.sha256(problem.encode()).hexdigest()[:16])
+    digest.update(str(getattr(language, "semantic_version", None) or language.abi_version).encode())
+    problems: list[str] = []
+    queries: list[tree_sitter.Query | None] = []
+    used = tuple(o[1] for o in overrides.values() if isinstance(o, tuple))
+    for kind in QUERY_KINDS:
+        try:  # each query on its own: one error report per broken query
+            parts = _query_parts(spec, kind, overrides)
+            for _label, text in parts:
+                digest.update(b"\0" + text.encode())
+            queries.append(_compile(language, kind, parts))
+        except (OSError, ValueError) as exc:  # an unreadable tags file or override, a query error
+            problems.append(str(exc) if str(exc).startswith(kind) else f"{kind} query unusable: {exc}")
+            queries.append(None)
+    if queries[0] is None and not problems:
+        problems.append("tags query is empty")
+    if problems:
+        problem = "; ".join(problems)
+        return LanguageState(name, problem, hashlib.sha256(problem.encode()).hexdigest()[:16], used)
+    return LanguageState(name, None, digest.hexdigest()[:16], used, language, tuple(queries))
+
+
+def check(name: str) -> LanguageState:
+    """Load language ``name``'s grammar and compile each of its queries, once per process.
+
+    Uses the overrides of the root given to :func:`configure`. The result is
+    remembered per root (so status and doctor can list it) and shared between
+    roots with the same override texts (a test suite's many repositories
+    compile each language once). A failure is logged once (a warning): the
+    language stays disabled in this process. Raises KeyError for an unknown
+    language.
+    """
+    root = _settings["root"]
+    checked_here = _by_root.get(str(root) if root is not None else None)
+    state = checked_here.get(name) if checked_here is not None else None
+    if state is not None:
+        return state
+    with _state_lock:  # two threads asking at once compile once
+        checked_here = _by_root.setdefault(str(root) if root is not None else None, {})
+        state = checked_here.get(name)
+        if state is None:
+            overrides = _settings["overrides"].get(name, {})
+            key = (name, tuple(sorted(overrides.items())))
+            state = _compiled.get(key)
+            if state is None:
+                state = _check(name, overrides)
+                if state.problem:
+                    log.warning("%s disabled (its files are indexed by path only): %s", name, state.problem)
+                _compiled[key] = state
+            checked_here[name] = state
+    return state
+
+
+def _configured_states() -> list[LanguageState]:
+    root = _settings["root"]
+    checked_here = _by_root.get(str(root) if root is not None else None) or {}
+    return [state for _name, state in sorted(list(checked_here.items()))]
+
+
+def checked() -> list[str]:
+    """The languages checked so far in this process (for the configured root), sorted."""
+    return [state.name for state in _configured_states()]
+
+
+def problems() -> dict[str, str]:
+    """Languages checked in this process (for the configured root) that are disabled: name → problem."""
+    return {state.name: state.problem for state in _configured_states() if state.problem}
+
+
 @dataclass
 class Grammar:
-    """A ready parser and compiled tags query for one language.
+    """A ready parser and compiled queries for one language.
 
     ``tree_sitter.Parser`` is not safe to share between threads, so grammars
-    are cached per thread (see :func:`grammar`).
+    are cached per thread (see :func:`grammar`); the compiled queries are
+    shared (compiled once per process by :func:`check`).
     """
 
     language: tree_sitter.Language
@@ -399,27 +672,19 @@ class Grammar:
     inherits: tree_sitter.Query | None = None
 
 
-_local = threading.local()
-
-
 def grammar(name: str) -> Grammar:
     """Return this thread's :class:`Grammar` for language ``name``.
 
-    Raises KeyError for an unknown language and ImportError when the grammar
-    wheel is missing.
+    Raises KeyError for an unknown language and :class:`LanguageUnavailable`
+    when its grammar does not load or a query does not compile (see :func:`check`).
     """
-    cache: dict[str, Grammar] = getattr(_local, "cache", None) or {}
+    state = check(name)
+    if state.problem:
+        raise LanguageUnavailable(name, state.problem)
+    cache: dict[tuple[str, str], Grammar] = getattr(_local, "cache", None) or {}
     _local.cache = cache
-    if name not in cache:
-        spec = LANGUAGES[name]
-        pointer = getattr(importlib.import_module(spec.module), spec.function)()
-        language = tree_sitter.Language(pointer)
-        query_text = "\n".join([*(_tags_source(m) for m in spec.tags_from), spec.extra_tags])
-        cache[name] = Grammar(
-            language,
-            tree_sitter.Parser(language),
-            tree_sitter.Query(language, query_text),
-            tree_sitter.Query(language, spec.imports) if spec.imports.strip() else None,
-            tree_sitter.Query(language, spec.inherits) if spec.inherits.strip() else None,
-        )
-    return cache[name]
+    key = (state.digest, name)
+    if key not in cache:
+        tags, imports, inherits = state.queries
+        cache[key] = Grammar(state.language, tree_sitter.Parser(state.language), tags, imports, inherits)
+    return cache[key]

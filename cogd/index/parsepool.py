@@ -11,6 +11,12 @@ while a file parses, and a file that takes longer than its budget is given up
 With more than one worker, files also parse in parallel with the daemon's
 SQLite writes. Results come back in submission order, so everything written
 stays deterministic.
+
+Each worker process starts with ``initializer(*initargs)``: the daemon passes
+:func:`cogd.index.languages.configure`, the repository root and the query
+overrides it read, so workers compile exactly the queries the daemon checked,
+each language once per process (a disabled language answers
+``language_disabled`` for every file without being tried again).
 """
 
 from __future__ import annotations
@@ -30,10 +36,13 @@ Job = tuple  # (path, data, limits): the arguments of cogd.index.indexer.parse_f
 class ParsePool:
     """A restartable pool of parser processes. Not thread-safe: one caller (the index worker)."""
 
-    def __init__(self, workers: int, job: Callable, on_timeout: Callable[[Job], object]):
+    def __init__(self, workers: int, job: Callable, on_timeout: Callable[[Job], object],
+                 initializer: Callable | None = None, initargs: tuple = ()):
         """``job``: a module-level function run in the workers (picklable);
-        ``on_timeout(job)``: the result to use for a job that ran out of time."""
+        ``on_timeout(job)``: the result to use for a job that ran out of time;
+        ``initializer(*initargs)``: run once in each new worker process (picklable)."""
         self.workers = max(1, workers)
+        self._initializer, self._initargs = initializer, initargs
         self._job = job
         self._on_timeout = on_timeout
         self._context = multiprocessing.get_context("spawn")  # the daemon has threads: never fork it
@@ -43,7 +52,7 @@ class ParsePool:
     def _ensure(self) -> tuple[multiprocessing.pool.Pool, bool]:
         fresh = self._pool is None
         if fresh:
-            self._pool = self._context.Pool(self.workers, maxtasksperchild=5000)
+            self._pool = self._context.Pool(self.workers, self._initializer, self._initargs, maxtasksperchild=5000)
         return self._pool, fresh
 
     def map(self, jobs: list[Job], budget_s: float) -> list:
