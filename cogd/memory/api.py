@@ -38,6 +38,7 @@ from typing import Callable, Iterable
 
 import numpy as np
 
+from cogd import safepath
 from cogd.index.boundary import exists_in_tree
 from cogd.memory import lattice
 from cogd.memory.anchors import CodeIndex, entity_path
@@ -94,8 +95,8 @@ class MemoryStore:
                  clock: Callable[[], float] = time.time):
         self.root = Path(root)
         self.memory_dir = self.root / ".cogd" / "memory"
-        for folder in FOLDERS.values():
-            (self.memory_dir / folder).mkdir(parents=True, exist_ok=True)
+        for folder in FOLDERS.values():  # real folders of ours, 0700 (raises UnsafePath)
+            safepath.check_chain(self.memory_dir / folder, create=True)
         self.config = config if config is not None else _default_config()
         self.embed = embed
         self.clock = clock
