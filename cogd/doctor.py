@@ -635,20 +635,29 @@ def check_permissions(ctx: DoctorContext) -> Check | list[Check]:
 def check_runtime_dir(ctx: DoctorContext) -> Check:
     """Where a deep root's socket lives: ``$XDG_RUNTIME_DIR/cogd``, ``/tmp/cogd-<uid>``, or the
     ``~/.cache/cogd/run`` fallback; candidates squatted by another user are named."""
-    sock = ctx.layout.socket_path
-    if sock.parent == ctx.layout.run_dir:
+    root = str(ctx.layout.root)
+    if locate.short_socket(root) is not None:
         return Check("runtime dir", OK, f"not needed: the socket fits in {ctx.layout.run_dir}")
+    squat_fix = ("nothing needed (the directory in use is private); a squatted /tmp entry can only be "
+                 "removed by its owner or root")
+    recorded = locate.recorded_socket(root)
+    if recorded is not None and control.is_running(ctx.layout):  # the running daemon's choice, as it recorded it
+        note = (control.read_pid(ctx.layout) or {}).get("runtime") or os.path.dirname(recorded)
+        details = {"socket": recorded, "runtime": note}
+        if "(skipped:" in note:
+            return Check("runtime dir", WARN, f"the daemon's socket is in {note}", squat_fix, details)
+        return Check("runtime dir", OK, f"the daemon's socket is in {note}", "", details)
     path, skipped = locate.runtime_choice(create=False)
-    details = {"socket": str(sock), "runtime_dir": path, "skipped": [{"path": p, "problem": why} for p, why in skipped]}
+    details = {"runtime_dir": path, "skipped": [{"path": p, "problem": why} for p, why in skipped]}
     if path is None:
         return Check("runtime dir", FAIL, "no private runtime directory for the socket: "
                      + "; ".join(f"{p} {why}" for p, why in skipped),
-                     f"create one: mkdir -m 700 -p {skipped[-1][0]}", details)
+                     f"make one of yours: mv {skipped[-1][0]} {skipped[-1][0]}.bad; mkdir -m 700 {skipped[-1][0]}",
+                     details)
     if skipped:
-        return Check("runtime dir", WARN, f"socket in {path}; skipped " + "; ".join(f"{p} {why}" for p, why in skipped),
-                     "nothing needed (the fallback is private); a squatted /tmp entry can only be removed by its "
-                     "owner or root", details)
-    return Check("runtime dir", OK, f"socket in {path}", "", details)
+        return Check("runtime dir", WARN, f"a daemon would put its socket in {path}; skipped "
+                     + "; ".join(f"{p} {why}" for p, why in skipped), squat_fix, details)
+    return Check("runtime dir", OK, f"a daemon would put its socket in {path}", "", details)
 
 
 #: The core checks, in order (check_daemon first: it fills ``ctx.status``).

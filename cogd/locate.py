@@ -150,7 +150,8 @@ def _hashed_name(root: str) -> str:
 HASHED_SOCKET_EXAMPLE = "0" * 24 + ".sock"
 
 
-def _short_socket(root: str) -> str | None:
+def short_socket(root: str) -> str | None:
+    """``<root>/.cogd/run/cogd.sock`` when that path fits ``AF_UNIX``, else None (a deep root)."""
     short = os.path.join(root, COGD_DIR, "run", "cogd.sock")
     return short if len(os.fsencode(short)) <= AF_UNIX_PATH_MAX else None
 
@@ -167,7 +168,7 @@ def recorded_socket(root: str) -> str | None:
     """
     run_dir = os.path.join(root, COGD_DIR, "run")
     try:
-        if not check_chain(run_dir):
+        if not check_chain(run_dir, any_mode=True):
             return None
         raw = read_bytes(os.path.join(run_dir, "daemon.pid"), 64 * 1024)
         if raw is None:
@@ -192,7 +193,7 @@ def socket_path(root: str) -> str:
     is created). Raises RuntimeDirError only for a deep root with no usable
     candidate.
     """
-    short = _short_socket(root)
+    short = short_socket(root)
     if short is not None:
         return short
     return recorded_socket(root) or os.path.join(runtime_dir(create=False), _hashed_name(root))
@@ -203,7 +204,7 @@ def daemon_socket_path(root: str) -> str:
 
     Creates the runtime directory (mode 0700) when needed. Raises RuntimeDirError.
     """
-    return _short_socket(root) or os.path.join(runtime_dir(create=True), _hashed_name(root))
+    return short_socket(root) or os.path.join(runtime_dir(create=True), _hashed_name(root))
 
 
 def cogd_file(root: str, *parts: str) -> str:

@@ -125,8 +125,8 @@ class Layout:
         """Check the folders a command reads (``.cogd/``, ``run/``, ``logs/``) without creating or walking.
 
         For read-only commands (``cogd status``, ``cogd logs``); raises
-        :class:`cogd.safepath.UnsafePath`. Folders that are ours but too open are tightened.
+        :class:`cogd.safepath.UnsafePath`; modes are left alone.
         """
         for folder in (self.run_dir, self.logs_dir):
-            safepath.check_chain(folder)
+            safepath.check_chain(folder, any_mode=True)
         return self

@@ -83,11 +83,13 @@ def _too_open(path: str, st: os.stat_result, is_dir: bool, tighten: bool) -> Non
     os.chmod(path, wanted)
 
 
-def check_dir(path: "str | os.PathLike[str]", *, create: bool = False, tighten: bool = True) -> bool:
+def check_dir(path: "str | os.PathLike[str]", *, create: bool = False, tighten: bool = True,
+              any_mode: bool = False) -> bool:
     """Check that ``path`` is a real directory of ours with mode 0700.
 
     ``create``: make a missing directory (mode 0700; its parent must exist).
-    ``tighten``: chmod 0700 a directory of ours that is more open, instead of refusing it.
+    ``tighten``: chmod 0700 a directory of ours that is more open, instead of refusing it;
+    ``any_mode``: neither (a reader that must change nothing, such as ``cogd status``).
     Returns True when the directory exists afterwards, False when it is missing
     (and not created). Raises :class:`UnsafePath` for a link, a non-directory,
     another user's directory, or (without ``tighten``) a too-open one; OSError
@@ -107,7 +109,8 @@ def check_dir(path: "str | os.PathLike[str]", *, create: bool = False, tighten: 
     refusal = _refusal(path, st, want_dir=True)
     if refusal is not None:
         raise refusal
-    _too_open(path, st, True, tighten)
+    if not any_mode:
+        _too_open(path, st, True, tighten)
     return True
 
 
@@ -120,7 +123,8 @@ def cogd_dir_of(path: "str | os.PathLike[str]") -> str | None:
     return path[:at + len(_SEP_COGD)]
 
 
-def check_chain(path: "str | os.PathLike[str]", *, create: bool = False, tighten: bool = True) -> bool:
+def check_chain(path: "str | os.PathLike[str]", *, create: bool = False, tighten: bool = True,
+                any_mode: bool = False) -> bool:
     """:func:`check_dir` on every directory from the ``.cogd`` above ``path`` down to ``path``.
 
     A path outside any ``.cogd/`` is checked alone. ``create`` makes missing
@@ -131,15 +135,15 @@ def check_chain(path: "str | os.PathLike[str]", *, create: bool = False, tighten
     path = os.fspath(path).rstrip(os.sep) or os.sep
     top = cogd_dir_of(path)
     if top is None:
-        return check_dir(path, create=create, tighten=tighten)
-    if not check_dir(top, create=create, tighten=tighten):
+        return check_dir(path, create=create, tighten=tighten, any_mode=any_mode)
+    if not check_dir(top, create=create, tighten=tighten, any_mode=any_mode):
         return False
     here = top
     for part in path[len(top):].split(os.sep):
         if not part:
             continue
         here = here + os.sep + part
-        if not check_dir(here, create=create, tighten=tighten):
+        if not check_dir(here, create=create, tighten=tighten, any_mode=any_mode):
             return False
     return True
 
@@ -305,10 +309,13 @@ def audit(cogd_dir: "str | os.PathLike[str]", *, tighten: bool) -> list[UnsafePa
     cogd_dir = os.fspath(cogd_dir)
     problems: list[UnsafePath] = []
     try:
-        if not check_dir(cogd_dir, tighten=tighten):
+        if not check_dir(cogd_dir, any_mode=True):
             return problems
+        check_dir(cogd_dir, tighten=tighten)
     except UnsafePath as exc:
-        return [exc]
+        problems.append(exc)
+        if not exc.problem.startswith("has mode"):
+            return problems  # a link or not ours: never entered
     stack = [cogd_dir]
     while stack:
         folder = stack.pop()

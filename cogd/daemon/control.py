@@ -49,7 +49,7 @@ def read_pid(layout: Layout) -> dict | None:
     file that is a link or not ours counts as missing.
     """
     try:
-        if not safepath.check_chain(layout.run_dir):
+        if not safepath.check_chain(layout.run_dir, any_mode=True):
             return None
         raw = safepath.read_bytes(layout.pid_file, 64 * 1024)
         return json.loads(raw) if raw is not None else None
@@ -62,7 +62,7 @@ def is_running(layout: Layout) -> bool:
 
     Raises :class:`cogd.safepath.UnsafePath` when ``.cogd/run`` or the lock is a link or not ours.
     """
-    if not safepath.check_chain(layout.run_dir) or not safepath.check_file(layout.lock_file):
+    if not safepath.check_chain(layout.run_dir, any_mode=True) or not safepath.check_identity(layout.lock_file):
         return False
     fd = try_lock(layout)
     if fd is None:
