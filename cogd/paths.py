@@ -120,13 +120,3 @@ class Layout:
         if not os.path.lexists(gitignore):
             safepath.write_atomic(gitignore, GITIGNORE_TEXT.encode("utf-8"))
         return self
-
-    def check(self) -> "Layout":
-        """Check the folders a command reads (``.cogd/``, ``run/``, ``logs/``) without creating or walking.
-
-        For read-only commands (``cogd status``, ``cogd logs``); raises
-        :class:`cogd.safepath.UnsafePath`; modes are left alone.
-        """
-        for folder in (self.run_dir, self.logs_dir):
-            safepath.check_chain(folder, any_mode=True)
-        return self

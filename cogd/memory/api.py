@@ -48,7 +48,8 @@ from cogd.memory.events import MemoryLedger
 from cogd.memory.normalise import content_hash
 from cogd.memory.projection import MemoryHit, Projection, row_anchors, row_to_hit
 from cogd.memory.record import (
-    FOLDERS, SOURCES, TITLE_MAX, TYPES, Anchor, Record, RecordError, atomic_write, is_ulid, new_id, parse, serialise,
+    FOLDERS, SOURCES, TITLE_MAX, TYPES, Anchor, Record, RecordError, atomic_write, is_ulid, new_id, parse, read_text,
+    serialise,
 )
 from cogd.memory.secrets import scan as scan_secrets
 from cogd.memory.secrets import strip_private
@@ -144,7 +145,7 @@ class MemoryStore:
                               f"fix the file first: {problem.get('fix', '')}", id=entity_id, path=str(path),
                               problem=problem)
         try:
-            record = parse(path.read_text(encoding="utf-8"))
+            record = parse(read_text(path))
         except (OSError, UnicodeDecodeError, RecordError) as exc:
             raise bad_request(f"cannot read {path}: {exc}", id=entity_id, path=str(path)) from exc
         return record, row
@@ -442,7 +443,7 @@ class MemoryStore:
             _, row = self._load(entity_id)
             if record.type != row["type"]:
                 raise bad_request(f"the type cannot change ({row['type']} → {record.type}): record a new memory")
-            if text == (self.memory_dir / row["path"]).read_text(encoding="utf-8"):
+            if text == read_text(self.memory_dir / row["path"]):
                 return {"record": self._row_record(row), "action": "unchanged"}
             action = self.apply_file_state(record, row["status"], row, actor=actor, raise_errors=True,
                                            write_text=text)
@@ -507,7 +508,7 @@ class MemoryStore:
                 raise not_found(entity_id)
             path = self.memory_dir / row["path"]
             try:
-                text = path.read_text(encoding="utf-8")
+                text = read_text(path)
             except (OSError, UnicodeDecodeError):
                 text = ""
             return {"record": self._row_record(row), "text": text, "path": str(path),
@@ -588,7 +589,7 @@ class MemoryStore:
                 if row["status"] == "pruned":
                     continue
                 try:
-                    record = parse((self.memory_dir / row["path"]).read_text(encoding="utf-8"))
+                    record = parse(read_text(self.memory_dir / row["path"]))
                 except (OSError, UnicodeDecodeError, RecordError):
                     continue
                 if record.status != row["status"]:  # a refused hand edit: export the last legal state

@@ -322,6 +322,18 @@ def atomic_write(path: Path, text: str) -> None:
         os.close(dir_fd)
 
 
+def read_text(path: Path) -> str:
+    """The UTF-8 text of the record file at ``path``, never through a symbolic link (cogd.safepath).
+
+    Raises OSError (FileNotFoundError; :class:`cogd.safepath.UnsafePath` for a link or another
+    user's file) and UnicodeDecodeError.
+    """
+    data = safepath.read_bytes(path, MAX_FILE_BYTES + 1)
+    if data is None:
+        raise FileNotFoundError(2, "No such file or directory", str(path))
+    return data.decode("utf-8")
+
+
 def read(path: Path) -> Record:
     """Parse the record at ``path``. Raises RecordError (also for undecodable bytes, and ``too_large``
     for a file over :data:`MAX_FILE_BYTES`, which is never read past that size) or OSError."""
