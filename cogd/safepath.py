@@ -351,5 +351,9 @@ def secure_tree(cogd_dir: "str | os.PathLike[str]") -> None:
     fresh clone's 0644 memory files and 0755 folders become 0600 and 0700.
     """
     problems = audit(cogd_dir, tighten=True)
-    if problems:
+    if len(problems) == 1:
         raise problems[0]
+    if problems:
+        first = problems[0]
+        raise UnsafePath(first.path, first.problem, f"{first.fix}; and {len(problems) - 1} more under "
+                         f"{os.fspath(cogd_dir)}: `cogd doctor` lists them")
