@@ -76,7 +76,8 @@ def _too_open(path: str, st: os.stat_result, is_dir: bool, tighten: bool) -> Non
         return
     wanted = DIR_MODE if is_dir else mode & 0o700 | FILE_MODE
     if not tighten:
-        why = "other users can read it" if mode & 0o044 else "other users can use it"
+        why = ("other users can read it" if mode & 0o044 else "other users can use it" if mode & _OPEN_TO_OTHERS
+               else "you cannot write to it")
         raise UnsafePath(path, f"has mode {mode:04o}: {why}", f"chmod {wanted:o} {path}")
     # Safe by path: the lstat just said it is ours and not a link, and its parent is
     # checked first (ours, not writable by others), so nobody else can swap it meanwhile.
