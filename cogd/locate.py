@@ -126,19 +126,29 @@ def runtime_dir(create: bool = True) -> str:
     """
     path, skipped = runtime_choice(create)
     if path is None:
-        raise RuntimeDirError(skipped[0][0], "and the other runtime directories are unusable: "
-                              + "; ".join(f"{p} {why}" for p, why in skipped),
-                              f"remove or chmod 700 one you own (e.g. rm -r {skipped[-1][0]})")
+        raise _no_runtime_dir(skipped)
     return path
 
 
-def runtime_status() -> str:
-    """One line for ``cogd status`` and doctor: the runtime directory in use and why others were skipped."""
-    path, skipped = runtime_choice(create=False)
+def _no_runtime_dir(skipped: list[tuple[str, str]]) -> RuntimeDirError:
+    return RuntimeDirError(skipped[0][0], "and the other runtime directories are unusable: "
+                           + "; ".join(f"{p} {why}" for p, why in skipped),
+                           f"make one of them yours with mode 0700 (e.g. mv {skipped[-1][0]} {skipped[-1][0]}.bad; "
+                           f"mkdir -m 700 {skipped[-1][0]})")
+
+
+def runtime_note(path: str | None, skipped: list[tuple[str, str]]) -> str:
+    """One line for ``cogd status`` and doctor from a :func:`runtime_choice` answer:
+    ``"<dir>"``, ``"<dir> (skipped: <path> <problem>; …)"`` or ``"no usable runtime directory (…)"``."""
     why = "; ".join(f"{p} {problem}" for p, problem in skipped)
     if path is None:
         return f"no usable runtime directory ({why})"
     return f"{path} (skipped: {why})" if skipped else path
+
+
+def runtime_status() -> str:
+    """:func:`runtime_note` for the directory a daemon started now would choose (nothing is created)."""
+    return runtime_note(*runtime_choice(create=False))
 
 
 def _hashed_name(root: str) -> str:
@@ -199,12 +209,19 @@ def socket_path(root: str) -> str:
     return recorded_socket(root) or os.path.join(runtime_dir(create=False), _hashed_name(root))
 
 
-def daemon_socket_path(root: str) -> str:
-    """Where the daemon of ``root`` binds: the short socket, or a hashed name in :func:`runtime_dir`.
+def daemon_socket_path(root: str) -> tuple[str, str]:
+    """``(socket, note)``: where the daemon of ``root`` binds, and the :func:`runtime_note` of that choice.
 
-    Creates the runtime directory (mode 0700) when needed. Raises RuntimeDirError.
+    The short socket (note ``""``), or a hashed name in the first usable
+    runtime directory, created (mode 0700) when needed. Raises RuntimeDirError.
     """
-    return short_socket(root) or os.path.join(runtime_dir(create=True), _hashed_name(root))
+    short = short_socket(root)
+    if short is not None:
+        return short, ""
+    path, skipped = runtime_choice(create=True)
+    if path is None:
+        raise _no_runtime_dir(skipped)
+    return os.path.join(path, _hashed_name(root)), runtime_note(path, skipped)
 
 
 def cogd_file(root: str, *parts: str) -> str:

@@ -95,8 +95,8 @@ class Daemon:
         self.lock_fd = lock_fd
         self.lock_ino = os.fstat(lock_fd).st_ino
         # Chosen once, by the daemon, and recorded in the pid file for every client to read.
-        self.socket_path = Path(locate.daemon_socket_path(str(layout.root)))
-        self.runtime = "" if self.socket_path.parent == layout.run_dir else locate.runtime_status()
+        socket_path, self.runtime = locate.daemon_socket_path(str(layout.root))
+        self.socket_path = Path(socket_path)
         self.service: Service | None = None
         self.pool = concurrent.futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix="cogd-req")
         self.stop_event: asyncio.Event | None = None
