@@ -19,15 +19,15 @@ import socket
 import sqlite3
 import stat
 import subprocess
+import sys
 import tempfile
-import time
 from pathlib import Path
 
 import pytest
 
 from conftest import git, lexical_only, make_repo, payload, run_cogd, run_hook
 from cogd import locate, safepath
-from cogd.daemon.client import DaemonUnavailable, UntrustedListener, call, exchange, encode_request
+from cogd.daemon.client import UntrustedListener, call, encode_request, exchange
 from cogd.paths import AF_UNIX_PATH_MAX, Layout
 
 SAMPLE = {
@@ -56,7 +56,7 @@ def stop_daemons():
     yield roots.append
     for root in roots:
         if (root / ".cogd").is_dir() and not (root / ".cogd").is_symlink():
-            subprocess.run([str(Path(os.sys.executable).parent / "cogd"), "stop"], cwd=root,
+            subprocess.run([str(Path(sys.executable).parent / "cogd"), "stop"], cwd=root,
                            capture_output=True, timeout=60)
         for pid in daemon_pids(root):
             try:
