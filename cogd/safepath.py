@@ -128,7 +128,8 @@ def check_chain(path: "str | os.PathLike[str]", *, create: bool = False, tighten
                 any_mode: bool = False) -> bool:
     """:func:`check_dir` on every directory from the ``.cogd`` above ``path`` down to ``path``.
 
-    A path outside any ``.cogd/`` is checked alone. ``create`` makes missing
+    A path outside any ``.cogd/`` (a test's scratch folder, say) is not
+    cogd's to police: it is only created when missing. ``create`` makes missing
     directories on the way (mode 0700); without it, returns False at the first
     missing one. The repository root above ``.cogd`` is the user's own checkout
     and is not checked. Raises :class:`UnsafePath` (see :func:`check_dir`).
@@ -136,7 +137,9 @@ def check_chain(path: "str | os.PathLike[str]", *, create: bool = False, tighten
     path = os.fspath(path).rstrip(os.sep) or os.sep
     top = cogd_dir_of(path)
     if top is None:
-        return check_dir(path, create=create, tighten=tighten, any_mode=any_mode)
+        if create:
+            os.makedirs(path, DIR_MODE, exist_ok=True)
+        return os.path.isdir(path)
     if not check_dir(top, create=create, tighten=tighten, any_mode=any_mode):
         return False
     here = top

@@ -549,3 +549,22 @@ def test_runtime_dir_prefers_xdg(tmp_path, runtime_env, monkeypatch):
     assert stat.S_IMODE(os.lstat(xdg / "cogd").st_mode) == 0o700
     monkeypatch.delenv("XDG_RUNTIME_DIR")
     assert locate.runtime_dir() == f"{fake_tmp}/cogd-{os.getuid()}"
+
+
+def test_recorded_socket_must_be_this_roots_hashed_name(tmp_path, runtime_env):
+    # A pid file is read only from the checked .cogd/run/, and its socket only when it carries this
+    # root's hashed name: a copied .cogd/ (or a crafted one) cannot point clients elsewhere.
+    root = _deep_repo(tmp_path / "r")
+    run_dir = root / ".cogd" / "run"
+    run_dir.mkdir(parents=True, mode=0o700)
+    os.chmod(root / ".cogd", 0o700)
+    good = os.path.join(locate.runtime_dir(), locate._hashed_name(str(root)))
+    cases = (("/tmp/elsewhere.sock", None), (good + "x", None), ("relative/" + os.path.basename(good), None),
+             (good, good))
+    for recorded, expected in cases:
+        (run_dir / "daemon.pid").write_text(json.dumps({"pid": 1, "socket": recorded}))
+        assert locate.recorded_socket(str(root)) == expected
+    (run_dir / "daemon.pid").unlink()
+    (run_dir / "daemon.pid").symlink_to(tmp_path / "elsewhere.pid")
+    (tmp_path / "elsewhere.pid").write_text(json.dumps({"pid": 1, "socket": good}))
+    assert locate.recorded_socket(str(root)) is None  # a linked pid file is not read
