@@ -172,7 +172,7 @@ def check_file(path: "str | os.PathLike[str]", *, tighten: bool = True) -> bool:
 
 
 def check_identity(path: "str | os.PathLike[str]", *, want_dir: bool = False) -> bool:
-    """Check only that ``path``, if it exists, is no link and is ours (a real directory / file); its mode is not looked at.
+    """Check only that ``path``, if it exists, is no link and is ours (a real directory / file); not its mode.
 
     For a reader that must change nothing (``cogd doctor`` before it opens a
     database read-only). Returns whether it exists. Raises :class:`UnsafePath`.
@@ -326,7 +326,8 @@ def audit(cogd_dir: "str | os.PathLike[str]", *, tighten: bool) -> list[UnsafePa
         try:
             entries = sorted(os.scandir(folder), key=lambda e: e.name)
         except OSError as exc:
-            problems.append(UnsafePath(folder, f"cannot be listed ({exc.strerror})", f"check its permissions: ls -ld {folder}"))
+            problems.append(UnsafePath(folder, f"cannot be listed ({exc.strerror})",
+                                       f"check its permissions: ls -ld {folder}"))
             continue
         for entry in entries:
             try:
