@@ -22,6 +22,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from cogd import locate, safepath
 from cogd.config import ConfigError, load_config
 from cogd.daemon import control
 from cogd.daemon.client import DaemonUnavailable, RemoteError, call
@@ -85,6 +86,8 @@ def _layout(root: str | None, create: bool = True) -> Layout:
     if create:
         try:
             layout.ensure()
+        except safepath.UnsafePath as exc:
+            raise click.ClickException(f"refusing to use {exc}") from exc
         except OSError as exc:
             raise click.ClickException(f"cannot create {layout.cogd_dir}: {exc}") from exc
     return layout
@@ -178,12 +181,24 @@ def _embed_with_progress(be, wait_s: float) -> None:
                    + ("; continuing in the background (see `cogd status`)" if e.get("pending") else ""))
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class SafeGroup(click.Group):
+    """The command group; a path under ``.cogd/`` that the safe-path layer refuses becomes a one-line error
+    naming the path, the problem and the fix (never a traceback)."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except safepath.UnsafePath as exc:
+            raise click.ClickException(f"refusing to use {exc}") from exc
+
+
+@click.group(cls=SafeGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--root", type=click.Path(file_okay=False), default=None, help="Repository root (default: the one around the current directory).")
 @click.version_option(package_name="cogd")
 @click.pass_context
 def main(ctx: click.Context, root: str | None) -> None:
     """cogd: a local memory and context daemon for AI coding agents."""
+    os.umask(0o077)  # what commands create under .cogd/ (databases, logs, memory files) is private
     ctx.obj = {"root": root}
 
 
@@ -375,6 +390,7 @@ def status(ctx: click.Context, as_json: bool) -> None:
     if control.is_running(layout):
         try:
             result = {"running": True, **call(layout.socket_path, "status", {}, timeout=5)}
+            result.setdefault("runtime", (control.read_pid(layout) or {}).get("runtime", ""))
         except (DaemonUnavailable, RemoteError) as exc:
             result = {"running": True, "answering": False, "error": str(exc), "root": str(layout.root),
                       **(control.read_pid(layout) or {})}
@@ -383,6 +399,8 @@ def status(ctx: click.Context, as_json: bool) -> None:
         return
     if not result.get("running"):
         console.print(f"no daemon runs for {layout.root} (start one with [bold]cogd start[/])")
+        if locate.short_socket(str(layout.root)) is None:  # a deep root: its socket needs a runtime directory
+            console.print(f"runtime dir: {locate.runtime_status()}", markup=False)
         return
     if "index" not in result:
         console.print(f"daemon pid {result.get('pid')} holds the lock but does not answer: {result.get('error')}")
@@ -392,6 +410,7 @@ def status(ctx: click.Context, as_json: bool) -> None:
     for key, value in (
         ("root", result["root"]), ("pid", result["pid"]), ("uptime", f"{result['uptime_s']:.0f} s"),
         ("socket", result["socket"]),
+        *((("runtime dir", result["runtime"]),) if result.get("runtime") else ()),
         ("index", f"{index['files']} files, {index['entities']} code entities, {index['edges']} edges"),
         *_skipped_rows(index), *_language_rows(result.get("languages") or {}),
         ("commit", index["commit"] or "-"), ("worker", f"{index['state']} (queue {index['queue_depth']})"),
@@ -622,10 +641,12 @@ def logs(ctx: click.Context, lines: int, hook: bool) -> None:
     """Show the end of the daemon's (or the hook client's) log."""
     layout = _layout_from(ctx, create=False)
     path = layout.hook_log if hook else layout.daemon_log
-    if not path.exists():
+    safepath.check_chain(path.parent, any_mode=True)
+    raw = safepath.read_bytes(path, 64 << 20)  # never through a link
+    if raw is None:
         console.print(f"no log yet at {path}")
         return
-    tail = path.read_text(encoding="utf-8", errors="replace").splitlines()[-lines:]
+    tail = raw.decode("utf-8", errors="replace").splitlines()[-lines:]
     click.echo("\n".join(tail))
 
 

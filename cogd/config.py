@@ -13,6 +13,8 @@ import tomllib
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
+from cogd import safepath
+
 # The pack must stay under Claude Code's 10,000-character limit on injected
 # text: beyond it the client swaps the pack for a 2 KB preview (clients.md).
 PACK_HARD_CAP_CHARS = 9_500
@@ -194,9 +196,15 @@ def load_config(path: Path | None) -> Config:
     ``COGD_HOOK_DEADLINE_MS`` in the environment overrides ``hook.deadline_ms``.
     """
     config = Config()
-    if path is not None and path.is_file():
+    try:  # never through a link, never another user's file (cogd.safepath)
+        raw = safepath.read_bytes(path, 1 << 20) if path is not None and not os.path.isdir(path) else None
+    except safepath.UnsafePath as exc:
+        raise ConfigError(str(exc)) from exc
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot be read ({exc.strerror})") from exc
+    if raw is not None:
         try:
-            data = tomllib.loads(path.read_text(encoding="utf-8"))
+            data = tomllib.loads(raw.decode("utf-8"))
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
             raise ConfigError(f"{path}: {exc}") from exc
         for name in ("hook", "pack", "index", "embed", "retrieve", "daemon", "watch", "rank", "usage", "memory",

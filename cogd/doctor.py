@@ -31,6 +31,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from cogd import locate, safepath
 from cogd.config import Config, ConfigError, load_config
 from cogd.daemon import control
 from cogd.paths import Layout
@@ -313,10 +314,18 @@ def check_index_drift(ctx: DoctorContext) -> Check:
     return Check("index drift", WARN, finding, fix, details)
 
 
+def _ro_connect(path: Path) -> sqlite3.Connection:
+    """A read-only SQLite connection, after checking that neither the database nor its side files is a link
+    or another user's (SQLite would follow a link). Raises :class:`cogd.safepath.UnsafePath`, sqlite3.Error."""
+    for suffix in ("", *safepath.SQLITE_SIDE_FILES):
+        safepath.check_identity(f"{path}{suffix}")
+    return sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=10.0)
+
+
 def _integrity(path: Path) -> tuple[str, str]:
     """(status, message) of ``PRAGMA integrity_check`` on ``path``, opened read-only."""
     try:
-        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=10.0)
+        conn = _ro_connect(path)
         try:
             conn.execute("PRAGMA busy_timeout=10000")
             rows = [r[0] for r in conn.execute("PRAGMA integrity_check")]
@@ -346,6 +355,12 @@ def check_databases(ctx: DoctorContext) -> list[Check]:
     """``PRAGMA integrity_check`` on every SQLite database that exists."""
     checks = []
     for name, (path, fix) in database_paths(ctx.layout).items():
+        try:
+            for suffix in ("", *safepath.SQLITE_SIDE_FILES):
+                safepath.check_identity(f"{path}{suffix}")
+        except safepath.UnsafePath as exc:
+            checks.append(Check(f"db {name}", FAIL, f"not opened: {exc.path} {exc.problem}", exc.fix, {"path": exc.path}))
+            continue
         if not path.exists():
             continue
         status, message = _integrity(path)
@@ -447,7 +462,7 @@ def _memory_rows(ctx: DoctorContext, sql: str, args: tuple = ()) -> list[sqlite3
     db = ctx.layout.index_dir / "memory.db"
     if not db.exists():
         return None
-    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=10.0)
+    conn = _ro_connect(db)
     conn.row_factory = sqlite3.Row
     try:
         return conn.execute(sql, args).fetchall()
@@ -525,7 +540,7 @@ def check_memory_anchors(ctx: DoctorContext) -> Check:
     entities = {e for ids in wanted.values() for e in ids if e}
     present: set[str] = set()
     if entities and ctx.layout.index_db.exists():
-        conn = sqlite3.connect(f"file:{ctx.layout.index_db}?mode=ro", uri=True, timeout=10.0)
+        conn = _ro_connect(ctx.layout.index_db)
         try:
             ids = sorted(entities)
             for i in range(0, len(ids), 500):
@@ -553,7 +568,7 @@ def check_memory_dead_weight(ctx: DoctorContext) -> Check:
     ids = [r["id"] for r in rows]
     usage: dict[str, tuple[int, int]] = {}
     if ctx.layout.state_db.exists():
-        conn = sqlite3.connect(f"file:{ctx.layout.state_db}?mode=ro", uri=True, timeout=10.0)
+        conn = _ro_connect(ctx.layout.state_db)
         try:
             for i in range(0, len(ids), 500):
                 chunk = ids[i:i + 500]
@@ -587,10 +602,68 @@ def _memory_available() -> bool:
     return True
 
 
+PERMISSION_PROBLEMS_LISTED = 20  # offending paths named one per check; the rest are counted
+
+
+def check_permissions(ctx: DoctorContext) -> Check | list[Check]:
+    """``.cogd/`` and everything in it: real directories and files of yours, 0700 / 0600, no links.
+
+    The same rules, from the same module, as the daemon, the CLI and the hook
+    apply (:func:`cogd.safepath.audit`, here without changing anything). One
+    ``fail`` per offending path, naming it and the fix.
+    """
+    cogd = ctx.layout.cogd_dir
+    if not os.path.lexists(cogd):
+        return Check("permissions", OK, "no .cogd/ yet")
+    problems = safepath.audit(cogd, tighten=False)
+    if not problems:
+        return Check("permissions", OK, ".cogd/ is private: real directories (0700) and files (0600) of yours, "
+                     "no symbolic links")
+    checks = []
+    for p in problems[:PERMISSION_PROBLEMS_LISTED]:
+        fix = p.fix
+        if p.problem.startswith("has mode"):  # ours, only too open (a fresh clone): cogd tightens it on start
+            fix += " (or `cogd start`, which tightens every mode under .cogd/)"
+        checks.append(Check("permissions", FAIL, f"{p.path} {p.problem}", fix, {"path": p.path}))
+    if len(problems) > PERMISSION_PROBLEMS_LISTED:
+        checks.append(Check("permissions", FAIL, f"{len(problems) - PERMISSION_PROBLEMS_LISTED} more paths under "
+                            f"{cogd} have the same problems", "fix the ones above, then run doctor again",
+                            {"count": len(problems)}))
+    return checks
+
+
+def check_runtime_dir(ctx: DoctorContext) -> Check:
+    """Where a deep root's socket lives: ``$XDG_RUNTIME_DIR/cogd``, ``/tmp/cogd-<uid>``, or the
+    ``~/.cache/cogd/run`` fallback; candidates squatted by another user are named."""
+    root = str(ctx.layout.root)
+    if locate.short_socket(root) is not None:
+        return Check("runtime dir", OK, f"not needed: the socket fits in {ctx.layout.run_dir}")
+    squat_fix = ("nothing needed (the directory in use is private); a squatted /tmp entry can only be "
+                 "removed by its owner or root")
+    recorded = locate.recorded_socket(root)
+    if recorded is not None and control.is_running(ctx.layout):  # the running daemon's choice, as it recorded it
+        note = (control.read_pid(ctx.layout) or {}).get("runtime") or os.path.dirname(recorded)
+        details = {"socket": recorded, "runtime": note}
+        if "(skipped:" in note:
+            return Check("runtime dir", WARN, f"the daemon's socket is in {note}", squat_fix, details)
+        return Check("runtime dir", OK, f"the daemon's socket is in {note}", "", details)
+    path, skipped = locate.runtime_choice(create=False)
+    details = {"runtime_dir": path, "skipped": [{"path": p, "problem": why} for p, why in skipped]}
+    if path is None:
+        return Check("runtime dir", FAIL, "no private runtime directory for the socket: "
+                     + "; ".join(f"{p} {why}" for p, why in skipped),
+                     f"make one of yours: mv {skipped[-1][0]} {skipped[-1][0]}.bad; mkdir -m 700 {skipped[-1][0]}",
+                     details)
+    if skipped:
+        return Check("runtime dir", WARN, f"a daemon would put its socket in {path}; skipped "
+                     + "; ".join(f"{p} {why}" for p, why in skipped), squat_fix, details)
+    return Check("runtime dir", OK, f"a daemon would put its socket in {path}", "", details)
+
+
 #: The core checks, in order (check_daemon first: it fills ``ctx.status``).
 CHECKS: list[CheckFn] = [
-    check_config, check_daemon, check_socket, check_lock, check_model, check_inotify,
-    check_index_drift, check_languages, check_databases, check_disk,
+    check_config, check_permissions, check_daemon, check_socket, check_runtime_dir, check_lock, check_model,
+    check_inotify, check_index_drift, check_languages, check_databases, check_disk,
 ]
 
 #: The memory subsystem's checks (``(DoctorContext) -> Check | list[Check]``): illegal hand edits
@@ -610,6 +683,8 @@ def run_checks(ctx: DoctorContext, checks: list[CheckFn] | None = None) -> list[
         name = fn.__name__.removeprefix("check_").replace("_", " ")
         try:
             out = fn(ctx)
+        except safepath.UnsafePath as exc:  # e.g. the lock under a linked .cogd/run: name the path and the fix
+            out = Check(name, FAIL, f"not checked: {exc.path} {exc.problem}", exc.fix, {"path": exc.path})
         except Exception as exc:  # a broken check must not hide the others
             out = Check(name, FAIL, f"the check itself failed: {exc.__class__.__name__}: {exc}",
                         "report this as a cogd bug (with `cogd doctor --json`)")

@@ -30,6 +30,7 @@ import _signal
 from cogd.daemon.client import DaemonUnavailable, RemoteError, call
 from cogd.fastjson import loads, quote
 from cogd.locate import cogd_file, find_root, socket_path
+from cogd.safepath import UnsafePath, check_chain, open_file, read_bytes
 
 DEFAULT_DEADLINE_MS = 1500
 MAX_DEADLINE_MS = 60_000  # Claude Code's own ceiling for a hook; larger settings are clamped
@@ -82,7 +83,14 @@ def _parse_ms(value: object) -> int | None:
 
 
 class _Log:
-    """Appends one line per notable outcome to ``.cogd/logs/hook.log`` (or the user log)."""
+    """Appends one line per notable outcome to ``.cogd/logs/hook.log`` (or the user log).
+
+    The repository's log is written only through the safe-path layer: its
+    folders are checked (real directories of ours, created 0700) and the file
+    is opened without following links (created 0600). When the repository's
+    log is refused — ``.cogd/logs`` or ``hook.log`` is a link, or another
+    user's — the line goes to the per-user log instead, prefixed with why.
+    """
 
     def __init__(self) -> None:
         self.path: str | None = None
@@ -99,20 +107,45 @@ class _Log:
         root = find_root(os.environ.get("CLAUDE_PROJECT_DIR") or os.getcwd())
         if root is not None and os.path.isdir(cogd_file(root, "logs")):
             return cogd_file(root, "logs", "hook.log")
-        return os.path.join(os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state"), "cogd", "hook.log")
+        return _user_log_path()
 
     def __call__(self, message: str) -> None:
         path = self.path or self._fallback_path()
+        elapsed = (time.monotonic() - self.started) * 1000
+        line = f"{time.strftime('%Y-%m-%dT%H:%M:%S')} pid={os.getpid()} event={self.event} {elapsed:.0f}ms "
         try:
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            if os.path.exists(path) and os.path.getsize(path) > LOG_MAX_BYTES:
-                os.replace(path, path + ".1")
-            elapsed = (time.monotonic() - self.started) * 1000
-            stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
-            with open(path, "a", encoding="utf-8", errors="replace") as fh:
-                fh.write(f"{stamp} pid={os.getpid()} event={self.event} {elapsed:.0f}ms {message}\n")
+            _append(path, line + message + "\n", in_cogd=path != _user_log_path())
+        except UnsafePath as exc:
+            try:
+                _append(_user_log_path(), f"{line}repository log refused ({exc}): {message}\n", in_cogd=False)
+            except OSError:
+                pass
         except OSError:
             pass
+
+
+def _user_log_path() -> str:
+    state = os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state")
+    return os.path.join(state, "cogd", "hook.log")
+
+
+def _append(path: str, text: str, in_cogd: bool) -> None:
+    """Append ``text`` to the log at ``path``, rotating it past LOG_MAX_BYTES. Raises UnsafePath, OSError."""
+    folder = os.path.dirname(path)
+    if in_cogd:
+        check_chain(folder, create=True)
+    else:
+        os.makedirs(folder, mode=0o700, exist_ok=True)
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT
+    fd = open_file(path, flags)
+    if os.fstat(fd).st_size > LOG_MAX_BYTES:
+        os.close(fd)
+        os.replace(path, path + ".1")  # a rename: never follows a link
+        fd = open_file(path, flags)
+    try:
+        os.write(fd, text.encode("utf-8", errors="replace"))
+    finally:
+        os.close(fd)
 
 
 log = _Log()
@@ -123,10 +156,12 @@ def _deadline_ms(root: str | None) -> int:
     if env is not None:
         return env
     config = cogd_file(root, "config.toml") if root is not None else ""
-    if config and os.path.isfile(config):
+    if config:
         try:
-            with open(config, encoding="utf-8") as fh:
-                text = fh.read()
+            raw = read_bytes(config, 1 << 20)  # never through a link (safe-path layer)
+            if raw is None:
+                return DEFAULT_DEADLINE_MS
+            text = raw.decode("utf-8")
             # tomllib (with typing and re) costs ~8 ms of CPU per hook, a quarter of
             # its start-up: parse only a config that can set the deadline.
             if "deadline_ms" not in text:
@@ -270,6 +305,7 @@ def main(argv: list[str] | None = None) -> int:
     """Console entry point. Always returns 0."""
     output = None
     try:
+        os.umask(0o077)  # what the hook creates (its log, a daemon it starts) is private
         argv = sys.argv[1:] if argv is None else argv
         deadline_ms = _parse_ms(os.environ.get("COGD_HOOK_DEADLINE_MS", "")) or DEFAULT_DEADLINE_MS
         _arm(deadline_ms / 1000 - (time.monotonic() - log.started))  # covers reading stdin too

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from cogd import locate
+from cogd import locate, safepath
 from cogd.locate import AF_UNIX_PATH_MAX, COGD_DIR  # noqa: F401 (re-exported)
 
 GITIGNORE_TEXT = """\
@@ -28,9 +28,9 @@ def find_root(start: str | os.PathLike[str]) -> Path | None:
     return Path(found) if found is not None else None
 
 
-def runtime_dir() -> Path:
+def runtime_dir(create: bool = True) -> Path:
     """The private per-user socket directory (see :func:`cogd.locate.runtime_dir`)."""
-    return Path(locate.runtime_dir())
+    return Path(locate.runtime_dir(create))
 
 
 class Layout:
@@ -104,13 +104,19 @@ class Layout:
         return Path(locate.socket_path(str(self.root)))
 
     def ensure(self) -> "Layout":
-        """Create ``.cogd/`` and its folders and ``.gitignore`` if missing.
+        """Create ``.cogd/`` and its folders and ``.gitignore`` if missing, and make it private.
 
-        Idempotent; raises OSError when the repository is not writable.
+        Walks the whole existing ``.cogd/`` first (:func:`cogd.safepath.secure_tree`):
+        what is ours but too open (a fresh clone's 0755/0644) is tightened to
+        0700/0600; a symbolic link, another user's entry or a special file
+        anywhere in it raises :class:`cogd.safepath.UnsafePath` naming the path
+        and the fix, before anything is written. Idempotent; raises OSError
+        when the repository is not writable.
         """
+        safepath.secure_tree(self.cogd_dir)
         for folder in (self.cogd_dir, self.run_dir, self.logs_dir, self.index_dir):
-            folder.mkdir(parents=True, exist_ok=True)
+            safepath.check_dir(folder, create=True)
         gitignore = self.cogd_dir / ".gitignore"
-        if not gitignore.exists():
-            gitignore.write_text(GITIGNORE_TEXT, encoding="utf-8")
+        if not os.path.lexists(gitignore):
+            safepath.write_atomic(gitignore, GITIGNORE_TEXT.encode("utf-8"))
         return self

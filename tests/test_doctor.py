@@ -33,8 +33,9 @@ def repo(tmp_path):
 def test_green_without_a_daemon(repo):
     code, checks = doctor(repo)
     assert code == 0, checks
-    assert list(checks) == ["config", "daemon", "socket", "lock", "model", "inotify", "index drift",
-                            "languages", "db index.db", "db memory.db", "db state.db", "disk", "memory files",
+    assert list(checks) == ["config", "permissions", "daemon", "socket", "runtime dir", "lock", "model", "inotify",
+                            "index drift", "languages", "db index.db", "db memory.db", "db state.db", "disk",
+                            "memory files",
                             "memory anchors", "memory dead weight"]
     assert all(c["status"] == OK for c in checks.values()), checks
     assert checks["daemon"]["details"] == {"running": False}

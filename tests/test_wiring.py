@@ -29,6 +29,7 @@ SLOW_FOR_A_HOOK = {"json", "re", "enum", "functools", "collections", "socket", "
                    "cogd.daemon.protocol", "cogd.daemon.control"}
 # Everything the hook process may import beyond the interpreter's own start-up, on its happy path.
 HOT_PATH_ALLOWED = {"cogd", "cogd.hookclient", "cogd.daemon", "cogd.daemon.client", "cogd.fastjson", "cogd.locate",
+                    "cogd.safepath",
                     "_json", "_socket", "__future__"}
 
 

@@ -9,6 +9,8 @@ hook's start-up. The C modules underneath (``_socket``, ``_json`` through
 """
 
 import os
+import stat
+import sys
 import time
 
 import _socket
@@ -18,6 +20,31 @@ from cogd.fastjson import dumps, loads
 
 class DaemonUnavailable(ConnectionError):
     """No daemon answers on the socket (missing socket, refused, or timed out)."""
+
+
+class UntrustedListener(DaemonUnavailable):
+    """The socket, or the process listening on it, belongs to another user: nothing is sent to it."""
+
+
+_UCRED_BYTES = 12  # struct ucred {pid_t pid; uid_t uid; gid_t gid;}: three 32-bit integers on Linux
+
+
+def peer_uid(sock) -> int:
+    """The uid of the process at the other end of a connected Unix socket (``SO_PEERCRED``).
+
+    ``sock``: a ``socket``/``_socket`` object. Raises OSError where the kernel has no ``SO_PEERCRED``.
+    """
+    raw = sock.getsockopt(_socket.SOL_SOCKET, _socket.SO_PEERCRED, _UCRED_BYTES)
+    return int.from_bytes(raw[4:8], sys.byteorder)
+
+
+def _check_socket_file(path: str) -> None:
+    """Refuse a socket file that is not a socket of ours (``lstat``: a planted link or another user's listener)."""
+    st = os.lstat(path)  # FileNotFoundError: no daemon
+    if not stat.S_ISSOCK(st.st_mode):
+        raise UntrustedListener(f"{path}: not a socket (a link or a file): refused")
+    if st.st_uid != os.getuid():
+        raise UntrustedListener(f"{path}: socket belongs to uid {st.st_uid}, not to you (uid {os.getuid()}): refused")
 
 
 class RemoteError(RuntimeError):
@@ -42,14 +69,28 @@ def exchange(socket_path: str | os.PathLike[str], line: bytes, timeout: float = 
     ``timeout`` is in seconds and bounds connect, send and receive together.
     Raises DaemonUnavailable when nothing answers in time; its ``__cause__``
     is the ``OSError`` (a ``TimeoutError`` when a daemon accepted but was late).
+    Raises UntrustedListener (a DaemonUnavailable), before anything is sent,
+    when the socket file is not a socket owned by this user (``lstat``) or the
+    process that accepted runs as another uid (``SO_PEERCRED``).
     """
     deadline = time.monotonic() + timeout
+    path = os.fspath(socket_path)
+    try:
+        _check_socket_file(path)
+    except DaemonUnavailable:
+        raise
+    except OSError as exc:
+        raise DaemonUnavailable(f"{path}: {exc.__class__.__name__}: {exc}") from exc
     sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
     chunks = []
     try:
         try:
             sock.settimeout(max(timeout, 0.001))
-            sock.connect(os.fspath(socket_path))
+            sock.connect(path)
+            uid = peer_uid(sock)
+            if uid != os.getuid():
+                raise UntrustedListener(f"{path}: the listening process runs as uid {uid}, not as you "
+                                        f"(uid {os.getuid()}): refused, nothing sent")
             sock.sendall(line)
             while True:
                 remaining = deadline - time.monotonic()
@@ -62,6 +103,8 @@ def exchange(socket_path: str | os.PathLike[str], line: bytes, timeout: float = 
                 chunks.append(chunk)
                 if chunk.endswith(b"\n"):
                     break
+        except DaemonUnavailable:
+            raise
         except (FileNotFoundError, ConnectionRefusedError, TimeoutError, ConnectionResetError, BrokenPipeError) as exc:
             raise DaemonUnavailable(f"{os.fspath(socket_path)}: {exc.__class__.__name__}: {exc}") from exc
         except OSError as exc:  # e.g. ENOTSOCK, EACCES, path too long

@@ -20,6 +20,7 @@ import subprocess
 import sys
 import time
 
+from cogd import locate, safepath
 from cogd.paths import Layout
 
 
@@ -27,10 +28,12 @@ def try_lock(layout: Layout) -> int | None:
     """Take the daemon lock without waiting; return the locked fd, or None if held.
 
     The caller owns the fd: closing it (or exiting) releases the lock.
-    Raises OSError when ``.cogd/run`` cannot be created.
+    Raises :class:`cogd.safepath.UnsafePath` when ``.cogd/``, ``.cogd/run`` or
+    the lock is a link or not ours (nothing is created then), OSError when
+    ``.cogd/run`` cannot be created.
     """
-    layout.run_dir.mkdir(parents=True, exist_ok=True)
-    fd = os.open(layout.lock_file, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    safepath.check_chain(layout.run_dir, create=True)
+    fd = safepath.open_file(layout.lock_file, os.O_RDWR | os.O_CREAT)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -40,16 +43,26 @@ def try_lock(layout: Layout) -> int | None:
 
 
 def read_pid(layout: Layout) -> dict | None:
-    """The daemon's pid file (``pid``, ``started_at``, ``socket``), or None."""
+    """The daemon's pid file (``pid``, ``started_at``, ``socket``, ``runtime``), or None.
+
+    Read without following links (see :func:`cogd.safepath.read_bytes`); a pid
+    file that is a link or not ours counts as missing.
+    """
     try:
-        return json.loads(layout.pid_file.read_text(encoding="utf-8"))
+        if not safepath.check_chain(layout.run_dir, any_mode=True):
+            return None
+        raw = safepath.read_bytes(layout.pid_file, 64 * 1024)
+        return json.loads(raw) if raw is not None else None
     except (OSError, ValueError):
         return None
 
 
 def is_running(layout: Layout) -> bool:
-    """True when some process holds the daemon lock."""
-    if not layout.lock_file.exists():
+    """True when some process holds the daemon lock.
+
+    Raises :class:`cogd.safepath.UnsafePath` when ``.cogd/run`` or the lock is a link or not ours.
+    """
+    if not safepath.check_chain(layout.run_dir, any_mode=True) or not safepath.check_identity(layout.lock_file):
         return False
     fd = try_lock(layout)
     if fd is None:
@@ -63,9 +76,13 @@ def spawn(layout: Layout, python: str | None = None) -> bool:
 
     Does not wait for the socket: callers that need it use :func:`wait_ready`.
     The child runs in its own session with stdio on /dev/null, so it survives
-    the hook or terminal that started it.
+    the hook or terminal that started it. Raises :class:`cogd.safepath.UnsafePath`
+    when ``.cogd/`` fails its checks (:meth:`Layout.ensure`), and
+    :class:`cogd.locate.RuntimeDirError` when a deep root has no private
+    runtime directory for its socket, both before anything is spawned.
     """
     layout.ensure()
+    locate.socket_path(str(layout.root))  # a deep root: some runtime directory is usable
     fd = try_lock(layout)
     if fd is None:
         return False

@@ -16,11 +16,14 @@ import logging.handlers
 import os
 import select
 import signal
+import sys
 import time
 from pathlib import Path
 
+from cogd import locate, safepath
 from cogd.config import Config, ConfigError, load_config
 from cogd.daemon import control
+from cogd.daemon.client import peer_uid
 from cogd.daemon.protocol import (
     INVALID_REQUEST,
     MAX_LINE_BYTES,
@@ -61,10 +64,23 @@ def _hung_up(fd: int | None) -> bool:
         return False
 
 
+class SafeRotatingFileHandler(logging.handlers.RotatingFileHandler):
+    """A RotatingFileHandler whose file is opened by :func:`cogd.safepath.open_file`.
+
+    The standard handler's ``open()`` follows a symbolic link (``daemon.log`` →
+    ``~/.bashrc``); this one refuses it, creates the file 0600, and only
+    appends to a regular file of ours. Rotation renames, which never follows links.
+    """
+
+    def _open(self):
+        fd = safepath.open_file(self.baseFilename, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+        return open(fd, "a", encoding=self.encoding, errors=self.errors)
+
+
 def _setup_logging(layout: Layout, foreground: bool) -> None:
     root_logger = logging.getLogger("cogd")
     root_logger.setLevel(logging.INFO)
-    handler = logging.handlers.RotatingFileHandler(layout.daemon_log, maxBytes=1 << 20, backupCount=3, encoding="utf-8")
+    handler = SafeRotatingFileHandler(layout.daemon_log, maxBytes=1 << 20, backupCount=3, encoding="utf-8")
     handler.setFormatter(logging.Formatter("%(asctime)s %(process)d %(levelname)s %(name)s: %(message)s"))
     root_logger.addHandler(handler)
     logging.getLogger("asyncio").addHandler(handler)  # errors inside the event loop go to the same log
@@ -78,7 +94,9 @@ class Daemon:
         self.config = config
         self.lock_fd = lock_fd
         self.lock_ino = os.fstat(lock_fd).st_ino
-        self.socket_path = layout.socket_path
+        # Chosen once, by the daemon, and recorded in the pid file for every client to read.
+        socket_path, self.runtime = locate.daemon_socket_path(str(layout.root))
+        self.socket_path = Path(socket_path)
         self.service: Service | None = None
         self.pool = concurrent.futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix="cogd-req")
         self.stop_event: asyncio.Event | None = None
@@ -91,8 +109,28 @@ class Daemon:
             log.info("stopping: %s", reason)
             self.stop_event.set()
 
+    def _peer_allowed(self, writer: asyncio.StreamWriter) -> bool:
+        """True when the connected process runs as our uid (``SO_PEERCRED``); a refusal is logged.
+
+        A second layer behind the socket's mode 0600 and its private directory:
+        a socket made reachable by mistake (chmod 666) still serves only its user.
+        """
+        sock = writer.get_extra_info("socket")
+        try:
+            uid = peer_uid(sock)
+        except (OSError, AttributeError) as exc:
+            log.warning("refusing a connection: its peer credentials cannot be read (%s)", exc)
+            return False
+        if uid != os.getuid():
+            log.warning("refusing a connection from uid %d (this daemon serves uid %d only)", uid, os.getuid())
+            return False
+        return True
+
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         loop = asyncio.get_running_loop()
+        if not self._peer_allowed(writer):
+            writer.close()
+            return
         if self.connections >= MAX_CONNECTIONS:
             log.warning("refusing a connection: %d open", self.connections)
             writer.close()
@@ -174,7 +212,7 @@ class Daemon:
 
     def _lock_file_still_ours(self) -> bool:
         try:
-            return os.stat(self.layout.lock_file).st_ino == self.lock_ino
+            return os.lstat(self.layout.lock_file).st_ino == self.lock_ino
         except OSError:
             return False
 
@@ -199,10 +237,11 @@ class Daemon:
                     self.request_stop(f"idle for {idle} s")
 
     def _write_pid(self) -> None:
-        info = {"pid": os.getpid(), "started_at": time.time(), "socket": str(self.socket_path), "root": str(self.layout.root)}
-        tmp = self.layout.pid_file.with_suffix(".tmp")
-        tmp.write_text(json.dumps(info), encoding="utf-8")
-        os.replace(tmp, self.layout.pid_file)
+        # Clients of a deep root read the socket from here (cogd.locate.recorded_socket).
+        info = {"pid": os.getpid(), "started_at": time.time(), "socket": str(self.socket_path),
+                "root": str(self.layout.root), "runtime": self.runtime}
+        safepath.check_chain(self.layout.run_dir)
+        safepath.write_atomic(self.layout.pid_file, json.dumps(info).encode("utf-8"))
 
     async def main(self) -> None:
         self.loop = asyncio.get_running_loop()
@@ -222,7 +261,8 @@ class Daemon:
         os.chmod(self.socket_path, 0o600)
         self._write_pid()
         self.service = Service(self.layout, self.config)
-        log.info("serving %s on %s (pid %d)", self.layout.root, self.socket_path, os.getpid())
+        log.info("serving %s on %s (pid %d)%s", self.layout.root, self.socket_path, os.getpid(),
+                 f"; runtime directory {self.runtime}" if self.runtime else "")
         housekeeping = asyncio.create_task(self._housekeeping())
         async with server:
             await self.stop_event.wait()
@@ -247,9 +287,16 @@ def run(root: Path, lock_fd: int | None = None, foreground: bool = False) -> int
 
     ``lock_fd``: an already-locked descriptor of the daemon lock handed over
     by :func:`cogd.daemon.control.spawn`; None takes the lock here. Returns 3
-    when another daemon holds the lock.
+    when another daemon holds the lock, 2 when ``.cogd/`` fails the safe-path
+    checks or no private runtime directory exists (the reason on stderr, and
+    in the log when the log itself is safe).
     """
-    layout = Layout(root.resolve()).ensure()
+    os.umask(0o077)  # every file the daemon (SQLite, LanceDB, logging) creates is private
+    try:
+        layout = Layout(root.resolve()).ensure()
+    except safepath.UnsafePath as exc:
+        print(f"cogd: refusing to start: {exc}", file=sys.stderr)
+        return 2
     if lock_fd is None:
         lock_fd = control.try_lock(layout)
         if lock_fd is None:
@@ -261,7 +308,13 @@ def run(root: Path, lock_fd: int | None = None, foreground: bool = False) -> int
     except ConfigError as exc:
         log.error("bad config, using defaults: %s", exc)
         config = Config()
-    daemon = Daemon(layout, config, lock_fd)
+    try:
+        daemon = Daemon(layout, config, lock_fd)
+    except safepath.UnsafePath as exc:  # no private runtime directory for a deep root's socket
+        log.error("refusing to start: %s", exc)
+        print(f"cogd: refusing to start: {exc}", file=sys.stderr)
+        os.close(lock_fd)
+        return 2
     try:
         asyncio.run(daemon.main())
     except Exception:

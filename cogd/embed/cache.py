@@ -19,6 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
+from cogd import safepath
+
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS embeddings (
     key TEXT PRIMARY KEY,
@@ -40,7 +42,7 @@ class EmbeddingCache:
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        safepath.prepare_db(self.path)  # folders 0700, files 0600, no links (raises UnsafePath)
         self._db = sqlite3.connect(self.path, timeout=10.0)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")

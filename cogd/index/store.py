@@ -12,6 +12,7 @@ import re
 import sqlite3
 from pathlib import Path
 
+from cogd import safepath
 from cogd.index.extract import Entity, ParsedFile
 
 SCHEMA_VERSION = "2"  # a different stored version drops and rebuilds the projection
@@ -116,9 +117,10 @@ def connect(path: Path, *, readonly: bool = False) -> sqlite3.Connection:
     Raises sqlite3.Error when the file is not a database.
     """
     if readonly:
+        safepath.prepare_db(path, create=False)  # SQLite follows links: lstat its files first
         conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5.0)
     else:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        safepath.prepare_db(path)  # folders 0700, files 0600, no links (raises UnsafePath)
         conn = sqlite3.connect(path, timeout=5.0)
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=NORMAL")

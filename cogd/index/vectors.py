@@ -23,6 +23,8 @@ from pathlib import Path
 
 import numpy as np
 
+from cogd import safepath
+
 log = logging.getLogger("cogd.vectors")
 
 TABLE = "entities"
@@ -44,7 +46,8 @@ class VectorStore:
         import lancedb  # ~1.5 s to import: daemon only, never on a hook path
         import pyarrow as pa
 
-        directory.mkdir(parents=True, exist_ok=True)
+        safepath.check_chain(directory, create=True)  # a real folder of ours, 0700 (raises UnsafePath)
+        safepath.secure_tree(directory)  # LanceDB follows links inside its folder
         self.dim = dim
         self._db = lancedb.connect(str(directory))
         self._schema = pa.schema([

@@ -11,6 +11,8 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
+from cogd import safepath
+
 
 class CodeIndex:
     """Read-only access to the code index at ``index_db``."""
@@ -22,10 +24,11 @@ class CodeIndex:
         if not self.index_db.exists():
             return None
         try:
+            safepath.prepare_db(self.index_db, create=False)  # SQLite follows links: lstat its files first
             conn = sqlite3.connect(f"file:{self.index_db}?mode=ro", uri=True, timeout=5.0)
             conn.execute("PRAGMA busy_timeout=5000")
             return conn
-        except sqlite3.Error:
+        except (sqlite3.Error, safepath.UnsafePath):
             return None
 
     def hashes(self, entity_ids: list[str]) -> dict[str, str]:

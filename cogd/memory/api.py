@@ -38,6 +38,7 @@ from typing import Callable, Iterable
 
 import numpy as np
 
+from cogd import safepath
 from cogd.index.boundary import exists_in_tree
 from cogd.memory import lattice
 from cogd.memory.anchors import CodeIndex, entity_path
@@ -47,7 +48,8 @@ from cogd.memory.events import MemoryLedger
 from cogd.memory.normalise import content_hash
 from cogd.memory.projection import MemoryHit, Projection, row_anchors, row_to_hit
 from cogd.memory.record import (
-    FOLDERS, SOURCES, TITLE_MAX, TYPES, Anchor, Record, RecordError, atomic_write, is_ulid, new_id, parse, serialise,
+    FOLDERS, SOURCES, TITLE_MAX, TYPES, Anchor, Record, RecordError, atomic_write, is_ulid, new_id, parse, read_text,
+    serialise,
 )
 from cogd.memory.secrets import scan as scan_secrets
 from cogd.memory.secrets import strip_private
@@ -94,8 +96,8 @@ class MemoryStore:
                  clock: Callable[[], float] = time.time):
         self.root = Path(root)
         self.memory_dir = self.root / ".cogd" / "memory"
-        for folder in FOLDERS.values():
-            (self.memory_dir / folder).mkdir(parents=True, exist_ok=True)
+        for folder in FOLDERS.values():  # real folders of ours, 0700 (raises UnsafePath)
+            safepath.check_chain(self.memory_dir / folder, create=True)
         self.config = config if config is not None else _default_config()
         self.embed = embed
         self.clock = clock
@@ -143,7 +145,7 @@ class MemoryStore:
                               f"fix the file first: {problem.get('fix', '')}", id=entity_id, path=str(path),
                               problem=problem)
         try:
-            record = parse(path.read_text(encoding="utf-8"))
+            record = parse(read_text(path))
         except (OSError, UnicodeDecodeError, RecordError) as exc:
             raise bad_request(f"cannot read {path}: {exc}", id=entity_id, path=str(path)) from exc
         return record, row
@@ -441,7 +443,7 @@ class MemoryStore:
             _, row = self._load(entity_id)
             if record.type != row["type"]:
                 raise bad_request(f"the type cannot change ({row['type']} → {record.type}): record a new memory")
-            if text == (self.memory_dir / row["path"]).read_text(encoding="utf-8"):
+            if text == read_text(self.memory_dir / row["path"]):
                 return {"record": self._row_record(row), "action": "unchanged"}
             action = self.apply_file_state(record, row["status"], row, actor=actor, raise_errors=True,
                                            write_text=text)
@@ -506,7 +508,7 @@ class MemoryStore:
                 raise not_found(entity_id)
             path = self.memory_dir / row["path"]
             try:
-                text = path.read_text(encoding="utf-8")
+                text = read_text(path)
             except (OSError, UnicodeDecodeError):
                 text = ""
             return {"record": self._row_record(row), "text": text, "path": str(path),
@@ -587,7 +589,7 @@ class MemoryStore:
                 if row["status"] == "pruned":
                     continue
                 try:
-                    record = parse((self.memory_dir / row["path"]).read_text(encoding="utf-8"))
+                    record = parse(read_text(self.memory_dir / row["path"]))
                 except (OSError, UnicodeDecodeError, RecordError):
                     continue
                 if record.status != row["status"]:  # a refused hand edit: export the last legal state

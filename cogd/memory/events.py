@@ -24,6 +24,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from cogd import safepath
 from cogd.memory.normalise import redaction_hash
 
 SCHEMA = """
@@ -74,7 +75,7 @@ class MemoryLedger:
     """``events`` and ``tombstones`` in ``state.db``. Raises sqlite3.Error on a broken database."""
 
     def __init__(self, path: Path):
-        path.parent.mkdir(parents=True, exist_ok=True)
+        safepath.prepare_db(path)  # folders 0700, files 0600, no links (raises UnsafePath)
         self._conn = sqlite3.connect(path, timeout=10.0, check_same_thread=False, isolation_level=None)
         self._conn.row_factory = sqlite3.Row
         self._conn.execute("PRAGMA journal_mode=WAL")

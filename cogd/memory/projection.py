@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from cogd import safepath
 from cogd.memory.record import Anchor, Record
 
 SCHEMA = """
@@ -116,7 +117,7 @@ class Projection:
         with self._lock:
             if self._conn is not None:
                 self._conn.close()
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            safepath.prepare_db(self.path)  # folders 0700, files 0600, no links (raises UnsafePath)
             conn = sqlite3.connect(self.path, timeout=10.0, check_same_thread=False, isolation_level=None)
             conn.row_factory = sqlite3.Row
             conn.execute("PRAGMA journal_mode=WAL")

@@ -31,6 +31,8 @@ import yaml
 
 from ulid import ULID
 
+from cogd import safepath
+
 TYPES = ("observation", "rule", "knowledge")
 FOLDERS = {"observation": "observations", "rule": "rules", "knowledge": "knowledge"}
 SOURCES = ("agent", "human", "consolidation", "import")
@@ -299,14 +301,13 @@ def atomic_write(path: Path, text: str) -> None:
     The temporary file is ``.<name>.<random>.tmp`` in the same folder (the scan
     ignores dot files). Raises OSError; on failure the old file is untouched.
     """
-    path.parent.mkdir(parents=True, exist_ok=True)
+    safepath.check_chain(path.parent, create=True)  # a link here would write outside .cogd/
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(text.encode("utf-8"))
             handle.flush()
             os.fsync(handle.fileno())
-        os.chmod(tmp, 0o644)
         os.replace(tmp, path)
     except BaseException:
         try:
@@ -321,11 +322,24 @@ def atomic_write(path: Path, text: str) -> None:
         os.close(dir_fd)
 
 
+def read_text(path: Path) -> str:
+    """The UTF-8 text of the record file at ``path``, never through a symbolic link (cogd.safepath).
+
+    Raises OSError (FileNotFoundError; :class:`cogd.safepath.UnsafePath` for a link or another
+    user's file) and UnicodeDecodeError.
+    """
+    data = safepath.read_bytes(path, MAX_FILE_BYTES + 1)
+    if data is None:
+        raise FileNotFoundError(2, "No such file or directory", str(path))
+    return data.decode("utf-8")
+
+
 def read(path: Path) -> Record:
     """Parse the record at ``path``. Raises RecordError (also for undecodable bytes, and ``too_large``
     for a file over :data:`MAX_FILE_BYTES`, which is never read past that size) or OSError."""
-    with open(path, "rb") as handle:
-        data = handle.read(MAX_FILE_BYTES + 1)
+    data = safepath.read_bytes(path, MAX_FILE_BYTES + 1)  # a link to ~/.ssh/... is refused, not read
+    if data is None:
+        raise FileNotFoundError(2, "No such file or directory", str(path))
     if len(data) > MAX_FILE_BYTES:
         raise RecordError(f"the file is larger than {MAX_FILE_BYTES} bytes (a memory's body holds at most "
                           "100,000 characters)", kind="too_large")

@@ -33,6 +33,7 @@ import threading
 import time
 from pathlib import Path
 
+from cogd import safepath
 from cogd.usage.outcomes import PendingItem, match_hits, miss_weight, strength
 from cogd.usage.touches import Touch
 from cogd.usage.utility import UtilityModel
@@ -145,7 +146,7 @@ class Ledger:
 
     def __init__(self, path: Path, utility: UtilityModel | None = None, weights: dict[str, float] | None = None,
                  miss_halflife: float = 5.0, pointer_miss_weight: float = 0.5):
-        path.parent.mkdir(parents=True, exist_ok=True)
+        safepath.prepare_db(path)  # folders 0700, files 0600, no links (raises UnsafePath)
         self._conn = sqlite3.connect(path, timeout=10.0, check_same_thread=False)
         self._conn.row_factory = sqlite3.Row
         self._conn.execute("PRAGMA journal_mode=WAL")
