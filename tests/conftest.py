@@ -374,6 +374,7 @@ def pytest_runtest_teardown(item, nextitem):
     return result
 
 
+@pytest.hookimpl(trylast=True)  # after the fixtures' own teardown (an interrupted run tears down here)
 def pytest_sessionfinish(session, exitstatus):
     stopped = _stop_session_daemons()
     if stopped:
