@@ -317,8 +317,10 @@ def pytest_configure(config):
     import atexit
     import signal
 
-    base = config._tmp_path_factory.getbasetemp()  # creates it: this session's folder
-    _session_tmp.append(Path(base))
+    factory = getattr(config, "_tmp_path_factory", None)  # absent under -p no:tmpdir
+    if factory is None:
+        return
+    _session_tmp.append(Path(factory.getbasetemp()))  # creates it: this session's folder
     atexit.register(_stop_session_daemons)
     # A SIGTERM (a CI job's timeout, scripts/stress_suite.sh interrupted) would end the
     # interpreter without atexit or finalisers: turn it into an interruption pytest handles.
