@@ -51,6 +51,14 @@ if _json is not None:
             value, stop = _scan(text, idx)
         except StopIteration as exc:
             raise ValueError(f"Expecting value: char {exc.value}") from None
+        except SystemError:
+            # CPython 3.11's scanner raises json.decoder.JSONDecodeError, but looks it up in
+            # sys.modules only: before anything imported json.decoder, a malformed object or
+            # array ends in "returned NULL without setting an exception". Failure path only:
+            # import it and scan again, which raises the real error (a ValueError).
+            import json.decoder  # noqa: F401
+
+            value, stop = _scan(text, idx)
         while stop < end and text[stop] in _WHITESPACE:
             stop += 1
         if stop != end:

@@ -7,6 +7,7 @@ git repository.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -88,14 +89,50 @@ def run_cogd(root: Path, *args: str, timeout: float = 120, check: bool = True) -
     return proc
 
 
-def run_hook(event: str, payload: object, *, raw: bytes | None = None, timeout: float = 10,
-             env: dict | None = None, args: tuple[str, ...] = ()) -> tuple[subprocess.CompletedProcess, float]:
-    """Pipe a payload through the real ``cogd-hook`` process; returns (process, seconds)."""
+# Hooks whose test asserts what they print (not how fast) run with this deadline, set by the
+# test (``run_hook(..., deadline_ms=HOOK_DEADLINE_MS)``): a loaded machine must not turn a
+# content assertion into a timeout. Latency is measured by scripts/bench_hooks.py, not here.
+HOOK_DEADLINE_MS = 30_000
+# What a hook process may take beyond its own deadline, measured from outside: fork and exec
+# before its clock starts, exit and pipe teardown after it stops. Generous: this bound only
+# catches a hook that ignores its deadline, not a slow machine.
+HOOK_EXIT_SLACK_S = 10.0
+
+
+def run_hook(event: str, payload: object, *, raw: bytes | None = None, timeout: float = 60,
+             env: dict | None = None, args: tuple[str, ...] = (),
+             deadline_ms: int | None = None) -> tuple[subprocess.CompletedProcess, float]:
+    """Pipe a payload through the real ``cogd-hook`` process; returns (process, seconds).
+
+    ``deadline_ms`` sets ``COGD_HOOK_DEADLINE_MS`` for this hook (None: the caller's ``env``
+    or the hook's own configuration decides). ``timeout`` (seconds) kills a hook that hangs.
+    The returned process also carries ``pid``, to find the hook's own lines in ``hook.log``.
+    """
     data = raw if raw is not None else json.dumps(payload).encode()
+    extra = dict(env or {})
+    if deadline_ms is not None:
+        extra["COGD_HOOK_DEADLINE_MS"] = str(deadline_ms)
     started = time.monotonic()
-    proc = subprocess.run([COGD_HOOK, event, *args], input=data, capture_output=True, timeout=timeout,
-                          env={**os.environ, **(env or {})})
+    with subprocess.Popen([COGD_HOOK, event, *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, env={**os.environ, **extra}) as child:
+        try:
+            stdout, stderr = child.communicate(data, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.communicate()
+            raise
+    proc = subprocess.CompletedProcess(child.args, child.returncode, stdout, stderr)
+    proc.pid = child.pid
     return proc, time.monotonic() - started
+
+
+def hook_log_lines(root: Path, pid: int) -> list[str]:
+    """The lines hook process ``pid`` wrote to ``root``'s ``.cogd/logs/hook.log`` (rotation aside)."""
+    path = root / ".cogd" / "logs" / "hook.log"
+    if not path.exists():
+        return []
+    marker = f" pid={pid} "
+    return [line for line in path.read_text(encoding="utf-8", errors="replace").splitlines() if marker in line]
 
 
 def payload(name: str, cwd: Path, **overrides) -> dict:
@@ -106,33 +143,245 @@ def payload(name: str, cwd: Path, **overrides) -> dict:
     return data
 
 
+# ---------------------------------------------------------------- waiting on conditions
+
+# How long a test waits for something the daemon does in the background (an index refresh,
+# the watcher, embeddings of a small corpus) before it calls it a failure. Generous on purpose:
+# a wait returns as soon as its condition holds, so only a broken test ever waits this long.
+WAIT_S = 120.0
+
+
+def wait_for(condition, timeout: float = WAIT_S, what: str = "the condition", step: float = 0.05):
+    """Poll ``condition()`` until it returns something truthy, and return that value.
+
+    ``timeout`` is in seconds; the poll interval grows from ``step`` to 0.5 s. Raises
+    AssertionError naming ``what`` and the last value seen when ``timeout`` passes. An
+    exception from ``condition`` propagates (a broken probe is not a slow one).
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what} (last: {value!r})")
+        time.sleep(step)
+        step = min(step * 1.5, 0.5)
+
+
+# ---------------------------------------------------------------- real daemons, always stopped
+
+def daemon_processes(under: Path | None = None) -> dict[int, str]:
+    """pid → ``--root`` of every live ``cogd.daemon`` process of this user, optionally only
+    those whose root is ``under`` (or below) that folder.
+
+    Found from ``/proc/*/cmdline`` the way ``cogd.daemon.control.is_daemon_process`` checks one
+    pid (``cogd.daemon`` in argv, the root after ``--root``), so a daemon is found even when its
+    pid file is missing or stale. Zombies and other users' processes are left out.
+    """
+    prefix = None if under is None else os.path.realpath(under)
+    uid = os.getuid()
+    found: dict[int, str] = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        pid = int(entry.name)
+        try:
+            if entry.stat(follow_symlinks=False).st_uid != uid:
+                continue
+            with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                argv = fh.read().split(b"\0")
+            with open(f"/proc/{pid}/stat", "rb") as fh:
+                if fh.read().rsplit(b") ", 1)[-1][:1] == b"Z":
+                    continue
+        except OSError:
+            continue  # gone meanwhile
+        if b"cogd.daemon" not in argv or b"--root" not in argv:
+            continue
+        at = argv.index(b"--root") + 1
+        if at >= len(argv):
+            continue
+        root = os.fsdecode(argv[at])
+        if prefix is not None:
+            real = os.path.realpath(root)
+            if not any(r == prefix or r.startswith(prefix + os.sep) for r in (root, real)):
+                continue
+        found[pid] = root
+    return found
+
+
+def stop_daemons(under: Path, timeout: float = 20.0) -> dict[int, str]:
+    """Stop every cogd daemon whose root is under ``under``: SIGTERM, then SIGKILL after
+    ``timeout`` seconds. Returns what was found running (pid → root); never signals a
+    process that is not such a daemon (each pid is checked again right before its signal)."""
+    import signal
+
+    found = daemon_processes(under)
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in list(daemon_processes(under)):
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + timeout
+        while daemon_processes(under) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if not daemon_processes(under):
+            break
+    return found
+
+
 class Daemon:
     """A real daemon for a repository, started through the CLI, stopped on teardown."""
 
     def __init__(self, root: Path):
         self.root = root
 
-    def start(self) -> "Daemon":
+    def start(self, index: bool = True) -> "Daemon":
+        """``cogd start``, then (``index``) ``cogd index`` so that the index is current."""
         run_cogd(self.root, "start")
-        run_cogd(self.root, "index")
+        if index:
+            run_cogd(self.root, "index")
         return self
 
     def status(self) -> dict:
         return json.loads(run_cogd(self.root, "status", "--json").stdout)
 
     def stop(self) -> None:
-        run_cogd(self.root, "stop", check=False)
+        """``cogd stop``, then stop any daemon still running for this root (one a hook
+        started a moment before, whose pid file ``cogd stop`` could not read yet)."""
+        try:
+            run_cogd(self.root, "stop", check=False)
+        finally:
+            stop_daemons(self.root)
+
+
+@contextlib.contextmanager
+def running_daemon(root: Path, index: bool = True):
+    """Context manager: a :class:`Daemon` started for ``root`` (see :meth:`Daemon.start`),
+    stopped on exit even when the body or the start itself fails or times out."""
+    d = Daemon(root)
+    try:
+        yield d.start(index=index)
+    finally:
+        d.stop()
 
 
 @pytest.fixture
-def daemon_factory():
+def daemon():
+    """Start real daemons: ``daemon(root)`` → a started :class:`Daemon` (``index=False``
+    to skip ``cogd index``). Every one is stopped at teardown, also when the test fails."""
     started: list[Daemon] = []
 
-    def start(root: Path) -> Daemon:
-        d = Daemon(root).start()
-        started.append(d)
-        return d
+    def start(root: Path, index: bool = True) -> Daemon:
+        d = Daemon(root)
+        started.append(d)  # before the start: a start that times out still gets stopped
+        return d.start(index=index)
 
     yield start
     for d in started:
         d.stop()
+
+
+@pytest.fixture
+def daemon_factory(daemon):
+    """The older name of :func:`daemon`."""
+    return daemon
+
+
+# ---------------------------------------------------------------- the leak guard and safety net
+#
+# Every daemon a test starts must be stopped by a finaliser of that test (or of the module
+# fixture that started it). The guard below fails a test whose daemons outlive it, and stops
+# them; at the end of the session, and again at interpreter exit, every daemon whose root is
+# under this session's temporary folder is stopped, so that no daemon outlives the suite (an
+# unstopped one would run until its idle exit, hours later). Daemons of other roots (a
+# developer's own, another session's) are never touched.
+
+LEAK_GRACE_S = 10.0  # a daemon told to stop may take this long to be gone
+_session_tmp: list[Path] = []
+_module_baseline: dict[str, set[int]] = {}
+
+
+def _session_base() -> Path | None:
+    return _session_tmp[0] if _session_tmp else None
+
+
+def _stop_session_daemons() -> dict[int, str]:
+    base = _session_base()
+    return stop_daemons(base) if base is not None else {}
+
+
+@pytest.hookimpl(trylast=True)  # after the tmp_path plugin has set up its factory
+def pytest_configure(config):
+    import atexit
+    import signal
+
+    factory = getattr(config, "_tmp_path_factory", None)  # absent under -p no:tmpdir
+    if factory is None:
+        return
+    _session_tmp.append(Path(factory.getbasetemp()))  # creates it: this session's folder
+    atexit.register(_stop_session_daemons)
+    # A SIGTERM (a CI job's timeout, scripts/stress_suite.sh interrupted) would end the
+    # interpreter without atexit or finalisers: turn it into an interruption pytest handles.
+    if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+        def interrupted(signum, frame):  # noqa: ARG001
+            raise KeyboardInterrupt("SIGTERM")
+        signal.signal(signal.SIGTERM, interrupted)
+
+
+def _leaks(base: Path, within: Path | None, since: set[int]) -> dict[int, str]:
+    """Daemons under ``within`` (None: anywhere under ``base``) not in ``since``, still alive
+    after ``LEAK_GRACE_S``."""
+    def current() -> dict[int, str]:
+        return {pid: root for pid, root in daemon_processes(within or base).items() if pid not in since}
+
+    deadline = time.monotonic() + LEAK_GRACE_S
+    left = current()
+    while left and time.monotonic() < deadline:
+        time.sleep(0.1)
+        left = current()
+    return left
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item):
+    base = _session_base()
+    module = item.nodeid.split("::", 1)[0]
+    if base is not None and module not in _module_baseline:
+        _module_baseline.clear()  # one module at a time
+        _module_baseline[module] = set(daemon_processes(base))
+    return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    tmp = item.funcargs.get("tmp_path") if hasattr(item, "funcargs") else None
+    result = yield
+    base = _session_base()
+    if base is None:
+        return result
+    module = item.nodeid.split("::", 1)[0]
+    since = _module_baseline.get(module, set())
+    leaked: dict[int, str] = {}
+    if tmp is not None:  # the test's own folder is gone with the test: so must its daemons be
+        leaked.update(_leaks(base, Path(tmp), since))
+    if nextitem is None or nextitem.nodeid.split("::", 1)[0] != module:  # module fixtures are done
+        leaked.update(_leaks(base, None, since))
+    if leaked:
+        for pid, root in leaked.items():
+            stop_daemons(Path(root))
+        listed = ", ".join(f"pid {pid} --root {root}" for pid, root in sorted(leaked.items()))
+        pytest.fail(f"cogd daemons still running after the test (now stopped): {listed}", pytrace=False)
+    return result
+
+
+@pytest.hookimpl(trylast=True)  # after the fixtures' own teardown (an interrupted run tears down here)
+def pytest_sessionfinish(session, exitstatus):
+    stopped = _stop_session_daemons()
+    if stopped:
+        listed = ", ".join(f"pid {pid} --root {root}" for pid, root in sorted(stopped.items()))
+        session.config.get_terminal_writer().line(f"cogd daemons left running at session end, stopped: {listed}",
+                                                  red=True)
+        if session.exitstatus == 0:
+            session.exitstatus = 1

@@ -22,10 +22,10 @@ import pytest
 from mcp import Client, StdioServerParameters
 
 from cogd.paths import Layout
-from conftest import COGD, copy_stdlib, payload, run_cogd, run_hook
+from conftest import COGD, HOOK_DEADLINE_MS, HOOK_EXIT_SLACK_S, WAIT_S, Daemon, copy_stdlib, payload, run_cogd, run_hook
 from test_reset import dump, stats
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = pytest.mark.timeout(900)  # a hang guard: the real model loads, embeds and merges on a busy machine
 
 DECODE = "json/decoder.py::JSONDecoder.decode"
 LOADS = "json/__init__.py::loads"
@@ -38,7 +38,7 @@ REASON = "parse_constant only sees -Infinity, Infinity and NaN: it cannot refuse
 def mcp_session(root, calls):
     async def main():
         params = StdioServerParameters(command=COGD, args=["mcp"], cwd=str(root))
-        async with Client(params, read_timeout_seconds=60) as client:
+        async with Client(params, read_timeout_seconds=WAIT_S) as client:
             return await calls(client)
     return asyncio.run(main())
 
@@ -47,7 +47,7 @@ def cogd_json(root, *args):
     return json.loads(run_cogd(root, *args, "--json").stdout)
 
 
-def wait_for(what, probe, timeout: float = 60.0):
+def wait_for(what, probe, timeout: float = 3 * WAIT_S):
     deadline = time.monotonic() + timeout
     while True:
         value = probe()
@@ -62,7 +62,7 @@ def wait_for(what, probe, timeout: float = 60.0):
 def repo(tmp_path):
     root = copy_stdlib(tmp_path / "repo", ("json",))  # embeddings on: "other words" needs them
     yield root
-    run_cogd(root, "stop", check=False)
+    Daemon(root).stop()
 
 
 def test_acceptance(repo, daemon_factory):
@@ -85,9 +85,10 @@ def test_acceptance(repo, daemon_factory):
     first, second, third = (r.structured_content["record"]["id"] for r in results)
     assert all(r.structured_content["record"]["status"] == "candidate" for r in results)
 
-    # 2. SessionEnd: the real hook hands off (fast, silent); the daemon merges in the background
-    proc, seconds = run_hook("session-end", end)
-    assert proc.returncode == 0 and proc.stdout == b"" and seconds < 1.5
+    # 2. SessionEnd: the real hook hands off (silent); the daemon merges in the background (that
+    # the reply does not wait for the merge: test_consolidate's hand-off test)
+    proc, seconds = run_hook("session-end", end, deadline_ms=HOOK_DEADLINE_MS)
+    assert proc.returncode == 0 and proc.stdout == b"" and seconds < HOOK_DEADLINE_MS / 1000 + HOOK_EXIT_SLACK_S
     merged = wait_for("the merge", lambda: (lambda r: r if r["record"]["status"] == "superseded" else None)(
         cogd_json(repo, "memory", "show", second)))
     assert merged["record"]["superseded_by"] == first and merged["survivor"]["id"] == first

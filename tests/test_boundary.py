@@ -27,7 +27,7 @@ from cogd.index.boundary import OutsideTree, open_tree_file, read_tree_file, tre
 from cogd.index.indexer import Indexer
 from cogd.index.sources import scan_source_files
 from cogd.paths import Layout
-from conftest import LEXICAL_ONLY, git, make_repo, run_cogd, run_hook, write
+from conftest import HOOK_DEADLINE_MS, LEXICAL_ONLY, git, make_repo, run_cogd, run_hook, write
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -156,7 +156,8 @@ def test_symlinks_out_of_the_tree_reach_no_store_answer_or_pack(attack, daemon_f
     prompt = (f"what does {secrets.function} in notes.py return, what is in evil_link.py, "
               f"and how does app_main use it?")
     proc, _ = run_hook("prompt-submit", {"session_id": "s-boundary", "hook_event_name": "UserPromptSubmit",
-                                         "cwd": str(root), "prompt": prompt}, timeout=60)
+                                         "cwd": str(root), "prompt": prompt}, timeout=60,
+                       deadline_ms=HOOK_DEADLINE_MS)  # the pack's content is the point, not its latency
     assert proc.returncode == 0
     context = json.loads(proc.stdout)["hookSpecificOutput"]["additionalContext"]
     assert "app.py::app_main" in context  # a real pack was built ...
@@ -179,7 +180,7 @@ def test_tool_payloads_naming_paths_outside_leave_no_touch(attack, daemon_factor
         proc, _ = run_hook("post-tool-use", {
             "session_id": session, "hook_event_name": "PostToolUse", "cwd": str(root), "tool_name": tool,
             "tool_input": tool_input, "tool_response": response or {}, "tool_use_id": f"t{uuid.uuid4().hex}"},
-            timeout=60)
+            timeout=60, deadline_ms=HOOK_DEADLINE_MS)
         assert proc.returncode == 0
 
     tool_use("Read", {"file_path": str(PASSWD)})

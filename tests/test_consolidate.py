@@ -22,6 +22,7 @@ from cogd.memory.normalise import content_hash
 from cogd.memory.record import Anchor, Record, new_id, parse, serialise
 from cogd.usage.ledger import Ledger
 from cogd.usage.touches import Touch
+from conftest import WAIT_S
 
 DAY = 86400.0
 CLAIM = "JSONDecoder.decode raises an error when extra data follows the JSON document"
@@ -371,10 +372,12 @@ def test_session_end_hands_off_and_memory_consolidate_runs_it(root):
         c = service.call("memory.record", {"type": "observation", "text": "json/ has no third-party imports",
                                            "session_id": "s1"})["record"]["id"]
         d = arrive(service.memory, "JSON/ has no third party imports", session_id="s3")
-        started = time.monotonic()
-        assert service.call("session.end", {"session_id": "s3", "reason": "other"})["ok"]
-        assert time.monotonic() - started < 0.5  # the reply does not wait for the consolidation
-        service.consolidator.join(30)
+        consolidator = service.consolidator
+        with consolidator._run_lock:  # no consolidation can run until this test lets it
+            assert service.call("session.end", {"session_id": "s3", "reason": "other"})["ok"]
+            # the reply came while the consolidation it started was still waiting: it did not wait for it
+            assert consolidator.runs == 0 and consolidator.last_report is None
+        service.consolidator.join(WAIT_S)
         assert service.consolidator.last_report["trigger"] == "session_end"
         got = service.call("memory.get", {"id": d})
         assert got["record"]["status"] == "superseded" and got["survivor"]["id"] == c
@@ -386,7 +389,7 @@ def test_session_end_hands_off_and_memory_consolidate_runs_it(root):
             service.call("memory.consolidate", {"dry_run": "yes"})
         assert info.value.kind == "bad_request"
         assert service.consolidator.on_idle(0.0, config.consolidate.idle_after_s + 1.0)
-        service.consolidator.join(30)
+        service.consolidator.join(WAIT_S)
         assert not service.consolidator.on_idle(0.0, config.consolidate.idle_after_s + 5.0)  # once per stretch
         assert service.consolidator.last_report["trigger"] == "idle"
     finally:

@@ -7,14 +7,14 @@ import json
 import os
 import signal
 import stat
-import subprocess
-import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
-from conftest import lexical_only, make_repo, payload, run_cogd, run_hook
+from conftest import (HOOK_DEADLINE_MS, WAIT_S, Daemon, daemon_processes, hook_log_lines, lexical_only, make_repo,
+                      payload, run_cogd, run_hook, wait_for)
+from cogd.daemon import control
 from cogd.daemon.client import call
 from cogd.paths import AF_UNIX_PATH_MAX, Layout
 
@@ -37,15 +37,15 @@ SAMPLE = {
 
 
 def daemon_pids(root: Path) -> list[int]:
-    out = subprocess.run(["pgrep", "-f", f"cogd.daemon --root {root}"], capture_output=True, text=True).stdout
-    return [int(p) for p in out.split()]
+    """The pids of the daemons whose root is exactly ``root``."""
+    return sorted(pid for pid, r in daemon_processes(root).items() if r == str(root))
 
 
 @pytest.fixture
 def repo(tmp_path):
     root = lexical_only(make_repo(tmp_path / "repo", SAMPLE))
     yield root
-    run_cogd(root, "stop", check=False)
+    Daemon(root).stop()
 
 
 def test_status_json_and_cli_forms(repo):
@@ -92,9 +92,10 @@ def test_one_daemon_when_many_start_at_once(repo):
     # Twelve hook processes find no daemon at the same moment; each tries to start one.
     data = payload("user_prompt_submit.json", repo, prompt="circle area")
     with ThreadPoolExecutor(12) as pool:
-        results = list(pool.map(lambda _: run_hook("prompt-submit", data), range(12)))
+        results = list(pool.map(lambda _: run_hook("prompt-submit", data, deadline_ms=HOOK_DEADLINE_MS), range(12)))
     assert all(proc.returncode == 0 for proc, _ in results)
-    time.sleep(1.0)
+    # Whichever hook took the lock started the daemon; once it answers, count.
+    assert control.wait_ready(Layout(repo), timeout=WAIT_S)
     assert len(daemon_pids(repo)) == 1
     # CLI starts racing with each other also converge on that one daemon.
     with ThreadPoolExecutor(6) as pool:
@@ -108,19 +109,22 @@ def test_kill_9_then_restart(repo):
     run_cogd(repo, "index")
     [pid] = daemon_pids(repo)
     os.kill(pid, signal.SIGKILL)
-    for _ in range(50):
-        if not daemon_pids(repo):
-            break
-        time.sleep(0.05)
+    wait_for(lambda: not daemon_pids(repo), WAIT_S, "the killed daemon to be gone")
     layout = Layout(repo)
     assert layout.socket_path.exists() and layout.pid_file.exists()  # stale leftovers
-    # A hook meanwhile gets nothing, quickly, and starts a new daemon.
-    proc, seconds = run_hook("prompt-submit", payload("user_prompt_submit.json", repo, prompt="circle area"))
-    assert proc.returncode == 0 and proc.stdout == b"" and seconds < 2.5
+    # A hook meanwhile gets nothing (the stale socket refuses it at once, whatever its
+    # deadline: it says so in its log) and starts a new daemon.
+    proc, _ = run_hook("prompt-submit", payload("user_prompt_submit.json", repo, prompt="circle area"),
+                       deadline_ms=HOOK_DEADLINE_MS)
+    assert proc.returncode == 0 and proc.stdout == b""
+    said = [line.split(" ", 4)[-1] for line in hook_log_lines(repo, proc.pid)]
+    assert len(said) == 2 and said[0].startswith("daemon unavailable: "), said
+    assert said[1] == "no daemon answered: started one in the background for next time"
     assert run_cogd(repo, "start").returncode == 0
     status = json.loads(run_cogd(repo, "status", "--json").stdout)
     assert status["pid"] != pid and status["index"]["entities"] == 5
-    proc, _ = run_hook("prompt-submit", payload("user_prompt_submit.json", repo, prompt="circle area"))
+    proc, _ = run_hook("prompt-submit", payload("user_prompt_submit.json", repo, prompt="circle area"),
+                       deadline_ms=HOOK_DEADLINE_MS)
     assert "pkg/geometry.py::Circle.area" in proc.stdout.decode()
 
 
@@ -147,10 +151,11 @@ def test_long_repository_path_uses_private_runtime_socket(tmp_path, monkeypatch)
         assert stat.S_IMODE(sock.parent.stat().st_mode) == 0o700
         assert stat.S_IMODE(sock.stat().st_mode) == 0o600
         run_cogd(root, "index")
-        proc, _ = run_hook("prompt-submit", payload("user_prompt_submit.json", root, prompt="perimeter of a square"))
+        proc, _ = run_hook("prompt-submit", payload("user_prompt_submit.json", root, prompt="perimeter of a square"),
+                           deadline_ms=HOOK_DEADLINE_MS)
         assert "pkg/geometry.py::perimeter_of_square" in proc.stdout.decode()
     finally:
-        run_cogd(root, "stop", check=False)
+        Daemon(root).stop()
 
 
 def test_direct_mode_without_daemon(repo):
@@ -182,14 +187,11 @@ def test_file_save_hook_reindexes_the_file(repo):
     run_cogd(repo, "index")
     target = repo / "pkg" / "geometry.py"
     target.write_text(SAMPLE["pkg/geometry.py"] + "\n\ndef trapezoid_area(a, b, h):\n    return (a + b) * h / 2\n")
-    proc, _ = run_hook("file-save", None, raw=b"", args=(str(target),))
+    proc, _ = run_hook("file-save", None, raw=b"", args=(str(target),), deadline_ms=HOOK_DEADLINE_MS)
     assert proc.returncode == 0 and proc.stdout == b""
     layout = Layout(repo)
-    for _ in range(100):
-        hits = call(layout.socket_path, "search", {"query": "trapezoid"})["hits"]
-        if hits:
-            break
-        time.sleep(0.05)
+    hits = wait_for(lambda: call(layout.socket_path, "search", {"query": "trapezoid"})["hits"], WAIT_S,
+                    "the saved file's new function")
     assert hits[0]["id"] == "pkg/geometry.py::trapezoid_area"
 
 
@@ -198,10 +200,7 @@ def test_idle_exit(repo):
     (repo / ".cogd" / "config.toml").write_text("[daemon]\nidle_exit_s = 2\n[embed]\nenabled = false\n")
     run_cogd(repo, "start")
     [pid] = daemon_pids(repo)
-    deadline = time.monotonic() + 15
-    while time.monotonic() < deadline and daemon_pids(repo):
-        time.sleep(0.2)
-    assert not daemon_pids(repo), "daemon did not exit when idle"
+    wait_for(lambda: not daemon_pids(repo), WAIT_S, "the idle daemon to exit")
     log = (repo / ".cogd" / "logs" / "daemon.log").read_text()
     assert f"{pid} INFO cogd.daemon: stopping: idle for 2 s" in log
     assert "stopped (idle for 2 s)" in log

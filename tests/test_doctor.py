@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 
 from cogd.config import Config, EmbedConfig
-from cogd.doctor import FAIL, OK, WARN, DoctorContext, check_model, run_checks
+from cogd.doctor import FAIL, OK, RTT_WARN_SHARE, WARN, DoctorContext, check_model, run_checks
 from cogd.paths import Layout
 from conftest import copy_stdlib, lexical_only, run_cogd, write
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = pytest.mark.timeout(600)  # a hang guard, generous for a busy machine
 
 
 def doctor(root: Path, *args: str) -> tuple[int, dict[str, dict]]:
@@ -81,11 +81,17 @@ def test_corrupt_database_fails_and_reset_repairs_it(repo):
 
 
 def test_with_a_running_daemon(repo, daemon_factory):
+    # The "answers slowly" budget is a share of the hook deadline: set generously here, so that
+    # a busy machine does not turn the check into a warning.
+    deadline_ms = 30_000
+    config = repo / ".cogd" / "config.toml"
+    config.write_text(config.read_text() + f"[hook]\ndeadline_ms = {deadline_ms}\n")
     d = daemon_factory(repo)
     pid = d.status()["pid"]
     code, checks = doctor(repo)
     assert code == 0, checks
-    assert checks["daemon"]["details"]["pid"] == pid and checks["daemon"]["details"]["rtt_ms"] < 1000
+    assert checks["daemon"]["status"] == OK, checks["daemon"]
+    assert checks["daemon"]["details"]["pid"] == pid and 0 < checks["daemon"]["details"]["rtt_ms"] < deadline_ms / RTT_WARN_SHARE
     assert checks["lock"]["details"]["cmdline_ok"] is True and str(pid) in checks["lock"]["finding"]
     assert checks["socket"]["details"]["mode"] == "0600"
     assert checks["inotify"]["details"]["daemon_mode"] == "inotify"

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 import shutil
-import time
 
 import pytest
 
-from conftest import make_repo, run_cogd
+from conftest import Daemon, make_repo, run_cogd, wait_for
+
+EMBED_WAIT_S = 600.0  # loading the real model and embedding a handful of entities, on a busy machine
+pytestmark = pytest.mark.timeout(4 * EMBED_WAIT_S)
 
 CODE = {
     "shop/cart.py": (
@@ -29,22 +31,25 @@ CODE = {
 }
 
 
-def wait_embedded(root, timeout: float = 120) -> dict:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        embedding = json.loads(run_cogd(root, "status", "--json").stdout)["embedding"]
+def wait_embedded(root, timeout: float = EMBED_WAIT_S) -> dict:
+    """The status's embedding section once every entity and file of the current index has its vector."""
+    def done() -> dict | None:
+        status = json.loads(run_cogd(root, "status", "--json").stdout)
+        embedding, index = status["embedding"], status["index"]
         assert embedding["state"] != "error", embedding
-        if embedding["state"] == "idle" and not embedding["queued"] and embedding["coverage"] == 1.0:
-            return embedding
-        time.sleep(0.3)
-    raise AssertionError(f"embedding did not finish: {embedding}")
+        # compare counts too: an embedder that has not yet seen the latest index is idle at 1.0
+        current = embedding["entities"] == index["entities"] + index["files"]
+        return embedding if (embedding["state"] == "idle" and not embedding["queued"]
+                             and embedding["coverage"] == 1.0 and current) else None
+
+    return wait_for(done, timeout, "every entity's vector")
 
 
 @pytest.fixture
 def repo(tmp_path):
     root = make_repo(tmp_path / "repo", CODE)
     yield root
-    run_cogd(root, "stop", check=False)
+    Daemon(root).stop()
 
 
 def test_vectors_follow_the_index_and_the_cache_spares_the_model(repo):

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import math
+import subprocess
+import sys
 
 import pytest
 from hypothesis import given, settings
@@ -51,3 +53,17 @@ def test_dumps_refuses_what_json_refuses():
         fastjson.dumps(loop)
     with pytest.raises(TypeError):
         fastjson.dumps({"x": object()})
+
+
+def test_malformed_object_is_a_value_error_before_json_is_imported():
+    """In a fresh interpreter (json.decoder not imported, as in the hook) a malformed object
+    or array raises ValueError with the scanner's message, not SystemError."""
+    code = ("import sys\nfrom cogd.fastjson import loads\nassert 'json.decoder' not in sys.modules\n"
+            "for text in ('{not json', '[1 2]', '{\"a\" 1}'):\n"
+            "    try:\n        loads(text)\n    except ValueError as exc:\n        print(type(exc).__name__, exc)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True).stdout
+    assert out.splitlines() == [
+        "JSONDecodeError Expecting property name enclosed in double quotes: line 1 column 2 (char 1)",
+        "JSONDecodeError Expecting ',' delimiter: line 1 column 4 (char 3)",
+        "JSONDecodeError Expecting ':' delimiter: line 1 column 6 (char 5)",
+    ]

@@ -7,7 +7,6 @@ clock (``COGD_NOW``, honoured because the test's config trusts it).
 from __future__ import annotations
 
 import json
-import time
 import re
 import shutil
 import sqlite3
@@ -15,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import STDLIB, git, payload, run_cogd, run_hook
+from conftest import HOOK_DEADLINE_MS, STDLIB, WAIT_S, git, payload, run_cogd, run_hook, running_daemon, wait_for
 
 PROMPT = "the date in an email header is parsed wrong"
 CONFIG = "[embed]\nenabled = false\n[usage]\ntrust_client_clock = true\n"
@@ -32,10 +31,8 @@ def repo(tmp_path_factory):
     git(root, "commit", "-qm", "import")
     (root / ".cogd").mkdir()
     (root / ".cogd" / "config.toml").write_text(CONFIG)
-    run_cogd(root, "start")
-    run_cogd(root, "index")
-    yield root
-    run_cogd(root, "stop", check=False)
+    with running_daemon(root):
+        yield root
 
 
 class Clock:
@@ -53,7 +50,8 @@ def clock():
 
 
 def hook(root: Path, clock: Clock, event: str, data: dict) -> str:
-    proc, _ = run_hook(event, data, env=clock.env())
+    # what the packs hold is the point here: a generous deadline, set by the test
+    proc, _ = run_hook(event, data, env=clock.env(), deadline_ms=HOOK_DEADLINE_MS)
     assert proc.returncode == 0
     return proc.stdout.decode()
 
@@ -203,15 +201,14 @@ def test_an_editor_save_counts_as_a_touch(repo, clock):
     lines = path.read_text().splitlines(keepends=True)
     lines.insert(target["start_line"], "    # edited in an editor\n")
     path.write_text("".join(lines))
-    proc, _ = run_hook("file-save", None, raw=b"", args=(str(path),), env=clock.env())
+    proc, _ = run_hook("file-save", None, raw=b"", args=(str(path),), env=clock.env(), deadline_ms=HOOK_DEADLINE_MS)
     assert proc.returncode == 0
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        outcome = {i["entity_id"]: i["outcome"] for i in prompt_items(repo, session)}[target["entity_id"]]
-        if outcome == "hit":
-            break
-        time.sleep(0.2)
-    assert outcome == "hit"
+
+    def outcome() -> str | None:
+        got = {i["entity_id"]: i["outcome"] for i in prompt_items(repo, session)}[target["entity_id"]]
+        return got if got == "hit" else None
+
+    assert wait_for(outcome, WAIT_S, "the saved entity's outcome to be a hit") == "hit"
     git(repo, "checkout", "--", target["path"])
 
 
@@ -227,11 +224,11 @@ def test_a_candidate_rides_marked_unconfirmed():
 
 def test_status_reports_consolidation_after_session_ends(repo, clock):
     hook(repo, clock, "session-end", payload("session_end.other.json", repo, session_id="learn-consolidate"))
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
+
+    def consolidated() -> dict | None:
         run = json.loads(run_cogd(repo, "status", "--json").stdout)["consolidation"]
-        if run and run["runs"] >= 1:
-            break
-        time.sleep(0.3)
+        return run if run and run["runs"] >= 1 else None
+
+    run = wait_for(consolidated, WAIT_S, "a consolidation run")
     assert run["runs"] >= 1 and run["last_trigger"] == "session_end" and run["last_error"] is None
     assert "consolidation:" in run_cogd(repo, "status").stdout

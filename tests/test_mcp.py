@@ -17,9 +17,9 @@ from mcp import Client, StdioServerParameters
 from cogd.index import store
 from cogd.install import SettingsError, install_mcp_server
 from cogd.retrieve import graph
-from conftest import COGD, copy_stdlib, lexical_only, run_cogd
+from conftest import COGD, WAIT_S, Daemon, copy_stdlib, lexical_only, run_cogd
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = pytest.mark.timeout(600)  # a hang guard, generous for a busy machine
 
 DECODE = "json/decoder.py::JSONDecoder.decode"
 RAW_DECODE = "json/decoder.py::JSONDecoder.raw_decode"
@@ -30,14 +30,14 @@ LOADS = "json/__init__.py::loads"
 def repo(tmp_path_factory):
     root = lexical_only(copy_stdlib(tmp_path_factory.mktemp("mcp") / "repo", ("json",)))
     yield root
-    run_cogd(root, "stop", check=False)
+    Daemon(root).stop()
 
 
 def _session(root, calls):
     """Run ``calls(client)`` against a fresh ``cogd mcp`` process in ``root``; returns its result."""
     async def main():
         params = StdioServerParameters(command=COGD, args=["mcp"], cwd=str(root))
-        async with Client(params, read_timeout_seconds=60) as client:
+        async with Client(params, read_timeout_seconds=WAIT_S) as client:
             return await calls(client)
     return asyncio.run(main())
 

@@ -13,6 +13,7 @@ import time
 
 from cogd.memory.api import MemoryStore
 from cogd.memory.record import read
+from conftest import WAIT_S, wait_for
 
 WRITER = r'''
 import sys, itertools
@@ -47,19 +48,20 @@ def test_kill_9_during_writes_leaves_only_whole_files(tmp_path):
     for round_no in range(4):
         proc = subprocess.Popen([sys.executable, str(script), str(root), f"round{round_no}"], stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True)
+        before = len(list((root / ".cogd" / "memory").glob("*/*.md")))
         try:
             line = proc.stdout.readline().strip()
             if line != "ready":
-                proc.wait(timeout=30)
+                proc.wait(timeout=WAIT_S)
                 raise AssertionError(f"the writer did not start (round {round_no}): {proc.stderr.read()}")
-            deadline = time.monotonic() + 30
-            while not list((root / ".cogd" / "memory").glob("*/*.md")) and time.monotonic() < deadline:
-                time.sleep(0.02)
+            # this round's first record is on disk (however slow the machine), then a kill at a random moment
+            wait_for(lambda: len(list((root / ".cogd" / "memory").glob("*/*.md"))) > before, WAIT_S,
+                     f"round {round_no}'s first record")
             time.sleep(rng.uniform(0.2, 0.9))
         finally:
             if proc.poll() is None:
                 os.kill(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=30)
+            proc.wait(timeout=WAIT_S)
         stderr = proc.stderr.read()
         assert "Traceback" not in stderr, stderr
         files = sorted((root / ".cogd" / "memory").glob("*/*.md"))

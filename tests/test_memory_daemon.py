@@ -17,7 +17,7 @@ import pytest
 
 from cogd.daemon.client import RemoteError, call
 from cogd.paths import Layout
-from conftest import COGD, Daemon, lexical_only, make_repo, run_cogd
+from conftest import COGD, WAIT_S, lexical_only, make_repo, run_cogd, running_daemon
 
 APP = '''"""A tiny app."""
 
@@ -36,9 +36,8 @@ def format_date(value):
 def repo(tmp_path_factory):
     root = make_repo(tmp_path_factory.mktemp("memrepo") / "repo", {"app.py": APP})
     lexical_only(root)
-    daemon = Daemon(root).start()
-    yield root
-    daemon.stop()
+    with running_daemon(root):
+        yield root
 
 
 def rpc(root: Path, method: str, params: dict | None = None, timeout: float = 30.0):
@@ -51,7 +50,7 @@ def rpc_error(root: Path, method: str, params: dict) -> RemoteError:
     return info.value
 
 
-def wait_for(predicate, timeout: float = 15.0, step: float = 0.2):
+def wait_for(predicate, timeout: float = WAIT_S, step: float = 0.2):
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()
@@ -72,10 +71,13 @@ def test_anchored_function_edited_goes_stale_and_verify_reactivates(repo):
     assert shown["record"]["status"] == "active"
     anchor = shown["record"]["anchors"][0]
     assert anchor["entity"] == "app.py::parse_date" and anchor["hash"]
-    # an edit elsewhere in the file leaves the function's hash, and the memory, alone
+    # an edit elsewhere in the file leaves the function's hash, and the memory, alone; a memory
+    # anchored where the edit is goes stale, which shows that the daemon has seen the edit
+    witness = json.loads(run_cogd(repo, "memory", "add", "observation", "format_date renders with str",
+                                  "--anchor", "app.py::format_date", "--json").stdout)["record"]["id"]
     (repo / "app.py").write_text(APP.replace("return str(value)", "return repr(value)"), encoding="utf-8")
     run_cogd(repo, "index")
-    time.sleep(1.5)
+    assert wait_for(lambda: record_json(repo, witness)["record"]["status"] == "stale"), record_json(repo, witness)
     assert record_json(repo, rid)["record"]["status"] == "active"
     # the anchored function changes: the daemon (watcher → index → housekeeping) marks it stale
     (repo / "app.py").write_text(APP.replace("return text.strip()", "return text.strip().lower()"), encoding="utf-8")
@@ -115,7 +117,7 @@ def test_illegal_hand_edit_shows_in_status_and_the_file_is_left_alone(repo):
         status = json.loads(run_cogd(repo, "status", "--json").stdout)
         return [p for p in status["memory"]["problems"] if p.get("id") == rid]
 
-    found = wait_for(problem, timeout=10)
+    found = wait_for(problem)
     assert found and found[0]["kind"] == "illegal_transition" and (found[0]["from"], found[0]["to"]) == ("active", "pruned")
     human = run_cogd(repo, "status").stdout
     assert f"rules/{rid}.md" in human and "active → pruned" in human and "fix:" in human
@@ -124,7 +126,7 @@ def test_illegal_hand_edit_shows_in_status_and_the_file_is_left_alone(repo):
     events = rpc(repo, "memory.events", {"entity": rid})["events"]
     assert [e["action"] for e in events] == ["create", "illegal_transition"]
     path.write_text(text.replace("status: pruned", "status: active"), encoding="utf-8")
-    assert wait_for(lambda: not problem(), timeout=10)
+    assert wait_for(lambda: not problem())
 
 
 def test_rpc_errors_carry_stable_kinds(repo):

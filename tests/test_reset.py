@@ -16,7 +16,7 @@ from cogd.daemon.client import call
 from cogd.paths import Layout
 from conftest import copy_stdlib, lexical_only, make_repo, run_cogd
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = pytest.mark.timeout(600)  # a hang guard, generous for a busy machine
 
 
 def _rows(db: Path, sql: str) -> list[tuple]:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import STDLIB, git, make_repo, write
+from conftest import STDLIB, WAIT_S, git, make_repo, write
 from cogd.config import load_config
 from cogd.index import store
 from cogd.index.extract import content_hash
@@ -194,7 +194,9 @@ def test_directory_symlink_to_its_parent_terminates(tmp_path, monkeypatch, mode)
     assert list_source_files(root) == ["a.py", "pkg/mod.py"]
     ix, result = index(root, tmp_path / "index.db")
     try:
-        assert time.monotonic() - started < 10
+        # The exact lists prove the cycles were not followed; this only turns a walk that
+        # loops into a failure rather than a hang (generous: not a latency test).
+        assert time.monotonic() - started < WAIT_S
         assert result["parsed"] == 3 and result["skipped"] == {"symlink_outside": 1}
         functions = [r[0] for r in ix.conn.execute("SELECT id FROM entities WHERE kind = 'function' ORDER BY id")]
         assert functions == ["a.py::top", "pkg/mod.py::inner"]
@@ -227,7 +229,9 @@ def test_minified_files_do_not_stall_an_otherwise_normal_tree(stdlib_template, t
     ix, result = index(repo, tmp_path / "index.db")
     elapsed = time.monotonic() - started
     try:
-        assert elapsed < 10, f"index took {elapsed:.1f} s"
+        # The skip statuses and spans below prove that neither file was parsed; the bound only
+        # catches a stall (a tokenizer crawling through the 2 MB line), generously.
+        assert elapsed < WAIT_S, f"index took {elapsed:.1f} s"
         assert result["skipped"] == {"minified": 2}
         assert result["parsed"] == len(normal) + 2
         rows = {r["path"]: r["status"] for r in ix.conn.execute("SELECT path, status FROM files")}
@@ -243,26 +247,30 @@ def test_minified_files_do_not_stall_an_otherwise_normal_tree(stdlib_template, t
 def test_parse_timeout_cancels_the_parse_and_the_refresh_finishes(tmp_path, caplog):
     """A parse over ``index.parse_timeout_ms`` is cancelled: the file is kept by
     path with status ``timeout``, a warning is logged, the index goes on."""
-    generated = "".join(f"def handler_{i}(event):\n    return event + {i}\n\n\n" for i in range(60_000))
-    assert len(generated) > 2_000_000  # a full parse takes some 300 ms, fifteen times the limit
+    # The limit is the test's own: high enough that a busy machine cannot push the small file's
+    # parse (well under a millisecond of CPU) past it, low enough that the big one (some 1.2 s
+    # of CPU on a quiet machine) never fits under it.
+    limit_ms = 200
+    generated = "".join(f"def handler_{i}(event):\n    return event + {i}\n\n\n" for i in range(240_000))
+    assert len(generated) > 8_000_000
     repo = make_repo(tmp_path / "repo", {
         "a_generated.py": generated,  # sorted first: the next parse reuses the cancelled parser
         "b_small.py": APP_PY,
-        ".cogd/config.toml": "[index]\nparse_timeout_ms = 20\nmax_file_bytes = 16777216\n",
+        ".cogd/config.toml": f"[index]\nparse_timeout_ms = {limit_ms}\nmax_file_bytes = 16777216\n",
     })
     config = load_config(repo / ".cogd" / "config.toml")
-    assert config.index.parse_timeout_ms == 20
+    assert config.index.parse_timeout_ms == limit_ms
     ix = Indexer.from_config(repo, tmp_path / "index.db", config.index)
     try:
         with caplog.at_level(logging.WARNING, logger="cogd.index"):
             started = time.monotonic()
             result = ix.refresh()
             elapsed = time.monotonic() - started
-        assert elapsed < 10
+        assert elapsed < WAIT_S  # a stall, not a slow machine: the status and the warning prove the cancel
         assert result.skipped == {"timeout": 1} and result.parsed == 2
         assert status(ix.conn, "a_generated.py") == "timeout"
-        assert spans(ix.conn, "a_generated.py") == [("a_generated.py", "file", 1, 240_000)]
-        assert any("a_generated.py" in r.getMessage() and "20 ms" in r.getMessage() for r in caplog.records)
+        assert spans(ix.conn, "a_generated.py") == [("a_generated.py", "file", 1, 960_000)]
+        assert any("a_generated.py" in r.getMessage() and f"{limit_ms} ms" in r.getMessage() for r in caplog.records)
         assert status(ix.conn, "b_small.py") == "ok"
         assert spans(ix.conn, "b_small.py") == [("b_small.py", "file", 1, 6), ("render_widget", "function", 4, 6)]
     finally:
