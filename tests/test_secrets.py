@@ -1,0 +1,176 @@
+"""The secret scanner (cogd/secrets.py) on its own: every family detected and masked to ≤ 4 characters,
+masking idempotent, ordinary code and prose left alone, and the cost of a scan."""
+
+from __future__ import annotations
+
+import logging
+import statistics
+import time
+
+import pytest
+
+from cogd.secrets import MaskingLogFilter, mask, mask_data, redact, scan, strip_private
+from secret_corpus import build
+
+CORPUS = build()
+
+
+def test_the_corpus_covers_every_family():
+    families = {family for family, _, _ in CORPUS}
+    assert len(CORPUS) >= 30
+    assert families >= {"github_token", "anthropic_key", "openai_key", "slack_token", "slack_webhook", "stripe_key",
+                        "google_api_key", "google_service_account", "aws_access_key", "aws_secret_key", "jwt",
+                        "private_key", "url_password", "password_assignment", "secret_assignment",
+                        "token_assignment", "high_entropy_assignment"}
+
+
+@pytest.mark.parametrize("family, text, middle", CORPUS, ids=[f"{i}-{c[0]}" for i, c in enumerate(CORPUS)])
+def test_each_fake_credential_is_found_and_masked(family, text, middle):
+    masked, findings = redact(text)
+    assert findings, f"{family} not detected"
+    assert middle not in masked
+    assert "[secret:" in masked
+    for finding in findings:
+        kept = finding.preview.rstrip("…")
+        assert len(kept) <= 4 and len(kept) <= (finding.end - finding.start) // 4
+        assert text[finding.start:finding.end].startswith(kept)
+    assert scan(masked) == []  # a masked text scans clean: masking again changes nothing
+    assert mask(masked) == masked
+
+
+EXPECTED_KINDS = {
+    "github_token": "github_token", "anthropic_key": "anthropic_key", "openai_key": "openai_key",
+    "slack_token": "slack_token", "slack_webhook": "slack_webhook", "stripe_key": "stripe_key",
+    "google_api_key": "google_api_key", "aws_access_key": "aws_access_key", "jwt": "jwt",
+    "private_key": "private_key", "url_password": "url_password", "password_assignment": "secret_assignment",
+    "secret_assignment": "secret_assignment", "token_assignment": "secret_assignment",
+    "high_entropy_assignment": "high_entropy_assignment",
+}
+
+
+@pytest.mark.parametrize("family, text, middle", [c for c in CORPUS if c[0] in EXPECTED_KINDS],
+                         ids=[f"{i}-{c[0]}" for i, c in enumerate(CORPUS) if c[0] in EXPECTED_KINDS])
+def test_each_family_is_named_by_cogd_s_own_rule(family, text, middle):
+    kinds = [f.kind for f in scan(text)]
+    assert EXPECTED_KINDS[family] in kinds, kinds
+
+
+def test_masks_keep_the_rest_of_the_text_and_the_family():
+    key = "AKIA" + "QWERTYUIOPASDFGH"
+    assert mask(f"deploy with {key} today") == "deploy with AKIA…[secret:aws_access_key] today"
+    assert mask("postgres://app:s3cretPassw0rd@db:5432/x") == "postgres://app:s3c…[secret:url_password]@db:5432/x"
+    pem = "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEAx9\nq83hfd0Qz\n-----END RSA PRIVATE KEY-----"
+    assert mask(f"key:\n{pem}\nend") == ("key:\n-----BEGIN RSA PRIVATE KEY-----\n…[secret:private_key]\n"
+                                          "-----END RSA PRIVATE KEY-----\nend")
+
+
+def test_an_unterminated_private_key_is_masked_to_the_end():
+    text = "pasted half a key:\n-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQ\nAAAA"
+    masked = mask(text)
+    assert masked == "pasted half a key:\n-----BEGIN OPENSSH PRIVATE KEY-----\n…[secret:private_key]"
+
+
+def test_the_second_net_catches_families_cogd_has_no_rule_for():
+    """detect-secrets' Twilio, SendGrid, GitLab and npm plugins: families without a rule of cogd's."""
+    for text, middle in (("twilio AC" + "a1b2c3d4e5f60718293a4b5c6d7e8f90", "c3d4e5f60718293a"),
+                         ("SG." + "Zx81kQm2Lp0aWv3Ybn7TqQ" + "." + "Lk3mZx9Pw4Rt6Yb1Nc7Hd5Jf0Ga2Se8TqWv3Ybn7Tq1A", "Lk3mZx9Pw4Rt6"),
+                         ("ci: glpat-Zx81kQm2Lp0aWv3Ybn7T", "kQm2Lp0aWv3Y"),
+                         ("//registry.npmjs.org/:_authToken=npm_Q8v2Lk3mZx9Pw4Rt6Yb1Nc7Hd5Jf0Ga2Se8T", "Q8v2Lk3mZx9Pw4")):
+        assert scan(text), text
+        assert middle not in mask(text)
+    assert [f.kind for f in scan("twilio AC" + "a1b2c3d4e5f60718293a4b5c6d7e8f90")] == ["ds_twilio_api_key"]
+
+
+NOT_SECRETS = [
+    "set `timeout = 30` in config.toml",
+    "commit af8ab7d2c3e4f5a6b7c8d9e0f1a2b3c4d5e6f7a8 fixed it",
+    "the password: <your password> placeholder in the docs",
+    "path = src/cogd/memory/record.py",
+    "request 123e4567-e89b-12d3-a456-426614174000 failed with a timeout after 30 s",
+    "token = self.next_token()",
+    "password = get_password(user)",
+    "max_tokens = 4096",
+    "the tokenizer splits on whitespace; auth happens in the middleware",
+    "author = 'Jane Doe'",
+    "secret_key = os.environ['SECRET_KEY']",
+    "api_key = settings.API_KEY",
+    'model_name = "sentence-transformers/all-MiniLM-L6-v2"',
+    "def verify_access_token(token: str) -> bool:",
+    "KeyError: 'parse_date_header_with_timezone'",
+    "sha256 = 9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08",
+    "Fix MemoryStore.record in cogd/memory/api.py; see tests/test_memory.py::test_exact_and_fuzzy_title_duplicates",
+    "see https://github.com/org/repo/blob/main/cogd/secrets.py#L10",
+    "postgres://user:${DB_PASSWORD}@localhost/db",
+    "git rev-parse HEAD prints 3f2b9c1e4d5a6b7c8d9e0f1a2b3c4d5e6f7a8b9c",
+    "password_hash = bcrypt.hashpw(password, salt)",
+    "if token is None: raise AuthError('missing token')",
+    "github_token: ${{ secrets.GITHUB_TOKEN }}",
+    "The access_key_id field is required",
+    "export PATH=/usr/local/bin:$PATH",
+    "ULID 01JD6Y0M7Q3V9S2W1T0R8K4N5P was superseded by 01JD6Y0M7Q3V9S2W1T0R8K4N5Q",
+    "return jsonify(access_token=create_access_token(identity=user.id))",
+    "headers = {'Authorization': f'Bearer {token}'}",
+    "JSONDecoder.raw_decode returns (obj, end); parse_headers_from_bytes handles folding",
+    "class TokenBucketRateLimiter: refill_rate_per_second = 10",
+]
+
+
+@pytest.mark.parametrize("text", NOT_SECRETS)
+def test_ordinary_code_and_prose_is_not_masked(text):
+    assert scan(text) == [], [(f.kind, text[f.start:f.end]) for f in scan(text)]
+    assert mask(text) == text
+
+
+def test_private_spans_go_first():
+    assert strip_private("keep <private>drop AKIAQWERTYUIOPASDFGH</private> this") == "keep  this"
+    assert strip_private("unclosed <PRIVATE>runs to the end") == "unclosed "
+
+
+def test_mask_data_walks_nested_values():
+    token = "ghp_" + "a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8"
+    masked, findings = mask_data({"evidence": [{"note": f"pushed with {token}"}], "n": 3, token: True})
+    assert masked == {"evidence": [{"note": "pushed with ghp_…[secret:github_token]"}], "n": 3,
+                      "ghp_…[secret:github_token]": True}
+    assert [f.kind for f in findings] == ["github_token", "github_token"]
+
+
+def test_log_filter_masks_messages_and_tracebacks(tmp_path):
+    path = tmp_path / "x.log"
+    handler = logging.FileHandler(path, encoding="utf-8")
+    handler.addFilter(MaskingLogFilter())
+    logger = logging.getLogger("cogd.test_secrets")
+    logger.addHandler(handler)
+    try:
+        logger.warning("refused %s", "sk_live_" + "Q8v2Lk3mZx9Pw4Rt6Yb1Nc7H")
+        try:
+            raise ValueError("bad anchor AKIAQWERTYUIOPASDFGH")
+        except ValueError:
+            logger.exception("failed")
+    finally:
+        logger.removeHandler(handler)
+        handler.close()
+    text = path.read_text(encoding="utf-8")
+    assert "Q8v2Lk3mZx9Pw4Rt6Yb1" not in text and "QWERTYUIOPASDFGH" not in text
+    assert "sk_l…[secret:stripe_key]" in text and "AKIA…[secret:aws_access_key]" in text
+
+
+def test_scan_is_cheap_enough_for_every_prompt():
+    """Generous bounds (a busy machine): a clean prompt well under 5 ms, a 20 KB paste under 150 ms."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+    from secret_scan_speed import PROMPT, traceback_text
+
+    tb = traceback_text()
+    mask(PROMPT)
+    small = statistics.median(_time(lambda: mask(PROMPT)) for _ in range(50))
+    large = statistics.median(_time(lambda: mask(tb)) for _ in range(5))
+    assert small < 0.005 and large < 0.150, (small, large)
+    assert mask(tb) == tb
+
+
+def _time(fn) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
