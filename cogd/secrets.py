@@ -199,6 +199,7 @@ _SECRET_NAME = re.compile(
     r"(?:api|access|private|priv|secret|client|auth|signing|encryption|master|account|service|db|database)_?key(?:_|$)|"
     r"apikey|accesskey|secretkey|privatekey")
 _PASSPHRASE_NAME = re.compile(r"(?:^|_)(?:pass(?:word|wd|phrase)?|pwd|secret)(?:_|$)")
+_ULID = re.compile(r"[0-9A-HJKMNP-TV-Z]{26}$")  # Crockford base32: memory ids, not credentials
 _ASCII_LOWER = {c: c + 32 for c in range(65, 91)}
 
 
@@ -329,8 +330,8 @@ def _entropy_spans(text: str) -> list[tuple[str, int, int]]:
             if match is None:
                 continue
             value = match.group("v")
-            if MARK_PREFIX in value or value.startswith("//"):
-                continue  # masked already, or the rest of a URL (``https://…``)
+            if MARK_PREFIX in value or value.startswith("//") or _ULID.match(value):
+                continue  # masked already, the rest of a URL (``https://…``), or a record id
             before = at - 1
             if before < 0 or not (text[before].isalnum() or text[before] in "_]\"' \t="):
                 continue  # ``name=`` / ``"name":``; not a bare ``:`` starting a line

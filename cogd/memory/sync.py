@@ -7,10 +7,12 @@ are skipped) whose size or mtime differs from what the projection last saw:
   and column, stored against the file; the file is left untouched, its memory
   keeps its last legal state, and every other file keeps syncing; a file over
   ``record.MAX_FILE_BYTES`` is a ``too_large`` problem and is never read whole;
+- a file holding a secret (in any field, private spans included) is first rewritten with it masked
+  (:meth:`MemoryStore.mask_file_secrets`, a ``secret_masked`` event): the file is bound for git;
 - otherwise the record goes through :meth:`MemoryStore.apply_file_state`, which
   asks the lattice about the status change (from the projection's state, or
   from the ledger's last event when the projection was rebuilt) and refuses
-  illegal moves, secrets and tombstoned claims without touching the file.
+  illegal moves and tombstoned claims without touching the file.
 
 A record file that disappears takes its memory out of the projection with a
 ``file_removed`` event (the pre-image keeps the text; ``purge`` erases it).
@@ -75,6 +77,7 @@ def scan(store: "MemoryStore") -> dict:
         counts["changed"] += 1
         path = store.memory_dir / rel
         try:
+            st = store.mask_file_secrets(rel, st)  # bound for git: a secret is masked in the file itself
             record = read(path)
         except RecordError as exc:
             fix = ("shorten it, or split it into several memories; the memory keeps its last good state meanwhile"
