@@ -452,6 +452,14 @@ def _ds_plugins() -> list:
     return _plugins
 
 
+def warm_secret_scan() -> None:
+    """Load detect-secrets' plugins on a background thread (its import costs ~0.6 s on a busy machine;
+    the daemon calls this at start so that the first prompt does not pay it). Returns at once."""
+    import threading
+
+    threading.Thread(target=_ds_plugins, name="cogd-secrets-warm", daemon=True).start()
+
+
 def _ds_kind(secret_type: str) -> str:
     return "ds_" + re.sub(r"[^a-z0-9]+", "_", secret_type.lower()).strip("_")
 

@@ -33,6 +33,7 @@ from cogd.retrieve.pack import Pack, Preface, overview_pack, prompt_pack, workin
 from cogd.retrieve.repomap import RankedGraph, pagerank
 from cogd.retrieve.lexical import match_expression, query_terms
 from cogd.retrieve.workingset import entities_at, working_set
+from cogd.secrets import mask as mask_secrets
 from cogd.usage.ledger import Ledger
 from cogd.usage.touches import Touch, touches_from_tool_use
 from cogd.usage.utility import UtilityModel
@@ -63,7 +64,8 @@ def _timeout(params: dict, default: float, limit: float = 3600.0) -> float:
 
 
 def _session_id(params: dict) -> str:
-    return _clean_text(params.get("session_id"), "session_id")[:SESSION_ID_MAX] or "unknown"
+    # masked like everything the ledger keeps of a client, here once, so reads and writes agree
+    return mask_secrets(_clean_text(params.get("session_id"), "session_id")[:SESSION_ID_MAX]) or "unknown"
 
 
 class Service:

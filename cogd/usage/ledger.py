@@ -18,6 +18,10 @@ Per-entity sums (``entity_utility``: retrieval, used and ignored counts, the
 weighted successes and failures of :mod:`cogd.usage.utility`) are updated in
 the same transaction as the outcomes, so they never disagree with the items.
 
+Text a client sent (the prompt head, session ids, tool names and ids, touched paths, end reasons,
+compaction triggers) is stored with secrets masked (:func:`cogd.secrets.mask`): query associations
+copy the masked prompt head, so they never see a secret either.
+
 The ledger is not a projection: it cannot be rebuilt from the work tree, so
 nothing that rebuilds the index touches it, and old databases are migrated
 in place (columns added), never dropped. Thread-safe: one connection guarded
@@ -34,6 +38,7 @@ import time
 from pathlib import Path
 
 from cogd import safepath
+from cogd.secrets import mask
 from cogd.usage.outcomes import PendingItem, match_hits, miss_weight, strength
 from cogd.usage.touches import Touch
 from cogd.usage.utility import UtilityModel
@@ -133,6 +138,15 @@ _CLOSES = {
 _DEFAULT_WEIGHTS = {"edit": 1.0, "read": 0.0, "search": 0.0}  # as [usage] in cogd.config
 
 QUERY_KEEP_CHARS = 2000
+# The prompt is masked before it is cut to QUERY_KEEP_CHARS (a key cut in two is no longer recognised,
+# and its first half would be kept); this much past the cut is scanned with it. A longer secret
+# straddling the cut (a private key block) is masked to the end of the window by its own rule.
+QUERY_SCAN_CHARS = QUERY_KEEP_CHARS + 4096
+
+
+def _prompt_head(query: str) -> str:
+    """What the ledger keeps of a prompt: its first QUERY_KEEP_CHARS characters, secrets masked."""
+    return mask(query[:QUERY_SCAN_CHARS])[:QUERY_KEEP_CHARS]
 
 
 class Ledger:
@@ -191,7 +205,7 @@ class Ledger:
             cur = self._conn.execute(
                 "INSERT INTO deliveries(session_id, event, source, created_at, query, size_chars, item_count, "
                 "fingerprint) VALUES (?,?,?,?,?,?,?,?)",
-                (session_id, event, source, now, query[:QUERY_KEEP_CHARS], len(text), len(items), fingerprint),
+                (mask(session_id), event, mask(source), now, _prompt_head(query), len(text), len(items), fingerprint),
             )
             delivery_id = int(cur.lastrowid)
             rows = [
@@ -211,7 +225,7 @@ class Ledger:
             )
             self._conn.execute(
                 "INSERT INTO sessions(session_id, started_at) VALUES (?, ?) ON CONFLICT(session_id) DO NOTHING",
-                (session_id, now),
+                (mask(session_id), now),
             )
         return delivery_id
 
@@ -284,7 +298,8 @@ class Ledger:
         with self._lock, self._conn:
             cur = self._conn.execute(
                 "INSERT INTO tool_uses(session_id, tool_name, tool_use_id, created_at, touches) VALUES (?,?,?,?,?)",
-                (session_id, tool_name, tool_use_id, now, json.dumps([t.as_dict() for t in touches])),
+                (mask(session_id), mask(tool_name), mask(tool_use_id), now,
+                 json.dumps([{**t.as_dict(), "path": mask(t.path)} for t in touches])),
             )
             hits = self._resolve_hits(session_id, touches, now) if touches else []
         return int(cur.lastrowid), hits
@@ -339,7 +354,7 @@ class Ledger:
                 "INSERT INTO sessions(session_id, started_at, ended_at, end_reason) VALUES (?,?,?,?) "
                 "ON CONFLICT(session_id) DO UPDATE SET ended_at = coalesce(ended_at, excluded.ended_at), "
                 "end_reason = coalesce(end_reason, excluded.end_reason)",
-                (session_id, now, now, reason),
+                (mask(session_id), now, now, mask(reason)),
             )
             return self._close(session_id, now, None)
 
@@ -438,7 +453,7 @@ class Ledger:
         with self._lock, self._conn:
             cur = self._conn.execute(
                 "INSERT INTO working_sets(session_id, created_at, trigger, entities) VALUES (?,?,?,?)",
-                (session_id, now, trigger, json.dumps(entities)),
+                (mask(session_id), now, mask(trigger), json.dumps(entities)),
             )
         return int(cur.lastrowid)
 
