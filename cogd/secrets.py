@@ -153,9 +153,9 @@ def _header_value(value: str) -> bool:
 
 
 RULES: tuple[Rule, ...] = (
-    Rule("github_token", ("ghp_", "gho_", "ghu_", "ghs_", "ghr_"), re.compile(r"(?P<v>gh[pousr]_[A-Za-z0-9]{30,251})" + _E)),
-    Rule("github_token", ("github_pat_",), re.compile(r"(?P<v>github_pat_[A-Za-z0-9_]{22,255})" + _E)),
-    Rule("anthropic_key", ("sk-ant-",), re.compile(r"(?P<v>sk-ant-[A-Za-z0-9_-]{20,300})")),
+    Rule("github_token", ("ghp_", "gho_", "ghu_", "ghs_", "ghr_"), re.compile(r"(?P<v>gh[pousr]_[A-Za-z0-9]{16,251})" + _E)),
+    Rule("github_token", ("github_pat_",), re.compile(r"(?P<v>github_pat_[A-Za-z0-9_]{16,255})" + _E)),
+    Rule("anthropic_key", ("sk-ant-",), re.compile(r"(?P<v>sk-ant-[A-Za-z0-9_-]{16,300})")),
     Rule("openai_key", ("sk-proj-", "sk-svcacct-", "sk-admin-", "sk-None-"),
          re.compile(r"(?P<v>sk-(?:proj|svcacct|admin|None)-[A-Za-z0-9_-]{20,300})")),
     Rule("openai_key", ("sk-",), re.compile(r"(?P<v>sk-[A-Za-z0-9]{32,200})" + _E),

@@ -769,7 +769,10 @@ class MemoryStore:
         try:
             record = parse(masked)
         except RecordError:
-            pass  # a broken file is masked as text and reported by the scan as broken
+            try:  # masking the raw text broke its layout (a key block YAML folded): mask field by field
+                record, findings = parse(text), []
+            except RecordError:
+                pass  # a broken file is masked as text and reported by the scan as broken
         if record is not None:
             leftover = mask_record(record)
             if leftover:
