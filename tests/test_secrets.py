@@ -9,7 +9,9 @@ import time
 
 import pytest
 
+from cogd.memory.record import Anchor, Record, free_text, mask_record, new_id, serialise
 from cogd.secrets import MaskingLogFilter, mask, mask_data, redact, scan, strip_private
+from memory_fixtures import refused, root, store  # noqa: F401 (fixtures)
 from secret_corpus import build
 
 CORPUS = build()
@@ -174,3 +176,70 @@ def _time(fn) -> float:
     start = time.perf_counter()
     fn()
     return time.perf_counter() - start
+
+
+# ---- the memory store's use of it ----------------------------------------------------------------
+JWT = CORPUS[[c[0] for c in CORPUS].index("jwt")]
+
+
+def test_a_long_tag_is_scanned_before_it_is_cut(store, root):
+    """A tag is stored cut to 100 characters; a JWT cut there no longer looked like one, and its
+    first 100 characters were stored. Each field is now scanned whole, then cut."""
+    _, text, _ = JWT
+    token = text.split()[3]
+    assert len(token) > 100
+    refused("secret_detected", store.record, "knowledge", "the admin session", tags=[token], source="human")
+    refused("secret_detected", store.record, "knowledge", "the admin session", session_id=token[:200])
+    refused("secret_detected", store.record, "knowledge", "the admin session", anchors=[token])
+    assert not list((root / ".cogd" / "memory").rglob("*.md"))
+
+
+def test_private_spans_leave_every_field(store, root):
+    result = store.record("knowledge", "deploys go through the release branch", title="Release <private>Bob</private> flow",
+                          tags=["ops", "<private>bob-555</private>"], creation_reason="asked <private>Bob at 555</private>",
+                          source="human")
+    text = (root / ".cogd" / "memory" / "knowledge" / f"{result['record']['id']}.md").read_text(encoding="utf-8")
+    assert "Bob" not in text and "555" not in text
+    assert result["record"]["tags"] == ["ops"] and result["record"]["title"] == "Release flow"
+
+
+def test_a_record_file_scans_clean():
+    """Frontmatter is full of ids, hashes and timestamps: none of it may look like a secret."""
+    record = Record(id=new_id(), type="knowledge", title="parse_date returns naive datetimes", status="active",
+                    body="callers must attach UTC", created_at=1796125234.55, updated_at=1796125234.55,
+                    valid_from_commit="af8ab7d2c3e4f5a6b7c8d9e0f1a2b3c4d5e6f7a8", session_id="3f2b8c1e-0000-4000-8000-00000000c0de",
+                    anchors=[Anchor("email/utils.py::parsedate_to_datetime", "9f1c2d3e4a5b6c7d")], supersedes=new_id(),
+                    tags=["dates"], tombstone="sha256:9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08",
+                    extra={"evidence": [{"id": new_id(), "session_id": "mcp-3f2b9c1e4d5a", "how": "embedding", "score": 0.91}]})
+    assert scan(serialise(record)) == []
+    assert mask_record(record) == []
+
+
+def test_mask_record_reaches_every_field():
+    token = "ghp_" + "a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8"
+    record = Record(id=new_id(), type="knowledge", title=f"t {token}", status="active", body=f"b {token}",
+                    created_at=0.0, updated_at=0.0, creation_reason=token, session_id=token, tags=[token],
+                    anchors=[Anchor(token, token)], rejected_reason=token, extra={"k": [{"n": token}]})
+    assert len(mask_record(record)) == 9  # title, body, reason, session, tag, anchor ×2, rejection, extra
+    assert not any("a1B2c3D4e5F6" in text for _, text in free_text(record))
+
+
+def test_a_key_block_folded_by_yaml_is_masked_field_by_field(store, root):
+    """The raw text cannot be masked in place when YAML folded a key block across lines: the file is
+    masked field by field instead, and stays a good record."""
+    import yaml
+
+    family, text, middle = next(c for c in CORPUS if c[0] == "private_key")
+    entity_id = new_id()
+    front = {"id": entity_id, "type": "knowledge", "title": "a key", "status": "active", "source": "human",
+             "creation_reason": text, "tags": [text]}
+    path = root / ".cogd" / "memory" / "knowledge" / f"{entity_id}.md"
+    path.write_text("---\n" + yaml.safe_dump(front, sort_keys=False) + "---\n\nthe deploy key\n", encoding="utf-8")
+    assert "\n\n" in path.read_text(encoding="utf-8")  # YAML wrote the block's lines as folded paragraphs
+    store.sync()
+    after = path.read_text(encoding="utf-8")
+    assert middle not in after and middle not in after.replace("\n  ", "").replace("\n", "")
+    got = store.get(entity_id)
+    assert got["problem"] is None
+    assert "…[secret:private_key]" in got["record"]["tags"][0]
+    assert [e["action"] for e in store.events(entity_id)][:2] == ["secret_masked", "create"]

@@ -115,6 +115,26 @@ def test_no_secret_reaches_dot_cogd_by_any_path(repo):
             cli_refused("a note about the deploy", "--title", one_line)
         cli_refused("a note about the deploy", "--reason", text[:500])
 
+    # ---- 2b. `cogd memory edit` adding secrets in $EDITOR: refused, and the kept copy is masked -----------
+    import os
+    import stat
+    import subprocess
+
+    editor = root.parent / "editor.sh"
+    editor.write_text('#!/bin/sh\nprintf "%s\\n" "$SECRET" >> "$1"\n', encoding="utf-8")
+    editor.chmod(editor.stat().st_mode | stat.S_IEXEC)
+    record_path = next(p for p in _memory_files(root) if p.stem == benign_id)
+    before = record_path.read_bytes()
+    for family, text, middle in (CORPUS[0], CORPUS[-3], next(c for c in CORPUS if c[0] == "private_key")):
+        proc = subprocess.run([COGD, "memory", "edit", benign_id], cwd=root, capture_output=True, text=True,
+                              env={**os.environ, "EDITOR": str(editor), "VISUAL": str(editor), "SECRET": text},
+                              timeout=120)
+        assert proc.returncode == 1 and "secret_detected" in proc.stderr, (family, proc.stderr)
+        kept = Path(proc.stderr.split("your edit is kept in")[1].split()[0])
+        assert middle not in kept.read_text(encoding="utf-8") and "[secret:" in kept.read_text(encoding="utf-8")
+        kept.unlink()
+        assert record_path.read_bytes() == before
+
     # ---- 3. the MCP server over stdio: each secret in each field of each memory tool ---------------------
     async def mcp_calls(client):
         results = []
