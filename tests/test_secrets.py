@@ -4,6 +4,7 @@ masking idempotent, ordinary code and prose left alone, and the cost of a scan."
 from __future__ import annotations
 
 import logging
+import os
 import statistics
 import time
 
@@ -243,3 +244,30 @@ def test_a_key_block_folded_by_yaml_is_masked_field_by_field(store, root):
     assert got["problem"] is None
     assert "…[secret:private_key]" in got["record"]["tags"][0]
     assert [e["action"] for e in store.events(entity_id)][:2] == ["secret_masked", "create"]
+
+
+def test_the_first_sync_of_a_process_masks_files_it_saw_before(root):
+    """A record file accepted before the scanner knew a family (its stat unchanged since) is masked
+    by the next process's first sync, not left in git."""
+    from cogd.memory.api import MemoryStore
+
+    first = MemoryStore(root, root / ".cogd" / "state.db", root / ".cogd" / "index")
+    rid = first.record("knowledge", "the release bot pushes with its own token", source="human")["record"]["id"]
+    path = root / ".cogd" / "memory" / "knowledge" / f"{rid}.md"
+    token = "github_pat_" + "11ABCDEFG0aZ81kQm2Lp0aWv3Ybn7T_xY4kPq9rS2tUv6wX8yZ0aB1cD3eF5gH7iJ9kL1mN3oP5qR7sT9uV1wX3yZ5aB7cD9e"
+    stat_before = path.stat()
+    text = path.read_text(encoding="utf-8").replace("own token", f"own token {token}")
+    path.write_text(text, encoding="utf-8")
+    os.utime(path, ns=(stat_before.st_atime_ns, stat_before.st_mtime_ns))
+    # the projection keeps the old stat: an ordinary sync would not look at the file again
+    first.projection.set_file(f"knowledge/{rid}.md", path.stat().st_mtime_ns, path.stat().st_size, rid, None)
+    first.sync()
+    first.close()
+    assert token in path.read_text(encoding="utf-8")  # (this process had swept already)
+    second = MemoryStore(root, root / ".cogd" / "state.db", root / ".cogd" / "index")
+    try:
+        second.sync()
+        assert "0aZ81kQm2Lp0" not in path.read_text(encoding="utf-8")
+        assert "gith…[secret:github_token]" in second.get(rid)["record"]["body"]
+    finally:
+        second.close()

@@ -119,6 +119,7 @@ class MemoryStore:
         self._last_sync = 0.0
         self._anchor_mark: str | None = None
         self.last_sync_at: float | None = None
+        self.secrets_swept = False  # the first sync masks secrets in every record file (see sync.py)
 
     def close(self) -> None:
         with self._lock:

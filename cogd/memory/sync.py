@@ -8,7 +8,9 @@ are skipped) whose size or mtime differs from what the projection last saw:
   keeps its last legal state, and every other file keeps syncing; a file over
   ``record.MAX_FILE_BYTES`` is a ``too_large`` problem and is never read whole;
 - a file holding a secret (in any field, private spans included) is first rewritten with it masked
-  (:meth:`MemoryStore.mask_file_secrets`, a ``secret_masked`` event): the file is bound for git;
+  (:meth:`MemoryStore.mask_file_secrets`, a ``secret_masked`` event): the file is bound for git.
+  The first scan of a process looks at every file this way, changed or not (files written before
+  the scanner knew a key family);
 - otherwise the record goes through :meth:`MemoryStore.apply_file_state`, which
   asks the lattice about the status change (from the projection's state, or
   from the ledger's last event when the projection was rebuilt) and refuses
@@ -63,6 +65,13 @@ def scan(store: "MemoryStore") -> dict:
         projection.open()
     counts = {"seen": 0, "changed": 0, "accepted": 0, "refused": 0, "broken": 0, "removed": 0}
     on_disk = record_files(store.memory_dir)
+    if not store.secrets_swept:  # once per process: files older than the scanner's current rules
+        for rel, st in on_disk.items():
+            try:
+                on_disk[rel] = store.mask_file_secrets(rel, st)
+            except OSError:
+                continue  # left to the per-file checks below
+        store.secrets_swept = True
     known = projection.files()
     counts["seen"] = len(on_disk)
     claimed: dict[str, str] = {}  # id -> the path that holds it, for files that were already fine
