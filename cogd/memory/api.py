@@ -31,6 +31,8 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import stat
 import threading
 import time
 from pathlib import Path
@@ -760,8 +762,11 @@ class MemoryStore:
         path = self.memory_dir / relpath
         if st.st_size > MAX_FILE_BYTES:
             return st
-        try:
-            with open(path, "rb") as handle:
+        try:  # never through a link (one swapped in since the listing would be read outside the tree)
+            fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+            with os.fdopen(fd, "rb") as handle:
+                if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+                    return st
                 text = handle.read(MAX_FILE_BYTES + 1).decode("utf-8")
         except (OSError, UnicodeDecodeError):
             return st
