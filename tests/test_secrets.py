@@ -3,6 +3,7 @@ masking idempotent, ordinary code and prose left alone, and the cost of a scan."
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import statistics
@@ -271,3 +272,36 @@ def test_the_first_sync_of_a_process_masks_files_it_saw_before(root):
         assert "gith…[secret:github_token]" in second.get(rid)["record"]["body"]
     finally:
         second.close()
+
+
+def test_a_ledger_written_before_masking_is_masked_once_when_opened(tmp_path):
+    """Prompts stored by an older cogd stayed in clear; opening the ledger masks them (once), and the
+    old text is not left in the database's free pages or its WAL."""
+    import sqlite3
+
+    from cogd.usage.ledger import Ledger
+
+    db = tmp_path / "state.db"
+    Ledger(db).close()
+    key = "AKIA" + "ZXCVBNMQWERTYUIO"
+    password = "Tr0ub4dor-and-3x"
+    with sqlite3.connect(db) as conn:  # what an older version wrote: client text as sent
+        conn.execute("DELETE FROM meta WHERE key = 'secrets_masked'")
+        conn.execute("INSERT INTO deliveries(session_id, event, source, created_at, query, size_chars, item_count) "
+                     "VALUES ('s', 'prompt', '', 1.0, ?, 10, 0)", (f"deploy fails with {key} and password={password}",))
+        conn.execute("INSERT INTO associations(entity_id, path, query) VALUES ('a.py::f', 'a.py', ?)",
+                     (f"deploy fails with {key}",))
+        conn.execute("INSERT INTO tool_uses(session_id, tool_name, tool_use_id, created_at, touches) VALUES "
+                     "('s', 'Read', 't', 1.0, ?)", (json.dumps([{"path": f"notes/{key}.txt", "action": "read",
+                                                                  "start_line": None, "end_line": None}]),))
+    ledger = Ledger(db)
+    try:
+        assert ledger.deliveries()[0]["query"] == ("deploy fails with AKIA…[secret:aws_access_key] and "
+                                                    "password=Tr0u…[secret:secret_assignment]")
+        assert ledger.tool_uses()[0]["touches"][0]["path"] == "notes/AKIA…[secret:aws_access_key].txt"
+        assert ledger.associated('"deploy"') == [("a.py::f", pytest.approx(ledger.associated('"deploy"')[0][1]))]
+    finally:
+        ledger.close()
+    raw = b"".join(p.read_bytes() for p in tmp_path.iterdir() if p.is_file())
+    assert b"ZXCVBNMQWERTYUIO" not in raw and b"b4dor-and-3x" not in raw
+    Ledger(db).close()  # a second open finds nothing to do

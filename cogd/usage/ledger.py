@@ -149,6 +149,17 @@ def _prompt_head(query: str) -> str:
     return mask(query[:QUERY_SCAN_CHARS])[:QUERY_KEEP_CHARS]
 
 
+def _mask_touches(raw: str) -> str:
+    """A stored ``tool_uses.touches`` JSON list with each path masked (``raw`` itself when nothing changed)."""
+    try:
+        touches = json.loads(raw)
+        masked = [{**t, "path": mask(t["path"])} if isinstance(t, dict) and isinstance(t.get("path"), str) else t
+                  for t in touches]
+    except (ValueError, TypeError):
+        return mask(raw)
+    return raw if masked == touches else json.dumps(masked)
+
+
 class Ledger:
     """Access to ``state.db``. Raises sqlite3.Error on a broken database.
 
@@ -168,6 +179,7 @@ class Ledger:
         self._conn.executescript(SCHEMA)
         self._migrate()
         self._conn.commit()
+        self._mask_stored_text()
         self._lock = threading.Lock()
         self.weights = dict(weights or _DEFAULT_WEIGHTS)
         self.miss_halflife = miss_halflife
@@ -181,6 +193,36 @@ class Ledger:
             if column not in columns:
                 self._conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {declaration}")
         self._conn.execute("CREATE INDEX IF NOT EXISTS deliveries_open ON deliveries(session_id) WHERE closed_at IS NULL")
+
+    def _mask_stored_text(self) -> int:
+        """Once per database: mask the secrets in client text stored before the ledger masked it.
+
+        Prompt heads, query associations, touched paths, compaction triggers and end reasons are
+        rewritten with :func:`cogd.secrets.mask`; ``secure_delete`` (left on: a retracted delivery's
+        prompt must not linger either) zeroes the old text's space, the association index is
+        optimised (old segments dropped) and the WAL truncated. Marked done in ``meta``
+        (``secrets_masked``). Returns how many values changed.
+        """
+        if self._conn.execute("SELECT 1 FROM meta WHERE key = 'secrets_masked'").fetchone() is not None:
+            self._conn.execute("PRAGMA secure_delete=ON")
+            return 0
+        self._conn.execute("PRAGMA secure_delete=ON")
+        changed = 0
+        for table, column in (("deliveries", "query"), ("associations", "query"), ("tool_uses", "touches"),
+                              ("working_sets", "trigger"), ("sessions", "end_reason")):
+            rows = self._conn.execute(f"SELECT rowid, {column} FROM {table} WHERE {column} != ''").fetchall()
+            for rowid, value in rows:
+                masked = _mask_touches(value) if column == "touches" else mask(value)
+                if masked != value:
+                    self._conn.execute(f"UPDATE {table} SET {column} = ? WHERE rowid = ?", (masked, rowid))
+                    changed += 1
+        if changed:
+            self._conn.execute("INSERT INTO associations(associations) VALUES ('optimize')")
+        self._conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES ('secrets_masked', '1')")
+        self._conn.commit()
+        if changed:
+            self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        return changed
 
     def close(self) -> None:
         with self._lock:
