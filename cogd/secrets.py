@@ -106,16 +106,38 @@ _CODE_VALUE = re.compile(r"^(?:[A-Za-z_]\w*\s*(?:\.|\(|\[|::|->)|[A-Za-z_]\w*_\w
 _PATH_VALUE = re.compile(r"^(?:~|\.{1,2})?/[\w.@-]+(?:/[\w.@-]+)+/?$")
 
 
-def _looks_secret(value: str, quoted: bool = False) -> bool:
-    """Whether the value of a secret-named assignment is a credential rather than code or a placeholder."""
+_FORMAT = re.compile(r"%[-#0 +]*\d*[sdifrx]|%\(")
+_WORDS = re.compile(r"[A-Za-z]+(?:[ _.-][A-Za-z]+)*")
+_CAMEL = re.compile(r"[A-Z]?[a-z]+(?:[A-Z][a-z]+)*|[A-Z]+")
+
+
+def _random_case(value: str) -> bool:
+    """Letters only, yet a jumble of cases (``kQmZxLpWvYbnT``), not camelCase or ALLCAPS words."""
+    return (len(value) >= 10 and any(c.isupper() for c in value) and any(c.islower() for c in value)
+            and not _CAMEL.fullmatch(value) and shannon_entropy(value) >= 3.5)
+
+
+def _looks_secret(value: str, quoted: bool = False, words_ok: bool = False) -> bool:
+    """Whether the value of a secret-named assignment is a credential rather than code, a label or a
+    placeholder. ``quoted``: it stood in quotes (so it is a literal, not an expression); ``words_ok``:
+    the name says password/secret, so plain words are a passphrase rather than a label."""
+    value = value.strip()
     if MARK_PREFIX in value or len(value) < 6 or _PLACEHOLDER.match(value):
         return False
     if "://" in value or _PATH_VALUE.match(value):
         return False  # a URL (its password, if any, is the URL rule's) or a file path
+    if ("{" in value and "}" in value) or _FORMAT.search(value) or value[0] in "[{(":
+        return False  # a template, a format string, a literal list or call
+    if all(c.isdigit() or c in ".:-" for c in value) and (len(value) < 12 or not value.isdigit()):
+        return False  # a port, a count, a version, an OID, a date
     if not quoted and _CODE_VALUE.match(value):
         return False  # an expression: self.token, get_password(), os.environ["X"], user_token
-    if value.isdigit() and len(value) < 12:
-        return False  # a port, a count, a timeout
+    if value.isidentifier() or (quoted and _WORDS.fullmatch(value)):
+        # a bare name (a variable, a constant) or words (a label): only with digits in it, or a jumble
+        # of cases, does it look like a credential — unless the name promised a passphrase
+        if any(c.isdigit() for c in value):
+            return len(value) >= 8
+        return _random_case(value) or (words_ok and quoted and len(value) >= 8)
     has_other = any(not c.isalpha() for c in value)
     return has_other or shannon_entropy(value) >= 3.0
 
@@ -176,7 +198,9 @@ RULES: tuple[Rule, ...] = (
          lambda v: MARK_PREFIX not in v and not _PLACEHOLDER.match(v), bounded=False),
     Rule("authorization_header", ("authorization",),
          re.compile(r"(?i)authorization[\"']?\s*[:=]\s*[\"']?(?:(?:bearer|basic|token|digest)\s+)?"
-                    r"(?P<v>[A-Za-z0-9._~+/-]{16,}=*)"), _header_value, fold=True),
+                    r"(?P<v>[A-Za-z0-9._~+/-]{8,}=*)"),
+         lambda v: MARK_PREFIX not in v and not _PLACEHOLDER.match(v) and not _CODE_VALUE.match(v)
+         and not (v.isidentifier() and not any(c.isdigit() for c in v)) and not _WORDS.fullmatch(v), fold=True),
     Rule("authorization_header", ("bearer",), re.compile(r"(?i)bearer\s+(?P<v>[A-Za-z0-9._~+/-]{16,}=*)"),
          _header_value, fold=True),
     Rule("authorization_header", ("token ",), re.compile(r"(?i)token\s+(?P<v>[A-Za-z0-9._~+/-]{16,}=*)"),
@@ -194,10 +218,16 @@ _ASSIGN_AFTER = re.compile(
     r"(?:(?P<q>[\"'`])(?P<qv>[^\"'`\n]{1,300})(?P=q)|(?P<v>[^\s\"'`,;)\]}]{1,300}))")
 _NAME_CHARS = re.compile(r"[\w.-]")
 _AFTER_NAME = frozenset("\"']:= \t")
+_SAID_IS = re.compile(r"\s+(?:is|was)\s+[\"'`]?(?P<v>[^\s\"'`]{6,100})")
 _SECRET_NAME = re.compile(
     r"(?:^|_)(?:pass(?:word|wd|phrase)?|pwd|secret|token|auth|credentials?|contrase(?:n|ñ)a)(?:_|$)|"
     r"(?:api|access|private|priv|secret|client|auth|signing|encryption|master|account|service|db|database)_?key(?:_|$)|"
     r"apikey|accesskey|secretkey|privatekey")
+# A secret word qualified into something else: ``token_type``, ``auth_header``, ``secret_name``.
+_NOT_A_VALUE_NAME = re.compile(
+    r"_(?:type|kind|name|names|label|field|header|hdr|method|mode|url|uri|endpoint|path|file|dir|len|length|"
+    r"count|size|ttl|expiry|expires|prefix|format|class|pattern|regex|policy|version|scope|scopes|env|var|"
+    r"range|index|id_field|param|column|attr|key_name)$")
 _PASSPHRASE_NAME = re.compile(r"(?:^|_)(?:pass(?:word|wd|phrase)?|pwd|secret)(?:_|$)")
 _ULID = re.compile(r"[0-9A-HJKMNP-TV-Z]{26}$")  # Crockford base32: memory ids, not credentials
 _ASCII_LOWER = {c: c + 32 for c in range(65, 91)}
@@ -298,23 +328,28 @@ def _keyword_spans(text: str, lowered: str) -> list[tuple[str, int, int]]:
                 continue  # ``key,`` ``token)`` … : no assignment follows (most hits in code)
             assign = _ASSIGN_AFTER.match(text, end)
             if assign is None:
+                said = _SAID_IS.match(text, end)  # "the db password is Hunter2!": in prose, stricter
+                if said is not None and _PASSPHRASE_NAME.search(_snake(text[at:end])):
+                    value = said.group("v").rstrip(".,;")
+                    if _looks_secret(value) and _mixed(value):
+                        spans.append(("secret_assignment", said.start("v"), said.start("v") + len(value)))
                 continue
             start = at
             while start > 0 and at - start < 60 and _NAME_CHARS.match(text, start - 1):
                 start -= 1
             name = _snake(text[start:end])
-            if not _SECRET_NAME.search(name):
+            if not _SECRET_NAME.search(name) or _NOT_A_VALUE_NAME.search(name):
                 continue
             if assign.group("qv") is not None:
                 value, v_start = assign.group("qv"), assign.start("qv")
-                if " " in value.strip():
-                    if not _PASSPHRASE_NAME.search(name) or len(value) > 100 or not _looks_secret(value, True):
-                        continue
-                elif not _looks_secret(value, True):
+                passphrase = bool(_PASSPHRASE_NAME.search(name))
+                if " " in value.strip() and (not passphrase or len(value) > 100):
+                    continue
+                if not _looks_secret(value, True, words_ok=passphrase):
                     continue
             else:
                 value, v_start = assign.group("v"), assign.start("v")
-                value = value.rstrip(".")  # the full stop of a sentence
+                value = value.rstrip(".:,;!?")  # a sentence's or a statement's punctuation
                 if not _looks_secret(value):
                     continue
             spans.append(("secret_assignment", v_start, v_start + len(value)))
@@ -335,9 +370,18 @@ def _entropy_spans(text: str) -> list[tuple[str, int, int]]:
             before = at - 1
             if before < 0 or not (text[before].isalnum() or text[before] in "_]\"' \t="):
                 continue  # ``name=`` / ``"name":``; not a bare ``:`` starting a line
-            if _mixed(value) and shannon_entropy(value) >= 4.2 and _token_like(value):
+            if _mixed(value) and shannon_entropy(value) >= 4.2 and _token_like(value) and not _sequential(value):
                 spans.append(("high_entropy_assignment", match.start("v"), match.end("v")))
     return spans
+
+
+_RUNS = ("abcdefghijklmnopqrstuvwxyz", "0123456789", "qwertyuiopasdfghjklzxcvbnm")
+
+
+def _sequential(value: str) -> bool:
+    """An alphabet or keyboard row written out (``"abcdefghijklmnopqrstuvwxyz0123456789_"``): a charset, not a key."""
+    low = value.lower()
+    return any(run[i:i + 6] in low for run in _RUNS for i in range(len(run) - 5))
 
 
 def _token_like(value: str) -> bool:

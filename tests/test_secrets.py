@@ -68,6 +68,17 @@ def test_masks_keep_the_rest_of_the_text_and_the_family():
                                           "-----END RSA PRIVATE KEY-----\nend")
 
 
+def test_credentials_said_in_prose_and_headers():
+    assert mask("the staging db password is Hunter2-rotated, keep it quiet") == \
+        "the staging db password is Hun…[secret:secret_assignment], keep it quiet"
+    assert mask("curl -H 'Authorization: Basic dXNlcjpwYXNzd29yZA=='") == \
+        "curl -H 'Authorization: Basic dXNl…[secret:authorization_header]'"
+    assert mask("curl -H 'X-Api-Key: 9f1c2d3e4a5b6c7dAbC'") == "curl -H 'X-Api-Key: 9f1c…[secret:secret_assignment]'"
+    assert mask("passwd='geheim$parole'") == "passwd='geh…[secret:secret_assignment]'"
+    for prose in ("the password is required", "the token is expired", "a password is never logged"):
+        assert scan(prose) == [], prose
+
+
 def test_an_unterminated_private_key_is_masked_to_the_end():
     text = "pasted half a key:\n-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQ\nAAAA"
     masked = mask(text)
@@ -116,6 +127,18 @@ NOT_SECRETS = [
     "headers = {'Authorization': f'Bearer {token}'}",
     "JSONDecoder.raw_decode returns (obj, end); parse_headers_from_bytes handles folding",
     "class TokenBucketRateLimiter: refill_rate_per_second = 10",
+    # shapes the standard library's own code has (email, urllib, shlex, ssl, tempfile, xml)
+    "    token_type = 'bare-quoted-string'",
+    "        if token == START_ELEMENT:",
+    "        self.username, self.password = credentials",
+    "    auth_header = 'Proxy-Authorization'",
+    "            credentials = '{0}:{1}'.format(user, passwd)",
+    "    SERVER_AUTH = '1.3.6.1.5.5.7.3.1'",
+    '    characters = "abcdefghijklmnopqrstuvwxyz0123456789_"',
+    "            token_range = \"%d,%d-%d,%d:\" % (start, end)",
+    "        fds_to_pass = [listener.fileno(), alive_r]",
+    "            authorization = authorization[1].encode('ascii')",
+    "        pwd = (self.password.encode('utf-8'))",
 ]
 
 
