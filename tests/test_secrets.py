@@ -271,20 +271,22 @@ def test_a_key_block_folded_by_yaml_is_masked_field_by_field(store, root):
 
 
 def test_the_first_sync_of_a_process_masks_files_it_saw_before(root):
-    """A record file accepted before the scanner knew a family (its stat unchanged since) is masked
-    by the next process's first sync, not left in git."""
+    """A record accepted before the scanner knew a family (file and projection hold the token, the
+    file's stat unchanged since) is masked by the next process's first sync: in the file, in the
+    projection, and not copied into the edit event's pre-image."""
     from cogd.memory.api import MemoryStore
+    from cogd.memory.normalise import content_hash
+    from cogd.memory.record import read
 
     first = MemoryStore(root, root / ".cogd" / "state.db", root / ".cogd" / "index")
     rid = first.record("knowledge", "the release bot pushes with its own token", source="human")["record"]["id"]
-    path = root / ".cogd" / "memory" / "knowledge" / f"{rid}.md"
+    rel = f"knowledge/{rid}.md"
+    path = root / ".cogd" / "memory" / rel
     token = "github_pat_" + "11ABCDEFG0aZ81kQm2Lp0aWv3Ybn7T_xY4kPq9rS2tUv6wX8yZ0aB1cD3eF5gH7iJ9kL1mN3oP5qR7sT9uV1wX3yZ5aB7cD9e"
-    stat_before = path.stat()
-    text = path.read_text(encoding="utf-8").replace("own token", f"own token {token}")
-    path.write_text(text, encoding="utf-8")
-    os.utime(path, ns=(stat_before.st_atime_ns, stat_before.st_mtime_ns))
-    # the projection keeps the old stat: an ordinary sync would not look at the file again
-    first.projection.set_file(f"knowledge/{rid}.md", path.stat().st_mtime_ns, path.stat().st_size, rid, None)
+    path.write_text(path.read_text(encoding="utf-8").replace("own token", f"own token {token}"), encoding="utf-8")
+    old = read(path)  # what an older cogd accepted and projected
+    first.projection.upsert(old, old.body, content_hash(old.body))
+    first.projection.set_file(rel, path.stat().st_mtime_ns, path.stat().st_size, rid, None)
     first.sync()
     first.close()
     assert token in path.read_text(encoding="utf-8")  # (this process had swept already)
@@ -293,8 +295,12 @@ def test_the_first_sync_of_a_process_masks_files_it_saw_before(root):
         second.sync()
         assert "0aZ81kQm2Lp0" not in path.read_text(encoding="utf-8")
         assert "gith…[secret:github_token]" in second.get(rid)["record"]["body"]
+        assert not any("0aZ81kQm2Lp0" in (e["pre_image"] or "") for e in second.events(rid))
+        assert [e["action"] for e in second.events(rid)][-2:] == ["secret_masked", "edit"]
     finally:
         second.close()
+    for db in (root / ".cogd").rglob("*.db*"):
+        assert b"0aZ81kQm2Lp0" not in db.read_bytes(), db
 
 
 def test_a_ledger_written_before_masking_is_masked_once_when_opened(tmp_path):

@@ -53,6 +53,7 @@ from cogd.memory.record import (
     FOLDERS, MAX_FILE_BYTES, SOURCES, TITLE_MAX, TYPES, Anchor, Record, RecordError, atomic_write, free_text, is_ulid,
     mask_record, new_id, parse, read_text, serialise,
 )
+from cogd.secrets import mask as mask_secrets
 from cogd.secrets import redact
 from cogd.secrets import scan as scan_secrets
 from cogd.secrets import strip_private
@@ -198,7 +199,8 @@ class MemoryStore:
     def _pre_image(row) -> str | None:
         if row is None:
             return None
-        return f"{row['title']}\n\n{row['body']}" if row["body"] else row["title"]
+        # masked: a row projected before the scanner knew a key family may hold one in clear
+        return mask_secrets(f"{row['title']}\n\n{row['body']}" if row["body"] else row["title"])
 
     def _check_secrets(self, *texts: str) -> None:
         findings, seen = [], set()

@@ -65,12 +65,14 @@ def scan(store: "MemoryStore") -> dict:
         projection.open()
     counts = {"seen": 0, "changed": 0, "accepted": 0, "refused": 0, "broken": 0, "removed": 0}
     on_disk = record_files(store.memory_dir)
+    swept = False
     if not store.secrets_swept:  # once per process: files older than the scanner's current rules
         for rel, st in on_disk.items():
             try:
                 on_disk[rel] = store.mask_file_secrets(rel, st)
             except OSError:
                 continue  # left to the per-file checks below
+            swept = swept or on_disk[rel] is not st
         store.secrets_swept = True
     known = projection.files()
     counts["seen"] = len(on_disk)
@@ -138,4 +140,7 @@ def scan(store: "MemoryStore") -> dict:
                             {"path": rel})
         projection.delete(entity_id)
         counts["removed"] += 1
+    if swept:  # the masked records replaced projected text in place: merge it out of the files
+        projection.merge_text()
+        store.ledger.checkpoint()
     return counts
