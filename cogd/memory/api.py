@@ -31,8 +31,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import stat
 import threading
 import time
 from pathlib import Path
@@ -764,12 +762,8 @@ class MemoryStore:
         path = self.memory_dir / relpath
         if st.st_size > MAX_FILE_BYTES:
             return st
-        try:  # never through a link (one swapped in since the listing would be read outside the tree)
-            fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
-            with os.fdopen(fd, "rb") as handle:
-                if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
-                    return st
-                text = handle.read(MAX_FILE_BYTES + 1).decode("utf-8")
+        try:
+            text = read_text(path)  # never through a link (the safe-path layer)
         except (OSError, UnicodeDecodeError):
             return st
         masked, findings = redact(text)
