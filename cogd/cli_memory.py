@@ -167,10 +167,15 @@ def edit(ctx, entity_id: str) -> None:
     try:
         result = _run(ctx, "memory.edit", {"id": entity_id, "text": edited, "actor": "human"})
     except click.ClickException as exc:
+        kept, note = edited, ""
+        if getattr(exc.__cause__, "kind", None) == "secret_detected":
+            from cogd.secrets import mask  # the copy must not be the one place the secret lands in clear
+
+            kept, note = mask(edited), " (the secrets in it masked)"
         fd, keep = tempfile.mkstemp(prefix=f"cogd-edit-{entity_id}-", suffix=".md")
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(edited)
-        raise click.ClickException(f"{exc.message}\nthe file is unchanged; your edit is kept in {keep}") from exc
+            handle.write(kept)
+        raise click.ClickException(f"{exc.message}\nthe file is unchanged; your edit is kept in {keep}{note}") from exc
     cli.console.print(f"{entity_id}: {result['action']} ({result['record']['status']})")
 
 

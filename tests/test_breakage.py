@@ -95,14 +95,18 @@ def test_secret_in_tags_or_reason_is_refused(store, root, field, value):
     assert store.list() == []
 
 
-def test_secret_added_to_tags_by_hand_is_refused(store, root):
+def test_secret_added_to_tags_by_hand_is_masked_in_the_file(store, root):
+    """A hand-added secret stayed in the file (bound for git) while the edit was refused; now the
+    file is rewritten with the secret masked, the edit is accepted, and an event says so."""
     rec = store.record("knowledge", "the deploy bucket is in eu-west-1", source="human")["record"]
     path = root / ".cogd" / "memory" / "knowledge" / f"{rec['id']}.md"
     rewrite(path, "tags: []", "tags:\n- AKIAIOSFODNN7EXAMPLE")
     store.sync()
-    problem = store.get(rec["id"])["problem"]
-    assert problem and problem["kind"] == "secret_detected"
-    assert store.projection.row(rec["id"])["tags"] == "[]"
+    assert "IOSFODNN7EXAMPLE" not in path.read_text(encoding="utf-8")
+    assert store.get(rec["id"])["problem"] is None
+    assert json.loads(store.projection.row(rec["id"])["tags"]) == ["AKIA…[secret:aws_access_key]"]
+    masked = [e for e in store.events(rec["id"]) if e["action"] == "secret_masked"]
+    assert [f["kind"] for f in masked[0]["detail"]["findings"]] == ["aws_access_key"]
 
 
 # ---- a hand edit could supersede a memory by nothing, for good ------------------------------------------

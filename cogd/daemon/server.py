@@ -35,6 +35,7 @@ from cogd.daemon.protocol import (
 )
 from cogd.daemon.service import Service
 from cogd.paths import Layout
+from cogd.secrets import MaskingLogFilter, warm_secret_scan
 
 log = logging.getLogger("cogd.daemon")
 
@@ -82,6 +83,7 @@ def _setup_logging(layout: Layout, foreground: bool) -> None:
     root_logger.setLevel(logging.INFO)
     handler = SafeRotatingFileHandler(layout.daemon_log, maxBytes=1 << 20, backupCount=3, encoding="utf-8")
     handler.setFormatter(logging.Formatter("%(asctime)s %(process)d %(levelname)s %(name)s: %(message)s"))
+    handler.addFilter(MaskingLogFilter())  # an error quoting client text must not write a secret to the log
     root_logger.addHandler(handler)
     logging.getLogger("asyncio").addHandler(handler)  # errors inside the event loop go to the same log
     if foreground:
@@ -261,6 +263,7 @@ class Daemon:
         os.chmod(self.socket_path, 0o600)
         self._write_pid()
         self.service = Service(self.layout, self.config)
+        warm_secret_scan()  # detect-secrets takes ~0.6 s to import: not on the first prompt's clock
         log.info("serving %s on %s (pid %d)%s", self.layout.root, self.socket_path, os.getpid(),
                  f"; runtime directory {self.runtime}" if self.runtime else "")
         housekeeping = asyncio.create_task(self._housekeeping())

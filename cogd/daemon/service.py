@@ -33,6 +33,7 @@ from cogd.retrieve.pack import Pack, Preface, overview_pack, prompt_pack, workin
 from cogd.retrieve.repomap import RankedGraph, pagerank
 from cogd.retrieve.lexical import match_expression, query_terms
 from cogd.retrieve.workingset import entities_at, working_set
+from cogd.secrets import mask as mask_secrets
 from cogd.usage.ledger import Ledger
 from cogd.usage.touches import Touch, touches_from_tool_use
 from cogd.usage.utility import UtilityModel
@@ -62,8 +63,15 @@ def _timeout(params: dict, default: float, limit: float = 3600.0) -> float:
     return float(value)
 
 
+def _client_text(value: object, name: str, keep: int) -> str:
+    """A short client string as the ledger keeps it: secrets masked *before* the cut to ``keep``
+    characters (a token cut short is no longer recognised, and its head would be stored)."""
+    return mask_secrets(_clean_text(value, name)[:keep + 4096])[:keep]
+
+
 def _session_id(params: dict) -> str:
-    return _clean_text(params.get("session_id"), "session_id")[:SESSION_ID_MAX] or "unknown"
+    # masked here, once, so that the ledger's reads and writes of a session agree
+    return _client_text(params.get("session_id"), "session_id", SESSION_ID_MAX) or "unknown"
 
 
 class Service:
@@ -418,7 +426,7 @@ class Service:
     def context_session_start(self, params: dict) -> dict:
         """SessionStart by ``source``: startup/clear → the repository map; resume → the same
         unless the session already holds an identical pack; compact → the session's working set."""
-        source = _clean_text(params.get("source"), "source")[:40] or "startup"
+        source = _client_text(params.get("source"), "source", 40) or "startup"
         session = _session_id(params)
         self._keep_fresh()
         if source == "compact":
@@ -473,10 +481,10 @@ class Service:
         payload = params.get("payload")
         if not isinstance(payload, dict):
             raise RpcError("bad_request", "payload must be the PostToolUse object", INVALID_PARAMS)
-        tool = _clean_text(payload.get("tool_name"), "tool_name")[:200] or "unknown"
+        tool = _client_text(payload.get("tool_name"), "tool_name", 200) or "unknown"
         touches = touches_from_tool_use(payload, self.layout.root)
         raw_id = payload.get("tool_use_id")
-        tool_use_id = _clean_text(raw_id, "tool_use_id")[:200] if isinstance(raw_id, str) else ""
+        tool_use_id = _client_text(raw_id, "tool_use_id", 200) if isinstance(raw_id, str) else ""
         session, now = _session_id(payload), self._now(params)
         row, hits = self.ledger.record_tool_use_with_hits(session, tool, tool_use_id, touches, now=now)
         self._associate(session, touches, now)
@@ -502,13 +510,13 @@ class Service:
     def session_pre_compact(self, params: dict) -> dict:
         """PreCompact: snapshot the session's working set for the ``compact`` session start."""
         session = _session_id(params)
-        trigger = _clean_text(params.get("trigger"), "trigger")[:40]
+        trigger = _client_text(params.get("trigger"), "trigger", 40)
         entities = self._working_set(session)
         row = self.ledger.save_working_set(session, trigger, entities, now=self._now(params))
         return {"working_set": entities, "snapshot": row}
 
     def session_end(self, params: dict) -> dict:
-        reason = _clean_text(params.get("reason"), "reason")[:80] or "other"
+        reason = _client_text(params.get("reason"), "reason", 80) or "other"
         misses = self.ledger.end_session(_session_id(params), reason, now=self._now(params))
         consolidator = getattr(self, "consolidator", None)  # memory consolidation, on its own thread:
         if consolidator is not None:  # the SessionEnd reply never waits for it

@@ -48,11 +48,13 @@ from cogd.memory.events import MemoryLedger
 from cogd.memory.normalise import content_hash
 from cogd.memory.projection import MemoryHit, Projection, row_anchors, row_to_hit
 from cogd.memory.record import (
-    FOLDERS, SOURCES, TITLE_MAX, TYPES, Anchor, Record, RecordError, atomic_write, is_ulid, new_id, parse, read_text,
-    serialise,
+    FOLDERS, MAX_FILE_BYTES, SOURCES, TITLE_MAX, TYPES, Anchor, Record, RecordError, atomic_write, free_text, is_ulid,
+    mask_record, new_id, parse, read_text, serialise,
 )
-from cogd.memory.secrets import scan as scan_secrets
-from cogd.memory.secrets import strip_private
+from cogd.secrets import mask as mask_secrets
+from cogd.secrets import redact
+from cogd.secrets import scan as scan_secrets
+from cogd.secrets import strip_private
 
 log = logging.getLogger("cogd.memory")
 
@@ -82,6 +84,16 @@ def _when(ts: float) -> str:
     return time.strftime("%Y-%m-%d", time.gmtime(ts))
 
 
+def _without_private(record: Record) -> Record:
+    """A copy of ``record`` with ``<private>…</private>`` spans out of the fields the projection keeps."""
+    import dataclasses
+
+    return dataclasses.replace(
+        record, title=" ".join(strip_private(record.title).split()),
+        tags=[t for t in (strip_private(t).strip() for t in record.tags) if t],
+        session_id=strip_private(record.session_id), creation_reason=strip_private(record.creation_reason))
+
+
 class MemoryStore:
     """One repository's memory. Thread-safe: one lock serialises every mutation and sync.
 
@@ -108,6 +120,7 @@ class MemoryStore:
         self._last_sync = 0.0
         self._anchor_mark: str | None = None
         self.last_sync_at: float | None = None
+        self.secrets_swept = False  # the first sync masks secrets in every record file (see sync.py)
 
     def close(self) -> None:
         with self._lock:
@@ -163,7 +176,7 @@ class MemoryStore:
         """Put ``record``'s accepted state into the projection (and its vector)."""
         body = "" if record.status == "pruned" else strip_private(record.body).strip()
         chash = record.tombstone if record.status == "pruned" and record.tombstone else content_hash(body)
-        self.projection.upsert(record, body, chash)
+        self.projection.upsert(_without_private(record), body, chash)
         if record.status == "pruned":
             self.projection.drop_vector(record.id)
         elif text_changed:
@@ -184,7 +197,8 @@ class MemoryStore:
     def _pre_image(row) -> str | None:
         if row is None:
             return None
-        return f"{row['title']}\n\n{row['body']}" if row["body"] else row["title"]
+        # masked: a row projected before the scanner knew a key family may hold one in clear
+        return mask_secrets(f"{row['title']}\n\n{row['body']}" if row["body"] else row["title"])
 
     def _check_secrets(self, *texts: str) -> None:
         findings, seen = [], set()
@@ -253,9 +267,14 @@ class MemoryStore:
             head = " ".join(strip_private(title or "").split()) or derive_title(body)
             if len(head) > TITLE_MAX:
                 raise bad_request(f"the title is {len(head)} characters; at most {TITLE_MAX}")
-            tags = [str(t)[:100] for t in tags][:50]
-            creation_reason = str(creation_reason or "")[:500]
-            self._check_secrets(head, body, creation_reason, *tags)  # provenance is stored too: scan it
+            # Private spans leave every field first; then every field is scanned whole, before any is cut
+            # to its stored length (a cut JWT or key no longer looks like one, and its head would be kept).
+            tags = [t for t in (strip_private(str(t)).strip() for t in tags) if t]
+            creation_reason = strip_private(str(creation_reason or ""))
+            session_id = strip_private(str(session_id or ""))
+            self._check_secrets(head, body, creation_reason, session_id, *tags, *anchors)
+            tags = [t[:100] for t in tags][:50]
+            creation_reason = creation_reason[:500]
             chash = content_hash(body)
             self._check_tombstone(chash)
             warnings: list[str] = []
@@ -328,11 +347,12 @@ class MemoryStore:
             raise bad_request(f"status must be one of {', '.join(lattice.STATUSES)}, got {to!r}")
         if to == "superseded":
             raise bad_request("a memory is superseded by another one: use memory.supersede (OLD_ID, NEW_ID)")
-        reason = " ".join(str(reason or "").split())[:1000]
+        reason = " ".join(strip_private(str(reason or "")).split())
         if to == "rejected" and not reason:
             raise bad_request("a rejection needs a reason (it is kept with the tombstone)")
         if reason:
             self._check_secrets(reason)
+        reason = reason[:1000]
         with self._lock:
             self.sync()
             record, row = self._load(entity_id)
@@ -727,6 +747,49 @@ class MemoryStore:
             self._anchor_mark = None
         return staled
 
+    def mask_file_secrets(self, relpath: str, st):
+        """Rewrite the record file at ``relpath`` with every secret in it masked; returns its (new) stat.
+
+        A record file is committed to git, so a secret found in a hand-edited or arriving file is
+        not left there for a person to notice: the file is rewritten (atomically) with each secret
+        masked to its first characters and ``[secret:<kind>]`` — the raw text is masked, keeping the
+        file's layout; when that leaves a field unclean (YAML escapes) or the text no longer parses
+        the same, the parsed record is masked field by field and written again. A ``secret_masked``
+        event (actor ``daemon``; kinds, lines, ≤ 4-character previews) and a warning in the daemon
+        log say so. ``st``: the file's stat as the scan saw it. Files over ``MAX_FILE_BYTES`` and
+        unreadable ones are left to the caller's checks.
+        """
+        path = self.memory_dir / relpath
+        if st.st_size > MAX_FILE_BYTES:
+            return st
+        try:
+            text = read_text(path)  # never through a link (the safe-path layer)
+        except (OSError, UnicodeDecodeError):
+            return st
+        masked, findings = redact(text)
+        record = None
+        try:
+            record = parse(masked)
+        except RecordError:
+            try:  # masking the raw text broke its layout (a key block YAML folded): mask field by field
+                record, findings = parse(text), []
+            except RecordError:
+                pass  # a broken file is masked as text and reported by the scan as broken
+        if record is not None:
+            leftover = mask_record(record)
+            if leftover:
+                findings += leftover
+                masked = serialise(record)
+        if not findings:
+            return st
+        atomic_write(path, masked)
+        entity_id = record.id if record is not None else path.stem
+        kinds = sorted({f.kind for f in findings})
+        log.warning("%s held %d secret(s) (%s): rewritten with them masked", relpath, len(findings), ", ".join(kinds))
+        self.ledger.append("daemon", entity_id, "secret_masked", None, None, None,
+                           {"path": relpath, "findings": [f.as_dict() for f in findings]})
+        return path.stat()
+
     def apply_file_state(self, record: Record, old_status: str | None, row, *, actor: str, relpath: str | None = None,
                          raise_errors: bool = False, write_text: str | None = None, arrival: bool = False) -> str:
         """Accept (or refuse) a record file's new state — the hand-edit path.
@@ -755,12 +818,11 @@ class MemoryStore:
                 raise bad_request(f"the body is {len(body)} characters; at most {TEXT_MAX}", id=record.id)
             chash = content_hash(body) if body else record.tombstone
             text_changed = row is None or row["content_hash"] != chash or row["title"] != record.title
-            if record.status in lattice.LIVE:
-                # provenance (reason, tags) is scanned like the text: a file can carry a secret there too
-                self._check_secrets(*((record.title, body) if text_changed else ()), record.creation_reason,
-                                    *record.tags)
-                if text_changed:
-                    self._check_tombstone(chash, record.id)
+            # Every field of the file, as it is written (private spans too: the file goes to git). The
+            # sync masks a hand-edited file's secrets before it gets here; `cogd memory edit` is refused.
+            self._check_secrets(*(text for _, text in free_text(record)))
+            if record.status in lattice.LIVE and text_changed:
+                self._check_tombstone(chash, record.id)
         except MemoryError_ as exc:
             if raise_errors:
                 raise

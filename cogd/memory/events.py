@@ -34,7 +34,8 @@ CREATE TABLE IF NOT EXISTS events (
     actor TEXT NOT NULL,              -- agent | human | daemon | sync | consolidation | import
     entity_id TEXT NOT NULL,
     action TEXT NOT NULL,             -- create | edit | activate | stale | reject | supersede | prune |
-                                      -- reactivate | verify | illegal_transition | refused | file_removed | purge
+                                      -- reactivate | verify | illegal_transition | refused | file_removed | purge |
+                                      -- secret_masked (a record file rewritten with its secrets masked)
     old_status TEXT,
     new_status TEXT,
     pre_image TEXT,                   -- the text before the change; a sha256 after erasure

@@ -201,6 +201,13 @@ class Projection:
                 conn.execute("INSERT INTO memory_fts(memory_fts) VALUES ('optimize')")
                 conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
+    def merge_text(self) -> None:
+        """Merge the FTS segments and checkpoint the WAL, so that text replaced in place (a secret
+        masked in a record already projected) is gone from the file, not only from the tables."""
+        with self._lock:
+            self.conn.execute("INSERT INTO memory_fts(memory_fts) VALUES ('optimize')")
+            self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+
     def set_vector(self, entity_id: str, model: str, vector: np.ndarray) -> None:
         with self._lock:
             self.conn.execute("INSERT OR REPLACE INTO memory_vectors(id, model, vector) VALUES (?,?,?)",

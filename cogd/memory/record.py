@@ -275,6 +275,63 @@ def parse(text: str) -> Record:
     )
 
 
+def free_text(record: Record) -> list[tuple[str, str]]:
+    """Every string a record carries into its file, as ``(field, text)``: title, body, provenance,
+    tags, anchors (entity and hash), links, rejection, and every string inside unknown keys. What the
+    secret scan covers: a record file is committed to git, so no field may hold a credential."""
+    fields = [("title", record.title), ("body", record.body), ("creation_reason", record.creation_reason),
+              ("session_id", record.session_id), ("source", record.source),
+              ("valid_from_commit", record.valid_from_commit), ("supersedes", record.supersedes),
+              ("superseded_by", record.superseded_by), ("rejected_reason", record.rejected_reason),
+              ("tombstone", record.tombstone)]
+    fields += [("tags", tag) for tag in record.tags]
+    for anchor in record.anchors:
+        fields += [("anchors", anchor.entity), ("anchors", anchor.hash)]
+
+    def walk(key: str, value) -> None:
+        if isinstance(value, str):
+            fields.append((key, value))
+        elif isinstance(value, dict):
+            for k, v in value.items():
+                walk(key, str(k))
+                walk(key, v)
+        elif isinstance(value, (list, tuple)):
+            for v in value:
+                walk(key, v)
+        elif value is not None and not isinstance(value, (bool, int, float)):
+            fields.append((key, str(value)))  # a YAML date or other scalar, as it will be written back
+
+    for key, value in record.extra.items():
+        walk(str(key), key)
+        walk(str(key), value)
+    return [(name, text) for name, text in fields if text]
+
+
+def mask_record(record: Record) -> list:
+    """Mask every secret in every field of ``record`` in place (:func:`cogd.secrets.redact`).
+
+    Returns the findings (``cogd.secrets.Finding``), each field's own; [] when the record was clean.
+    """
+    from cogd.secrets import mask_data, redact
+
+    found: list = []
+
+    def clean(text: str) -> str:
+        masked, hits = redact(text)
+        found.extend(hits)
+        return masked
+
+    for name in ("title", "body", "creation_reason", "session_id", "source", "valid_from_commit", "supersedes",
+                 "superseded_by", "rejected_reason", "tombstone"):
+        setattr(record, name, clean(getattr(record, name)))
+    record.tags = [clean(t) for t in record.tags]
+    record.anchors = [Anchor(clean(a.entity), clean(a.hash)) for a in record.anchors]
+    if record.extra:
+        record.extra, hits = mask_data(record.extra)
+        found.extend(hits)
+    return found
+
+
 class _Dumper(yaml.SafeDumper):
     pass
 

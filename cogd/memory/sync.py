@@ -7,10 +7,14 @@ are skipped) whose size or mtime differs from what the projection last saw:
   and column, stored against the file; the file is left untouched, its memory
   keeps its last legal state, and every other file keeps syncing; a file over
   ``record.MAX_FILE_BYTES`` is a ``too_large`` problem and is never read whole;
+- a file holding a secret (in any field, private spans included) is first rewritten with it masked
+  (:meth:`MemoryStore.mask_file_secrets`, a ``secret_masked`` event): the file is bound for git.
+  The first scan of a process looks at every file this way, changed or not (files written before
+  the scanner knew a key family);
 - otherwise the record goes through :meth:`MemoryStore.apply_file_state`, which
   asks the lattice about the status change (from the projection's state, or
   from the ledger's last event when the projection was rebuilt) and refuses
-  illegal moves, secrets and tombstoned claims without touching the file.
+  illegal moves and tombstoned claims without touching the file.
 
 A record file that disappears takes its memory out of the projection with a
 ``file_removed`` event (the pre-image keeps the text; ``purge`` erases it).
@@ -61,6 +65,15 @@ def scan(store: "MemoryStore") -> dict:
         projection.open()
     counts = {"seen": 0, "changed": 0, "accepted": 0, "refused": 0, "broken": 0, "removed": 0}
     on_disk = record_files(store.memory_dir)
+    swept = False
+    if not store.secrets_swept:  # once per process: files older than the scanner's current rules
+        for rel, st in on_disk.items():
+            try:
+                on_disk[rel] = store.mask_file_secrets(rel, st)
+            except OSError:
+                continue  # left to the per-file checks below
+            swept = swept or on_disk[rel] is not st
+        store.secrets_swept = True
     known = projection.files()
     counts["seen"] = len(on_disk)
     claimed: dict[str, str] = {}  # id -> the path that holds it, for files that were already fine
@@ -75,6 +88,7 @@ def scan(store: "MemoryStore") -> dict:
         counts["changed"] += 1
         path = store.memory_dir / rel
         try:
+            st = store.mask_file_secrets(rel, st)  # bound for git: a secret is masked in the file itself
             record = read(path)
         except RecordError as exc:
             fix = ("shorten it, or split it into several memories; the memory keeps its last good state meanwhile"
@@ -126,4 +140,7 @@ def scan(store: "MemoryStore") -> dict:
                             {"path": rel})
         projection.delete(entity_id)
         counts["removed"] += 1
+    if swept:  # the masked records replaced projected text in place: merge it out of the files
+        projection.merge_text()
+        store.ledger.checkpoint()
     return counts

@@ -18,6 +18,10 @@ Per-entity sums (``entity_utility``: retrieval, used and ignored counts, the
 weighted successes and failures of :mod:`cogd.usage.utility`) are updated in
 the same transaction as the outcomes, so they never disagree with the items.
 
+Text a client sent (the prompt head, session ids, tool names and ids, touched paths, end reasons,
+compaction triggers) is stored with secrets masked (:func:`cogd.secrets.mask`): query associations
+copy the masked prompt head, so they never see a secret either.
+
 The ledger is not a projection: it cannot be rebuilt from the work tree, so
 nothing that rebuilds the index touches it, and old databases are migrated
 in place (columns added), never dropped. Thread-safe: one connection guarded
@@ -34,6 +38,7 @@ import time
 from pathlib import Path
 
 from cogd import safepath
+from cogd.secrets import mask
 from cogd.usage.outcomes import PendingItem, match_hits, miss_weight, strength
 from cogd.usage.touches import Touch
 from cogd.usage.utility import UtilityModel
@@ -133,6 +138,26 @@ _CLOSES = {
 _DEFAULT_WEIGHTS = {"edit": 1.0, "read": 0.0, "search": 0.0}  # as [usage] in cogd.config
 
 QUERY_KEEP_CHARS = 2000
+# The prompt is masked before it is cut to QUERY_KEEP_CHARS (a key cut in two is no longer recognised,
+# and its first half would be kept); this much past the cut is scanned with it. A longer secret
+# straddling the cut (a private key block) is masked to the end of the window by its own rule.
+QUERY_SCAN_CHARS = QUERY_KEEP_CHARS + 4096
+
+
+def _prompt_head(query: str) -> str:
+    """What the ledger keeps of a prompt: its first QUERY_KEEP_CHARS characters, secrets masked."""
+    return mask(query[:QUERY_SCAN_CHARS])[:QUERY_KEEP_CHARS]
+
+
+def _mask_touches(raw: str) -> str:
+    """A stored ``tool_uses.touches`` JSON list with each path masked (``raw`` itself when nothing changed)."""
+    try:
+        touches = json.loads(raw)
+        masked = [{**t, "path": mask(t["path"])} if isinstance(t, dict) and isinstance(t.get("path"), str) else t
+                  for t in touches]
+    except (ValueError, TypeError):
+        return mask(raw)
+    return raw if masked == touches else json.dumps(masked)
 
 
 class Ledger:
@@ -154,6 +179,7 @@ class Ledger:
         self._conn.executescript(SCHEMA)
         self._migrate()
         self._conn.commit()
+        self._mask_stored_text()
         self._lock = threading.Lock()
         self.weights = dict(weights or _DEFAULT_WEIGHTS)
         self.miss_halflife = miss_halflife
@@ -167,6 +193,36 @@ class Ledger:
             if column not in columns:
                 self._conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {declaration}")
         self._conn.execute("CREATE INDEX IF NOT EXISTS deliveries_open ON deliveries(session_id) WHERE closed_at IS NULL")
+
+    def _mask_stored_text(self) -> int:
+        """Once per database: mask the secrets in client text stored before the ledger masked it.
+
+        Prompt heads, query associations, touched paths, compaction triggers and end reasons are
+        rewritten with :func:`cogd.secrets.mask`; ``secure_delete`` (left on: a retracted delivery's
+        prompt must not linger either) zeroes the old text's space, the association index is
+        optimised (old segments dropped) and the WAL truncated. Marked done in ``meta``
+        (``secrets_masked``). Returns how many values changed.
+        """
+        if self._conn.execute("SELECT 1 FROM meta WHERE key = 'secrets_masked'").fetchone() is not None:
+            self._conn.execute("PRAGMA secure_delete=ON")
+            return 0
+        self._conn.execute("PRAGMA secure_delete=ON")
+        changed = 0
+        for table, column in (("deliveries", "query"), ("associations", "query"), ("tool_uses", "touches"),
+                              ("working_sets", "trigger"), ("sessions", "end_reason")):
+            rows = self._conn.execute(f"SELECT rowid, {column} FROM {table} WHERE {column} != ''").fetchall()
+            for rowid, value in rows:
+                masked = _mask_touches(value) if column == "touches" else mask(value)
+                if masked != value:
+                    self._conn.execute(f"UPDATE {table} SET {column} = ? WHERE rowid = ?", (masked, rowid))
+                    changed += 1
+        if changed:
+            self._conn.execute("INSERT INTO associations(associations) VALUES ('optimize')")
+        self._conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES ('secrets_masked', '1')")
+        self._conn.commit()
+        if changed:
+            self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        return changed
 
     def close(self) -> None:
         with self._lock:
@@ -191,7 +247,7 @@ class Ledger:
             cur = self._conn.execute(
                 "INSERT INTO deliveries(session_id, event, source, created_at, query, size_chars, item_count, "
                 "fingerprint) VALUES (?,?,?,?,?,?,?,?)",
-                (session_id, event, source, now, query[:QUERY_KEEP_CHARS], len(text), len(items), fingerprint),
+                (mask(session_id), event, mask(source), now, _prompt_head(query), len(text), len(items), fingerprint),
             )
             delivery_id = int(cur.lastrowid)
             rows = [
@@ -211,7 +267,7 @@ class Ledger:
             )
             self._conn.execute(
                 "INSERT INTO sessions(session_id, started_at) VALUES (?, ?) ON CONFLICT(session_id) DO NOTHING",
-                (session_id, now),
+                (mask(session_id), now),
             )
         return delivery_id
 
@@ -284,7 +340,8 @@ class Ledger:
         with self._lock, self._conn:
             cur = self._conn.execute(
                 "INSERT INTO tool_uses(session_id, tool_name, tool_use_id, created_at, touches) VALUES (?,?,?,?,?)",
-                (session_id, tool_name, tool_use_id, now, json.dumps([t.as_dict() for t in touches])),
+                (mask(session_id), mask(tool_name), mask(tool_use_id), now,
+                 json.dumps([{**t.as_dict(), "path": mask(t.path)} for t in touches])),
             )
             hits = self._resolve_hits(session_id, touches, now) if touches else []
         return int(cur.lastrowid), hits
@@ -339,7 +396,7 @@ class Ledger:
                 "INSERT INTO sessions(session_id, started_at, ended_at, end_reason) VALUES (?,?,?,?) "
                 "ON CONFLICT(session_id) DO UPDATE SET ended_at = coalesce(ended_at, excluded.ended_at), "
                 "end_reason = coalesce(end_reason, excluded.end_reason)",
-                (session_id, now, now, reason),
+                (mask(session_id), now, now, mask(reason)),
             )
             return self._close(session_id, now, None)
 
@@ -438,7 +495,7 @@ class Ledger:
         with self._lock, self._conn:
             cur = self._conn.execute(
                 "INSERT INTO working_sets(session_id, created_at, trigger, entities) VALUES (?,?,?,?)",
-                (session_id, now, trigger, json.dumps(entities)),
+                (mask(session_id), now, mask(trigger), json.dumps(entities)),
             )
         return int(cur.lastrowid)
 
