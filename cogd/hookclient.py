@@ -282,6 +282,15 @@ def _spool(root: str, line: bytes, why: str) -> None:
         log(f"tool use lost: {why}; its {len(line)}-byte request is too big to spool")
         return
     path = cogd_file(root, "run", SPOOL_NAME)
+    # The deadline must not cut an append in half (or leave the tool use neither sent nor spooled).
+    mask = _signal.pthread_sigmask(_signal.SIG_BLOCK, {_signal.SIGALRM})
+    try:
+        _append(path, line, why)
+    finally:
+        _signal.pthread_sigmask(_signal.SIG_SETMASK, mask)
+
+
+def _append(path: str, line: bytes, why: str) -> None:
     try:
         import fcntl  # a C module, loaded only on this failure path
 
@@ -315,21 +324,25 @@ def _send_tool_use(root: str, line: bytes, deadline: float) -> None:
     socket's own timeout bounds the send.
     """
     _Pending.unsent = (root, line)
-    _signal.pthread_sigmask(_signal.SIG_BLOCK, {_signal.SIGALRM})
+    _signal.pthread_sigmask(_signal.SIG_BLOCK, {_signal.SIGALRM})  # already blocked by run(); made sure
     try:
         sock = send(socket_path(root), line, timeout=max(deadline - time.monotonic() - SOCKET_MARGIN_S, 0.01))
+        _Pending.unsent, _Pending.sent = None, True
     except DaemonUnavailable as exc:
         _Pending.unsent = None
         _spool(root, line, f"daemon unavailable: {exc}")
         return
     finally:
         _signal.pthread_sigmask(_signal.SIG_UNBLOCK, {_signal.SIGALRM})  # a pending expiry fires here
-    _Pending.unsent, _Pending.sent = None, True
     try:
         # Waiting for the answer keeps tool uses in order and the ledger current when the hook exits.
         decode_answer(receive(sock, socket_path(root), deadline - SOCKET_MARGIN_S))
     except DaemonUnavailable as exc:
-        log(f"tool use sent, no answer (the daemon records it): {exc}")
+        if isinstance(exc.__cause__, TimeoutError):  # a daemon has it and is late: it records it without us
+            log(f"tool use sent, no answer in time (the daemon records it): {exc}")
+        else:  # closed or reset unanswered (a daemon stopping, or one that died): maybe never processed
+            _Pending.sent = False
+            _spool(root, line, f"sent but the connection closed unanswered: {exc}")
     except RemoteError as exc:
         if exc.kind == "busy":  # refused unread at accept: not recorded, so keep it
             _Pending.sent = False
@@ -401,6 +414,10 @@ def run(argv: list[str]) -> str | None:
         where = argv[1] if len(argv) > 1 else os.getcwd()
     else:
         payload = _read_payload()
+        if event == "post-tool-use":
+            # From here the tool use is ours to hand over: the deadline waits until it is sent or
+            # spooled (_send_tool_use unblocks it), which takes no longer than the send's timeout.
+            _signal.pthread_sigmask(_signal.SIG_BLOCK, {_signal.SIGALRM})
         cwd = payload.get("cwd")
         where = cwd if isinstance(cwd, str) and cwd else os.environ.get("CLAUDE_PROJECT_DIR") or os.getcwd()
     root = find_root(where)

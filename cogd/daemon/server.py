@@ -175,6 +175,9 @@ class Daemon:
                 try:
                     line = await asyncio.wait_for(reader.readline(), wait)
                 except asyncio.TimeoutError:
+                    if held is not None:
+                        self._withdraw(held, f"no acknowledgement within {self.config.daemon.ack_wait_ms} ms")
+                        held = None
                     break  # a client that sends nothing (or half a line) does not hold a slot forever
                 except (asyncio.LimitOverrunError, ValueError):
                     writer.write(encode(error_response(None, RpcError("bad_request", "request line too long", INVALID_REQUEST))))
