@@ -12,6 +12,12 @@ deadline (default 1.5 s; ``[hook] deadline_ms`` in ``.cogd/config.toml`` or
 two context events it also starts the daemon in the background, so the next
 hook finds one.
 
+The ledger must count what happened (docs/protocol.md, "How cogd-hook talks
+to the daemon"): a context hook acknowledges its pack on the same connection
+once the pack is printed and flushed, so a pack it did not print is never a
+delivery; a tool use, once its payload is read, is either sent whole or
+appended to ``.cogd/run/tool-uses.spool`` for the daemon to ingest.
+
 Standard library only, and only light modules: this is the hot path. Its
 start-up is its latency, so it imports nothing the interpreter has not loaded
 already but ``_json`` and ``_socket`` (C), through :mod:`cogd.fastjson` and

@@ -48,8 +48,10 @@ LISTEN_BACKLOG = 1024
 IDLE_CONNECTION_S = 30.0  # a connection that sends no complete line for this long is closed
 # Methods whose answer is their whole point and whose ledger record says "delivered". A hook
 # that gave up at its deadline closes its connection; if it is gone before its request's turn
-# no pack is built (under overload this sheds the work for clients that left), and if it
-# left while the pack was built, the delivery is taken back out of the ledger.
+# no pack is built (under overload this sheds the work for clients that left). A client that
+# asks to acknowledge (the hook) gets its delivery recorded only on the ack that follows its
+# printed pack (see _handle); for one that does not, a delivery whose client left while the
+# pack was built is taken back out of the ledger.
 DELIVERING = frozenset({"context.prompt", "context.session_start"})
 
 
