@@ -412,6 +412,7 @@ def run(argv: list[str]) -> str | None:
     """Do the hook's work; return what to print (None for nothing). May raise."""
     event = argv[0] if argv else ""
     log.event = event or "?"
+    _Pending.unsent, _Pending.sent, _Pending.held = None, False, None
     if event not in EVENTS:
         raise ValueError(f"unknown event {event!r}; expected one of {', '.join(EVENTS)}")
     method, hook_event_name = EVENTS[event]
@@ -482,6 +483,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         # No deadline from here: once the pack is printed, its acknowledgement must go out too.
         _signal.setitimer(_signal.ITIMER_REAL, 0)
+        # An expiry still pending behind a block (run() left early) is dropped, not delivered.
+        _signal.signal(_signal.SIGALRM, _signal.SIG_IGN)
+        _signal.pthread_sigmask(_signal.SIG_UNBLOCK, {_signal.SIGALRM})
         if output:
             sys.stdout.write(output + "\n")
             sys.stdout.flush()

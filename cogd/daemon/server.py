@@ -128,6 +128,9 @@ class Daemon:
         self.socket_path = Path(socket_path)
         self.service: Service | None = None
         self.pool = concurrent.futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix="cogd-req")
+        # Acknowledged deliveries are committed here, not behind the pack builds queued on the
+        # pool: the hook waits for that commit, and it is a single small ledger write.
+        self.ack_pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="cogd-ack")
         self.stop_event: asyncio.Event | None = None
         self.stop_reason = ""
         self.connections = 0
@@ -188,7 +191,7 @@ class Daemon:
                     token, held = held, None
                     ack = _acknowledgement(line, token)
                     if ack is not None:
-                        delivery_id = await loop.run_in_executor(self.pool, self._confirm, token)
+                        delivery_id = await loop.run_in_executor(self.ack_pool, self._confirm, token)
                         if "id" in ack:  # the hook waits for this reply: its delivery is committed when it exits
                             writer.write(encode(response(ack["id"], {"delivery_id": delivery_id})))
                             await writer.drain()
@@ -360,6 +363,7 @@ class Daemon:
         if self.service is not None:
             self.service.close()  # finishes the file being written, commits
         self.pool.shutdown(wait=True, cancel_futures=True)
+        self.ack_pool.shutdown(wait=True)
         if self._lock_file_still_ours():
             for path in (self.socket_path, self.layout.pid_file):
                 try:
