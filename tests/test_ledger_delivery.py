@@ -299,6 +299,10 @@ def test_hook_spools_a_tool_use_a_busy_daemon_refused(tmp_path):
 
     def refuse():
         conn, _ = listener.accept()
+        conn.settimeout(TIMEOUT_S)
+        received = b""
+        while not received.endswith(b"\n"):  # read it first, so the hook's send cannot meet a closed socket
+            received += conn.recv(65536)
         conn.sendall(b'{"jsonrpc":"2.0","id":null,"error":{"code":-32007,"message":"busy","data":{"kind":"busy"}}}\n')
         conn.close()
 
