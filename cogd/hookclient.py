@@ -188,21 +188,19 @@ def _deadline_ms(root: str | None) -> int:
 
 
 class _Pending:
-    """What the hook still owes when its deadline strikes (read by the SIGALRM handler)."""
+    """What the hook is in the middle of, for the SIGALRM handler and the exit path.
 
-    unsent: tuple[str, bytes] | None = None  # (root, request line) of a tool use not yet handed to a daemon
+    A tool use needs no entry for "read but not yet sent": SIGALRM is blocked
+    from reading its payload until it is sent or spooled (:func:`_send_tool_use`).
+    """
+
     sent = False  # a tool use's line went out whole: the daemon records it even if we leave now
     held: tuple[object, int] | None = None  # (socket, ack token) of a pack to acknowledge once printed
     deadline = 0.0  # the hook's end, time.monotonic() seconds
 
 
 def _on_deadline() -> str:
-    """Settle what :class:`_Pending` holds before a deadline exit; returns what to log."""
-    if _Pending.unsent is not None:
-        root, line = _Pending.unsent
-        _Pending.unsent = None
-        _spool(root, line, "the deadline came before the tool use was sent")
-        return "deadline reached before sending: exit 0 with no output"
+    """What to log on a deadline exit, given what :class:`_Pending` says the hook was doing."""
     if _Pending.sent:
         return "deadline reached: tool use sent, the daemon records it without us; exit 0"
     return "deadline reached: exit 0 with no output"
@@ -329,13 +327,11 @@ def _send_tool_use(root: str, line: bytes, deadline: float) -> None:
     sent (spooled) or sent whole (the daemon records it), never half-way. The
     socket's own timeout bounds the send.
     """
-    _Pending.unsent = (root, line)
     _signal.pthread_sigmask(_signal.SIG_BLOCK, {_signal.SIGALRM})  # already blocked by run(); made sure
     try:
         sock = send(socket_path(root), line, timeout=max(deadline - time.monotonic() - SOCKET_MARGIN_S, 0.01))
-        _Pending.unsent, _Pending.sent = None, True
+        _Pending.sent = True
     except DaemonUnavailable as exc:
-        _Pending.unsent = None
         _spool(root, line, f"daemon unavailable: {exc}")
         return
     finally:
@@ -412,7 +408,7 @@ def run(argv: list[str]) -> str | None:
     """Do the hook's work; return what to print (None for nothing). May raise."""
     event = argv[0] if argv else ""
     log.event = event or "?"
-    _Pending.unsent, _Pending.sent, _Pending.held = None, False, None
+    _Pending.sent, _Pending.held = False, None
     if event not in EVENTS:
         raise ValueError(f"unknown event {event!r}; expected one of {', '.join(EVENTS)}")
     method, hook_event_name = EVENTS[event]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import socket
 import sqlite3
 import time
@@ -190,8 +191,8 @@ def test_hook_acknowledges_what_it_printed(running):
     assert [r[1] for r in _deliveries(root, "hook-start")] == ([len(printed)] if printed else [])
 
 
-def _read_hook(root: Path, i: int) -> dict:
-    data = payload("post_tool_use.read.range.json", root, session_id="spooled", tool_use_id=f"toolu_spool_{i}")
+def _read_hook(root: Path, i: int, session: str = "spooled") -> dict:
+    data = payload("post_tool_use.read.range.json", root, session_id=session, tool_use_id=f"toolu_spool_{i}")
     data["tool_input"] = {"file_path": str(root / "calc.py"), "offset": 1 + i, "limit": 2}
     data["tool_response"]["file"].update(filePath=str(root / "calc.py"), startLine=1 + i, numLines=2)
     return data
@@ -224,6 +225,27 @@ def test_tool_uses_spooled_without_a_daemon_are_ingested_once(tmp_path):
         assert "spooled line 4 dropped" in _daemon_log(root)
     finally:
         run_cogd(root, "stop", check=False)
+
+
+def test_tool_uses_sent_to_a_stalled_daemon_are_recorded_after_their_hooks_left(running):
+    """Hooks that sent their tool use and gave up waiting (SIGSTOP holds the daemon) lose nothing."""
+    root = running()
+    pid = call(_sock(root), "status", {}, timeout=TIMEOUT_S)["pid"]
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        results = [run_hook("post-tool-use", _read_hook(root, i, "stalled"), timeout=TIMEOUT_S,
+                            env={"COGD_HOOK_DEADLINE_MS": "400"}) for i in range(3)]
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    assert [(proc.returncode, proc.stdout, proc.stderr) for proc, _ in results] == [(0, b"", b"")] * 3
+    hook_log = (root / ".cogd" / "logs" / "hook.log").read_text()
+    # Either the socket's timeout or the deadline's signal ends the wait; both say it was sent.
+    assert hook_log.count("tool use sent") == 3 and "spooled" not in hook_log, hook_log
+    _until(lambda: len(_rows(root, "SELECT 1 FROM tool_uses WHERE session_id = 'stalled'")) == 3, "all three")
+    # Their order is not kept: the three waiting connections are served by the thread pool at once.
+    assert sorted(r[0] for r in _rows(root, "SELECT tool_use_id FROM tool_uses WHERE session_id = 'stalled'")) \
+        == [f"toolu_spool_{i}" for i in range(3)]
+    assert not (root / ".cogd" / "run" / "tool-uses.spool").exists()  # sent, not spooled
 
 
 def _line(root: Path, i: int) -> bytes:
