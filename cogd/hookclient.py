@@ -343,16 +343,25 @@ def _send_tool_use(root: str, line: bytes, deadline: float) -> None:
         if isinstance(exc.__cause__, TimeoutError):  # a daemon has it and is late: it records it without us
             log(f"tool use sent, no answer in time (the daemon records it): {exc}")
         else:  # closed or reset unanswered (a daemon stopping, or one that died): maybe never processed
-            _Pending.sent = False
-            _spool(root, line, f"sent but the connection closed unanswered: {exc}")
+            _respool(root, line, f"sent but the connection closed unanswered: {exc}")
     except RemoteError as exc:
         if exc.kind == "busy":  # refused unread at accept: not recorded, so keep it
-            _Pending.sent = False
-            _spool(root, line, f"daemon busy: {exc}")
+            _respool(root, line, f"daemon busy: {exc}")
         else:
             log(f"daemon refused the request ({exc.kind}): {exc}")
     finally:
         sock.close()
+
+
+def _respool(root: str, line: bytes, why: str) -> None:
+    """Spool a tool use that was sent but maybe not processed (a spool replay skips it if it was).
+
+    SIGALRM stays blocked from here to the exit (:func:`main` drops a pending
+    expiry), so the deadline cannot fall between "not sent after all" and the spool.
+    """
+    _signal.pthread_sigmask(_signal.SIG_BLOCK, {_signal.SIGALRM})
+    _Pending.sent = False
+    _spool(root, line, why)
 
 
 def _call_held(path: str, method: str, params: dict, timeout: float) -> object:
