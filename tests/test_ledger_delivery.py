@@ -161,6 +161,27 @@ def test_acknowledged_pack_is_recorded_and_unacknowledged_ones_are_not(running):
     assert call(_sock(root), "stats", {}, timeout=TIMEOUT_S)["deliveries"] == 2
 
 
+def test_packs_held_by_a_killed_daemon_leave_nothing_to_resolve(running):
+    """Held packs live in the daemon's memory only: kill -9 with some held, and the ledger has none of them."""
+    root = running()
+    conns = [Conn(_sock(root)) for _ in range(3)]
+    held = [conn.prompt(f"held-{i}") for i, conn in enumerate(conns)]
+    assert all(type(result["ack"]) is int for result in held)
+    pid = call(_sock(root), "status", {}, timeout=TIMEOUT_S)["pid"]
+    os.kill(pid, signal.SIGKILL)
+    for conn in conns:
+        assert conn.read() is None  # the daemon is gone
+        conn.close()
+    _until(lambda: not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text().lower(),
+           "the killed daemon's exit")
+    run_cogd(root, "start")
+    stats = call(_sock(root), "stats", {}, timeout=TIMEOUT_S)
+    assert stats["deliveries"] == 0 and stats["misses"] == 0
+    assert _rows(root, "SELECT count(*) FROM deliveries") == [(0,)]
+    assert _rows(root, "SELECT count(*) FROM delivery_items") == [(0,)]
+    assert _rows(root, "SELECT count(*) FROM entity_utility WHERE retrieval_count > 0") == [(0,)]
+
+
 def test_ack_after_the_wait_is_too_late(running):
     root = running("[daemon]\nack_wait_ms = 200\n")
     conn = Conn(_sock(root))

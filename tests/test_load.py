@@ -854,11 +854,18 @@ def test_ledger_counts_exactly_under_external_load(repo, burners):
     generous_prompts = [r for r in prompts if r[2] == GENEROUS_MS]
     generous_tools = [r for r in results if r[0] == "tool" and r[2] == GENEROUS_MS]
     daemon_log = _log(repo, "daemon.log")
+    tiny = {f"{prefix}{r[1]:04d}" for r in results if r[2] != GENEROUS_MS}
+    tiny_prompts = sum(1 for r in prompts if r[2] != GENEROUS_MS)
+    tiny_counts = (f"of them with a 20-400 ms deadline: {tiny_prompts} prompt hooks, "
+                   f"{len(tiny & set(printed))} packs printed, {len(tiny & set(recorded))} recorded; "
+                   f"{len(tiny) - tiny_prompts} tool-use hooks, {len(tiny & handed)} handed over, "
+                   f"{len(tiny & set(stored))} stored")
     summary = (f"{DRIFT_HOOKS} hooks from {DRIFT_WORKERS} workers in {seconds:.1f} s, {len(reindexes)} full reindexes, "
                f"{DRIFT_BURNERS} burners, load average {load:.1f}: {len(prompts)} prompt hooks, {len(printed)} packs "
                f"printed, {len(recorded)} deliveries recorded; {len(results) - len(prompts)} tool-use hooks, "
                f"{len(handed)} handed over ({spooled} through the spool), {unread} left before reading stdin, "
-               f"{len(stored)} stored; withdrawn packs in the daemon log: {daemon_log.count(' withdrawn, no delivery')}")
+               f"{len(stored)} stored; {tiny_counts}; withdrawn packs in the daemon log: "
+               f"{daemon_log.count(' withdrawn, no delivery')}")
     for event in ("prompt-submit", "post-tool-use"):
         times = sorted(t for e, d, t in _HOOK_SECONDS if e == event and d == GENEROUS_MS)
         summary += (f"; {event} (generous deadline) p50 {_percentile(times, 50) * 1000:.0f} ms, "
