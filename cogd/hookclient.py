@@ -289,21 +289,18 @@ def _spool(root: str, line: bytes, why: str) -> None:
     # The deadline must not cut an append in half (or leave the tool use neither sent nor spooled).
     mask = _signal.pthread_sigmask(_signal.SIG_BLOCK, {_signal.SIGALRM})
     try:
-        _append(path, line, why)
+        _append_spool(path, line, why)
     finally:
         _signal.pthread_sigmask(_signal.SIG_SETMASK, mask)
 
 
-def _append(path: str, line: bytes, why: str) -> None:
+def _append_spool(path: str, line: bytes, why: str) -> None:
     try:
         import fcntl  # a C module, loaded only on this failure path
 
-        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o600)
+        check_chain(os.path.dirname(path), create=True)  # .cogd/run: real directories of ours, 0700
+        fd = open_file(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK)  # no links; 0600
         try:
-            info = os.fstat(fd)
-            if not (info.st_mode & 0o170000 == 0o100000 and info.st_uid == os.getuid()):
-                raise OSError(f"{path} is not a regular file of ours")
             fcntl.flock(fd, fcntl.LOCK_EX)
             size = os.fstat(fd).st_size
             if size + len(line) > SPOOL_MAX_BYTES:
@@ -315,7 +312,7 @@ def _append(path: str, line: bytes, why: str) -> None:
         finally:
             os.close(fd)
         log(f"tool use spooled for the daemon: {why}")
-    except OSError as exc:
+    except OSError as exc:  # UnsafePath included: a planted link is never written through
         log(f"tool use lost: {why}; the spool is unusable: {exc}")
 
 
