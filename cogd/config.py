@@ -107,6 +107,10 @@ class UsageConfig:
 @dataclass
 class DaemonConfig:
     idle_exit_s: int = 6 * 3600  # exit after this long without a request; 0 = never
+    # How long a built pack waits for its hook's acknowledgement (sent once the pack is printed)
+    # before it is withdrawn as never delivered. The hook acks within microseconds of reading the
+    # answer; the margin is for a hook process descheduled on an overloaded machine.
+    ack_wait_ms: int = 10_000
 
 
 @dataclass

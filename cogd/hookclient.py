@@ -12,6 +12,12 @@ deadline (default 1.5 s; ``[hook] deadline_ms`` in ``.cogd/config.toml`` or
 two context events it also starts the daemon in the background, so the next
 hook finds one.
 
+The ledger must count what happened (docs/protocol.md, "How cogd-hook talks
+to the daemon"): a context hook acknowledges its pack on the same connection
+once the pack is printed and flushed, so a pack it did not print is never a
+delivery; a tool use, once its payload is read, is either sent whole or
+appended to ``.cogd/run/tool-uses.spool`` for the daemon to ingest.
+
 Standard library only, and only light modules: this is the hot path. Its
 start-up is its latency, so it imports nothing the interpreter has not loaded
 already but ``_json`` and ``_socket`` (C), through :mod:`cogd.fastjson` and
@@ -27,7 +33,7 @@ import time
 
 import _signal
 
-from cogd.daemon.client import DaemonUnavailable, RemoteError, call
+from cogd.daemon.client import DaemonUnavailable, RemoteError, acknowledge, call, decode_answer, encode_request, receive, send
 from cogd.fastjson import loads, quote
 from cogd.locate import cogd_file, find_root, socket_path
 from cogd.safepath import UnsafePath, check_chain, open_file, read_bytes
@@ -38,6 +44,11 @@ MAX_CONTEXT_CHARS = 9_500  # never inject more than this, whatever the daemon sa
 SOCKET_MARGIN_S = 0.05  # left for printing and exiting after the call
 MAX_STDIN_BYTES = 256 * 1024 * 1024
 LOG_MAX_BYTES = 1 << 20
+ACK_WAIT_S = 0.5  # at most this long for the daemon's reply to an ack (the delivery is recorded either way)
+# Tool uses the daemon could not be handed wait here for it (cogd.daemon.spool reads them).
+SPOOL_NAME = "tool-uses.spool"
+SPOOL_MAX_BYTES = 8 << 20  # beyond this a tool use is dropped (and logged): the spool never grows without bound
+SPOOL_MAX_LINE = 1 << 20
 
 # event → (JSON-RPC method, Claude Code hookEventName when the event injects context)
 EVENTS: dict[str, tuple[str, str | None]] = {
@@ -176,9 +187,28 @@ def _deadline_ms(root: str | None) -> int:
     return DEFAULT_DEADLINE_MS
 
 
+class _Pending:
+    """What the hook is in the middle of, for the SIGALRM handler and the exit path.
+
+    A tool use needs no entry for "read but not yet sent": SIGALRM is blocked
+    from reading its payload until it is sent or spooled (:func:`_send_tool_use`).
+    """
+
+    sent = False  # a tool use's line went out whole: the daemon records it even if we leave now
+    held: tuple[object, int] | None = None  # (socket, ack token) of a pack to acknowledge once printed
+    deadline = 0.0  # the hook's end, time.monotonic() seconds
+
+
+def _on_deadline() -> str:
+    """What to log on a deadline exit, given what :class:`_Pending` says the hook was doing."""
+    if _Pending.sent:
+        return "deadline reached: tool use sent, the daemon records it without us; exit 0"
+    return "deadline reached: exit 0 with no output"
+
+
 def _arm(deadline_s: float) -> None:
     def expire(signum, frame):  # noqa: ARG001
-        log("deadline reached: exit 0 with no output")
+        log(_on_deadline())
         os._exit(0)
 
     _signal.signal(_signal.SIGALRM, expire)
@@ -244,6 +274,131 @@ def _event_params(event: str, payload: dict, argv: list[str]) -> dict:
     return {"paths": [os.path.abspath(p) for p in argv]}
 
 
+def _spool(root: str, line: bytes, why: str) -> None:
+    """Append a tool use's request line to ``.cogd/run/tool-uses.spool`` for the daemon to ingest.
+
+    For a tool use no daemon could be handed (none running, refused, deadline
+    before the send). The file is 0600, opened without following symlinks,
+    appended under an exclusive ``flock`` (the daemon takes the same lock to
+    drain it), and capped at SPOOL_MAX_BYTES. Never raises; logs the outcome.
+    """
+    if len(line) > SPOOL_MAX_LINE:
+        log(f"tool use lost: {why}; its {len(line)}-byte request is too big to spool")
+        return
+    path = cogd_file(root, "run", SPOOL_NAME)
+    # The deadline must not cut an append in half (or leave the tool use neither sent nor spooled).
+    mask = _signal.pthread_sigmask(_signal.SIG_BLOCK, {_signal.SIGALRM})
+    try:
+        _append_spool(path, line, why)
+    finally:
+        _signal.pthread_sigmask(_signal.SIG_SETMASK, mask)
+
+
+def _append_spool(path: str, line: bytes, why: str) -> None:
+    try:
+        import fcntl  # a C module, loaded only on this failure path
+
+        check_chain(os.path.dirname(path), create=True)  # .cogd/run: real directories of ours, 0700
+        fd = open_file(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK)  # no links; 0600
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            size = os.fstat(fd).st_size
+            if size + len(line) > SPOOL_MAX_BYTES:
+                log(f"tool use lost: {why}; the spool is full ({size} bytes)")
+                return
+            view = memoryview(line)
+            while view:
+                view = view[os.write(fd, view):]
+        finally:
+            os.close(fd)
+        log(f"tool use spooled for the daemon: {why}")
+    except OSError as exc:  # UnsafePath included: a planted link is never written through
+        log(f"tool use lost: {why}; the spool is unusable: {exc}")
+
+
+def _send_tool_use(root: str, line: bytes, deadline: float) -> None:
+    """Hand a tool use to the daemon, or to the spool when none takes it.
+
+    ``deadline``: the hook's end, on the ``time.monotonic()`` clock. SIGALRM
+    is blocked while the line is sent: the deadline then finds it either not
+    sent (spooled) or sent whole (the daemon records it), never half-way. The
+    socket's own timeout bounds the send.
+    """
+    _signal.pthread_sigmask(_signal.SIG_BLOCK, {_signal.SIGALRM})  # already blocked by run(); made sure
+    try:
+        sock = send(socket_path(root), line, timeout=max(deadline - time.monotonic() - SOCKET_MARGIN_S, 0.01))
+        _Pending.sent = True
+    except DaemonUnavailable as exc:
+        _spool(root, line, f"daemon unavailable: {exc}")
+        return
+    finally:
+        _signal.pthread_sigmask(_signal.SIG_UNBLOCK, {_signal.SIGALRM})  # a pending expiry fires here
+    try:
+        # Waiting for the answer keeps tool uses in order and the ledger current when the hook exits.
+        decode_answer(receive(sock, socket_path(root), deadline - SOCKET_MARGIN_S))
+    except DaemonUnavailable as exc:
+        if isinstance(exc.__cause__, TimeoutError):  # a daemon has it and is late: it records it without us
+            log(f"tool use sent, no answer in time (the daemon records it): {exc}")
+        else:  # closed or reset unanswered (a daemon stopping, or one that died): maybe never processed
+            _respool(root, line, f"sent but the connection closed unanswered: {exc}")
+    except RemoteError as exc:
+        if exc.kind == "busy":  # refused unread at accept: not recorded, so keep it
+            _respool(root, line, f"daemon busy: {exc}")
+        else:
+            log(f"daemon refused the request ({exc.kind}): {exc}")
+    finally:
+        sock.close()
+
+
+def _respool(root: str, line: bytes, why: str) -> None:
+    """Spool a tool use that was sent but maybe not processed (a spool replay skips it if it was).
+
+    SIGALRM stays blocked from here to the exit (:func:`main` drops a pending
+    expiry), so the deadline cannot fall between "not sent after all" and the spool.
+    """
+    _signal.pthread_sigmask(_signal.SIG_BLOCK, {_signal.SIGALRM})
+    _Pending.sent = False
+    _spool(root, line, why)
+
+
+def _call_held(path: str, method: str, params: dict, timeout: float) -> object:
+    """A context request whose pack is acknowledged once printed: the answer's ``result``.
+
+    Asks for the acknowledgement (``params["ack"]``) and keeps the connection
+    open in :class:`_Pending` for :func:`_acknowledge`. Raises like
+    :func:`cogd.daemon.client.call`.
+    """
+    end = time.monotonic() + timeout
+    sock = send(path, encode_request(method, {**params, "ack": True}), timeout)
+    try:
+        result = decode_answer(receive(sock, path, end))
+    except BaseException:
+        sock.close()
+        raise
+    token = result.get("ack") if isinstance(result, dict) else None
+    if type(token) is int:
+        _Pending.held = (sock, token)  # closing it unacknowledged withdraws the pack
+    else:
+        sock.close()
+    return result
+
+
+def _acknowledge(printed: bool) -> None:
+    """After the output is written and flushed: acknowledge the held pack, or let it go unprinted."""
+    held, _Pending.held = _Pending.held, None
+    if held is None:
+        return
+    sock, token = held
+    try:
+        if printed:
+            wait = min(ACK_WAIT_S, max(_Pending.deadline - time.monotonic(), 0.02))
+            acknowledge(sock, token, wait)
+    except DaemonUnavailable as exc:  # printed, but the daemon will withdraw it: say so
+        log(f"pack printed but its acknowledgement could not be sent: {exc}")
+    finally:
+        sock.close()
+
+
 def _spawn_daemon(root: str) -> None:
     try:
         from cogd.daemon.control import spawn
@@ -259,6 +414,7 @@ def run(argv: list[str]) -> str | None:
     """Do the hook's work; return what to print (None for nothing). May raise."""
     event = argv[0] if argv else ""
     log.event = event or "?"
+    _Pending.sent, _Pending.held = False, None
     if event not in EVENTS:
         raise ValueError(f"unknown event {event!r}; expected one of {', '.join(EVENTS)}")
     method, hook_event_name = EVENTS[event]
@@ -267,6 +423,10 @@ def run(argv: list[str]) -> str | None:
         where = argv[1] if len(argv) > 1 else os.getcwd()
     else:
         payload = _read_payload()
+        if event == "post-tool-use":
+            # From here the tool use is ours to hand over: the deadline waits until it is sent or
+            # spooled (_send_tool_use unblocks it), which takes no longer than the send's timeout.
+            _signal.pthread_sigmask(_signal.SIG_BLOCK, {_signal.SIGALRM})
         cwd = payload.get("cwd")
         where = cwd if isinstance(cwd, str) and cwd else os.environ.get("CLAUDE_PROJECT_DIR") or os.getcwd()
     root = find_root(where)
@@ -275,9 +435,17 @@ def run(argv: list[str]) -> str | None:
     log.path = cogd_file(root, "logs", "hook.log")  # this repository's, even before its .cogd/ exists
     deadline_s = _deadline_ms(root) / 1000
     remaining = deadline_s - (time.monotonic() - log.started)
+    _Pending.deadline = log.started + deadline_s
     _arm(remaining)
+    params = _params(event, payload, argv[1:])
+    if event == "post-tool-use":
+        _send_tool_use(root, encode_request(method, params), _Pending.deadline)
+        return None
     try:
-        result = call(socket_path(root), method, _params(event, payload, argv[1:]), timeout=max(remaining - SOCKET_MARGIN_S, 0.01))
+        if hook_event_name is not None:
+            result = _call_held(socket_path(root), method, params, timeout=max(remaining - SOCKET_MARGIN_S, 0.01))
+        else:
+            result = call(socket_path(root), method, params, timeout=max(remaining - SOCKET_MARGIN_S, 0.01))
     except DaemonUnavailable as exc:
         log(f"daemon unavailable: {exc}")
         # A timeout means a daemon accepted the connection but answered late (overload): it
@@ -313,11 +481,21 @@ def main(argv: list[str] | None = None) -> int:
     except BaseException as exc:  # noqa: BLE001 — nothing may escape to the agent
         log(f"no context: {exc.__class__.__name__}: {str(exc)[:300]}")
         output = None
+    printed = False
     try:
+        # No deadline from here: once the pack is printed, its acknowledgement must go out too.
         _signal.setitimer(_signal.ITIMER_REAL, 0)
+        # An expiry still pending behind a block (run() left early) is dropped, not delivered.
+        _signal.signal(_signal.SIGALRM, _signal.SIG_IGN)
+        _signal.pthread_sigmask(_signal.SIG_UNBLOCK, {_signal.SIGALRM})
         if output:
             sys.stdout.write(output + "\n")
             sys.stdout.flush()
+            printed = True
+    except BaseException:  # noqa: BLE001
+        pass
+    try:
+        _acknowledge(printed)
     except BaseException:  # noqa: BLE001
         pass
     return 0

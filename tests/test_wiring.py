@@ -128,7 +128,7 @@ def test_prompt_submit_hot_path_imports_and_output(repo):
     assert proc.stdout == (json.dumps({"hookSpecificOutput": {"hookEventName": "UserPromptSubmit",
                                                               "additionalContext": text}}) + "\n").encode()
     # the request is byte for byte what cogd.daemon.protocol would write
-    assert daemon.received == [encode(request("context.prompt", {"session_id": "s1", "prompt": "why \u00e9?"}))]
+    assert daemon.received == [encode(request("context.prompt", {"session_id": "s1", "prompt": "why \u00e9?", "ack": True}))]
     baseline = _imported(subprocess.run([sys.executable, "-X", "importtime", "-c", "pass"],
                                         capture_output=True, text=True).stderr)
     extra = _imported(proc.stderr.decode()) - baseline

@@ -73,6 +73,23 @@ def exchange(socket_path: str | os.PathLike[str], line: bytes, timeout: float = 
     when the socket file is not a socket owned by this user (``lstat``) or the
     process that accepted runs as another uid (``SO_PEERCRED``).
     """
+    sock = send(socket_path, line, timeout)
+    try:
+        return receive(sock, socket_path, time.monotonic() + timeout)
+    finally:
+        sock.close()
+
+
+def send(socket_path: str | os.PathLike[str], line: bytes, timeout: float = 5.0) -> "_socket.socket":
+    """Connect and send one request line; return the open socket (the caller closes it).
+
+    ``timeout`` (seconds) bounds connect and send together. When this returns,
+    the whole line is in the kernel's hands: a daemon processes every complete
+    line it receives, even once the client is gone. Raises DaemonUnavailable;
+    UntrustedListener (one) before anything is sent when the socket file is not
+    a socket of this user's (``lstat``) or the accepting process runs as
+    another uid (``SO_PEERCRED``).
+    """
     deadline = time.monotonic() + timeout
     path = os.fspath(socket_path)
     try:
@@ -82,39 +99,76 @@ def exchange(socket_path: str | os.PathLike[str], line: bytes, timeout: float = 
     except OSError as exc:
         raise DaemonUnavailable(f"{path}: {exc.__class__.__name__}: {exc}") from exc
     sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+    try:
+        sock.settimeout(max(timeout, 0.001))
+        sock.connect(path)
+        uid = peer_uid(sock)
+        if uid != os.getuid():
+            raise UntrustedListener(f"{path}: the listening process runs as uid {uid}, not as you "
+                                    f"(uid {os.getuid()}): refused, nothing sent")
+        sock.settimeout(max(deadline - time.monotonic(), 0.001))
+        sock.sendall(line)  # the timeout bounds the whole sendall (Python >= 3.5)
+    except BaseException as exc:
+        sock.close()
+        if isinstance(exc, OSError) and not isinstance(exc, DaemonUnavailable):
+            raise _unavailable(socket_path, exc) from exc
+        raise
+    return sock
+
+
+def receive(sock: "_socket.socket", socket_path: str | os.PathLike[str], deadline: float) -> bytes:
+    """Read one answer line from ``sock`` by ``deadline`` (``time.monotonic()`` seconds).
+
+    Returns the raw line, newline included. Raises DaemonUnavailable on a
+    timeout or a connection closed without an answer. Does not close ``sock``.
+    """
     chunks = []
     try:
-        try:
-            sock.settimeout(max(timeout, 0.001))
-            sock.connect(path)
-            uid = peer_uid(sock)
-            if uid != os.getuid():
-                raise UntrustedListener(f"{path}: the listening process runs as uid {uid}, not as you "
-                                        f"(uid {os.getuid()}): refused, nothing sent")
-            sock.sendall(line)
-            while True:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise TimeoutError("deadline")
-                sock.settimeout(remaining)
-                chunk = sock.recv(65536)
-                if not chunk:
-                    break
-                chunks.append(chunk)
-                if chunk.endswith(b"\n"):
-                    break
-        except DaemonUnavailable:
-            raise
-        except (FileNotFoundError, ConnectionRefusedError, TimeoutError, ConnectionResetError, BrokenPipeError) as exc:
-            raise DaemonUnavailable(f"{os.fspath(socket_path)}: {exc.__class__.__name__}: {exc}") from exc
-        except OSError as exc:  # e.g. ENOTSOCK, EACCES, path too long
-            raise DaemonUnavailable(f"{os.fspath(socket_path)}: {exc}") from exc
-    finally:
-        sock.close()
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError("deadline")
+            sock.settimeout(remaining)
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            if chunk.endswith(b"\n"):
+                break
+    except OSError as exc:
+        raise _unavailable(socket_path, exc) from exc
     raw = b"".join(chunks)
     if not raw:
         raise DaemonUnavailable(f"{os.fspath(socket_path)}: connection closed without an answer")
     return raw
+
+
+def _unavailable(socket_path: str | os.PathLike[str], exc: OSError) -> DaemonUnavailable:
+    if isinstance(exc, (FileNotFoundError, ConnectionRefusedError, TimeoutError, ConnectionResetError, BrokenPipeError)):
+        return DaemonUnavailable(f"{os.fspath(socket_path)}: {exc.__class__.__name__}: {exc}")
+    return DaemonUnavailable(f"{os.fspath(socket_path)}: {exc}")  # e.g. ENOTSOCK, EACCES, path too long
+
+
+def acknowledge(sock: "_socket.socket", token: int, timeout: float) -> int | None:
+    """Tell the daemon, on the connection that brought it, that the pack ``token`` was printed.
+
+    Sends the ``context.ack`` request and waits at most ``timeout`` seconds for
+    the daemon's reply (its ledger commit), so the delivery is recorded when
+    the hook exits. Returns the recorded delivery id, or None when the reply
+    did not come in time (the daemon records it all the same once the line is
+    sent). Raises DaemonUnavailable when the line could not be sent.
+    """
+    try:
+        sock.settimeout(max(timeout, 0.001))
+        sock.sendall(encode_request("context.ack", {"ack": token}, request_id=2))
+    except OSError as exc:
+        raise _unavailable("daemon connection", exc) from exc
+    try:
+        result = decode_answer(receive(sock, "daemon connection", time.monotonic() + timeout))
+    except (DaemonUnavailable, RemoteError, ValueError):
+        return None
+    delivery_id = result.get("delivery_id") if isinstance(result, dict) else None
+    return delivery_id if type(delivery_id) is int else None
 
 
 def decode_answer(raw: bytes) -> object:

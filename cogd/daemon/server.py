@@ -22,7 +22,7 @@ from pathlib import Path
 
 from cogd import locate, safepath
 from cogd.config import Config, ConfigError, load_config
-from cogd.daemon import control
+from cogd.daemon import control, spool
 from cogd.daemon.client import peer_uid
 from cogd.daemon.protocol import (
     INVALID_REQUEST,
@@ -41,11 +41,17 @@ log = logging.getLogger("cogd.daemon")
 
 HOUSEKEEPING_S = 1.0
 MAX_CONNECTIONS = 256  # open client connections; more are closed at once (file descriptors are finite)
+# Connections the kernel queues before accept. A full queue makes a hook's connect wait
+# until its deadline (its request never sent); bursts of hooks under load need more than
+# asyncio's default of 100. Linux caps it at net.core.somaxconn (4096 by default).
+LISTEN_BACKLOG = 1024
 IDLE_CONNECTION_S = 30.0  # a connection that sends no complete line for this long is closed
 # Methods whose answer is their whole point and whose ledger record says "delivered". A hook
 # that gave up at its deadline closes its connection; if it is gone before its request's turn
-# no pack is built (under overload this sheds the work for clients that left), and if it
-# left while the pack was built, the delivery is taken back out of the ledger.
+# no pack is built (under overload this sheds the work for clients that left). A client that
+# asks to acknowledge (the hook) gets its delivery recorded only on the ack that follows its
+# printed pack (see _handle); for one that does not, a delivery whose client left while the
+# pack was built is taken back out of the ledger.
 DELIVERING = frozenset({"context.prompt", "context.session_start"})
 
 
@@ -78,6 +84,27 @@ class SafeRotatingFileHandler(logging.handlers.RotatingFileHandler):
         return open(fd, "a", encoding=self.encoding, errors=self.errors)
 
 
+def _ack_token(answer: dict) -> int | None:
+    """The ack token of an answer whose pack waits for the client's acknowledgement, else None."""
+    result = answer.get("result")
+    token = result.get("ack") if isinstance(result, dict) else None
+    return token if type(token) is int else None
+
+
+def _acknowledgement(line: bytes, token: int) -> dict | None:
+    """``line`` parsed when it is the ``context.ack`` of ``token`` (docs/protocol.md), else None."""
+    if b"context.ack" not in line:
+        return None
+    try:
+        message = json.loads(line)
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        return None
+    if not isinstance(message, dict) or message.get("method") != "context.ack":
+        return None
+    params = message.get("params")
+    return message if isinstance(params, dict) and params.get("ack") == token else None
+
+
 def _setup_logging(layout: Layout, foreground: bool) -> None:
     root_logger = logging.getLogger("cogd")
     root_logger.setLevel(logging.INFO)
@@ -101,6 +128,9 @@ class Daemon:
         self.socket_path = Path(socket_path)
         self.service: Service | None = None
         self.pool = concurrent.futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix="cogd-req")
+        # Acknowledged deliveries are committed here, not behind the pack builds queued on the
+        # pool: the hook waits for that commit, and it is a single small ledger write.
+        self.ack_pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="cogd-ack")
         self.stop_event: asyncio.Event | None = None
         self.stop_reason = ""
         self.connections = 0
@@ -135,34 +165,74 @@ class Daemon:
             return
         if self.connections >= MAX_CONNECTIONS:
             log.warning("refusing a connection: %d open", self.connections)
+            # Say so before closing: the request is unread, and a client told it was not processed
+            # can keep it (the hook spools a tool use) instead of taking the silence for a crash.
+            writer.write(encode(error_response(None, RpcError("busy", f"{self.connections} connections open"))))
             writer.close()
             return
         self.connections += 1
         sock = writer.get_extra_info("socket")
         fd = sock.fileno() if sock is not None else None
+        held: int | None = None  # ack token of the pack just sent on this connection, until acknowledged
         try:
             while True:
+                wait = self.config.daemon.ack_wait_ms / 1000 if held is not None else IDLE_CONNECTION_S
                 try:
-                    line = await asyncio.wait_for(reader.readline(), IDLE_CONNECTION_S)
+                    line = await asyncio.wait_for(reader.readline(), wait)
                 except asyncio.TimeoutError:
+                    if held is not None:
+                        self._withdraw(held, f"no acknowledgement within {self.config.daemon.ack_wait_ms} ms")
+                        held = None
                     break  # a client that sends nothing (or half a line) does not hold a slot forever
                 except (asyncio.LimitOverrunError, ValueError):
                     writer.write(encode(error_response(None, RpcError("bad_request", "request line too long", INVALID_REQUEST))))
                     break
+                if held is not None:
+                    token, held = held, None
+                    ack = _acknowledgement(line, token)
+                    if ack is not None:
+                        delivery_id = await loop.run_in_executor(self.ack_pool, self._confirm, token)
+                        if "id" in ack:  # the hook waits for this reply: its delivery is committed when it exits
+                            writer.write(encode(response(ack["id"], {"delivery_id": delivery_id})))
+                            await writer.drain()
+                        continue
+                    self._withdraw(token, "the client sent no acknowledgement" if line else "the client left without acknowledging")
                 if not line:
+                    break
+                if not line.endswith(b"\n"):  # the client died (or gave up) in the middle of sending it
+                    log.warning("an incomplete request line (%d bytes, no newline) at the end of a connection: ignored", len(line))
                     break
                 answer = await loop.run_in_executor(self.pool, self._answer, line, fd)
                 if answer is not None:
+                    held = _ack_token(answer)  # before writing: a write that fails still withdraws it
                     writer.write(encode(answer))
                     await writer.drain()
         except (ConnectionError, BrokenPipeError):
             pass
         finally:
+            if held is not None:
+                self._withdraw(held, "the connection failed before an acknowledgement")
             self.connections -= 1
             try:
                 writer.close()
             except Exception:
                 pass
+
+    def _confirm(self, token: int) -> int | None:
+        """Record the delivery held under ``token`` (its client printed the pack). Returns its id."""
+        try:
+            delivery_id = self.service.confirm_delivery(token)
+        except Exception:
+            log.exception("could not record acknowledged delivery (ack %d)", token)
+            return None
+        if delivery_id is None:
+            log.warning("acknowledgement %d matched no held pack", token)
+        return delivery_id
+
+    def _withdraw(self, token: int, why: str) -> None:
+        """Forget the pack held under ``token``: it never reached its client."""
+        if self.service is not None and self.service.withdraw_delivery(token):
+            log.info("pack %d withdrawn, no delivery recorded: %s", token, why)
 
     def _answer(self, line: bytes, fd: int | None = None) -> dict | None:
         """One request line → one response object (None for a notification or a client gone).
@@ -193,6 +263,9 @@ class Daemon:
                 result = self.service.call(method, params)
                 if method in DELIVERING and _hung_up(fd):
                     delivery_id = result.get("delivery_id") if isinstance(result, dict) else None
+                    token = result.get("ack") if isinstance(result, dict) else None
+                    if token is not None:  # held, never recorded: nothing to retract
+                        self.service.withdraw_delivery(token)
                     if delivery_id is not None:
                         try:
                             self.service.ledger.retract_delivery(delivery_id)
@@ -208,6 +281,17 @@ class Daemon:
         if "id" not in message:
             return None
         return response(request_id, result)
+
+    def _ingest_spool(self) -> None:
+        """Record the tool uses hooks spooled when no daemon took them (:mod:`cogd.daemon.spool`)."""
+        run_dir = self.layout.run_dir
+        try:
+            if not (run_dir / spool.SPOOL_NAME).stat().st_size and not (run_dir / (spool.SPOOL_NAME + ".ingesting")).exists():
+                return
+        except FileNotFoundError:
+            if not (run_dir / (spool.SPOOL_NAME + ".ingesting")).exists():
+                return
+        spool.ingest(run_dir, self.service)
 
     async def _stop_soon(self, reason: str) -> None:
         self.request_stop(reason)
@@ -231,6 +315,7 @@ class Daemon:
                     await asyncio.get_running_loop().run_in_executor(self.pool, self.service.check_projection)
                 except Exception:
                     log.exception("projection check failed")
+                await asyncio.get_running_loop().run_in_executor(self.pool, self._ingest_spool)
                 consolidator = getattr(self.service, "consolidator", None)
                 if consolidator is not None:  # once per idle stretch, on its own thread
                     consolidator.on_idle(self.service.last_request_at, time.monotonic())
@@ -257,7 +342,8 @@ class Daemon:
             pass
         old_umask = os.umask(0o177)  # the socket is born 0600: no window where others can connect
         try:
-            server = await asyncio.start_unix_server(self._handle, path=str(self.socket_path), limit=MAX_LINE_BYTES)
+            server = await asyncio.start_unix_server(self._handle, path=str(self.socket_path), limit=MAX_LINE_BYTES,
+                                                     backlog=LISTEN_BACKLOG)
         finally:
             os.umask(old_umask)
         os.chmod(self.socket_path, 0o600)
@@ -266,6 +352,7 @@ class Daemon:
         warm_secret_scan()  # detect-secrets takes ~0.6 s to import: not on the first prompt's clock
         log.info("serving %s on %s (pid %d)%s", self.layout.root, self.socket_path, os.getpid(),
                  f"; runtime directory {self.runtime}" if self.runtime else "")
+        await self.loop.run_in_executor(self.pool, self._ingest_spool)  # tool uses hooks spooled while we were down
         housekeeping = asyncio.create_task(self._housekeeping())
         async with server:
             await self.stop_event.wait()
@@ -276,6 +363,7 @@ class Daemon:
         if self.service is not None:
             self.service.close()  # finishes the file being written, commits
         self.pool.shutdown(wait=True, cancel_futures=True)
+        self.ack_pool.shutdown(wait=True)
         if self._lock_file_still_ours():
             for path in (self.socket_path, self.layout.pid_file):
                 try:

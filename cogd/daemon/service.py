@@ -92,6 +92,9 @@ class Service:
         self._index_inode = layout.index_db.stat().st_ino
         self._generation = 0
         self._recent_cache: tuple[float, list[str]] | None = None
+        self._held: dict[int, tuple] = {}  # ack token → a built pack's delivery record, until acknowledged
+        self._held_seq = 0
+        self._held_lock = threading.Lock()
         self.utility = UtilityModel(config.rank.prior_hits, config.rank.prior_misses)
         self.ledger = Ledger(layout.state_db, self.utility, {
             "edit": config.usage.edit_weight, "read": config.usage.read_weight, "search": config.usage.search_weight},
@@ -345,10 +348,11 @@ class Service:
         if record:
             if faults.active("ledger_write"):  # tests only (cogd.faults): a full disk, on demand
                 raise sqlite3.OperationalError("database or disk is full")
-            delivery_id = self.ledger.record_delivery(
-                _session_id(params), event, source, query, pack.text, [i.as_dict() for i in pack.items],
-                now=self._now(params), fingerprint=_fingerprint(pack.text),
-            )
+            delivery = (_session_id(params), event, source, query, pack.text, [i.as_dict() for i in pack.items],
+                        self._now(params), _fingerprint(pack.text))
+            if params.get("ack") is True:  # the client acknowledges once the pack is printed
+                return {**pack.as_dict(), "delivery_id": None, "ack": self._hold_delivery(delivery)}
+            delivery_id = self._record_held(delivery)
         return {**pack.as_dict(), "delivery_id": delivery_id}
 
     def _empty_reason(self) -> str:
@@ -364,6 +368,49 @@ class Service:
         if not conn.execute("SELECT 1 FROM files LIMIT 1").fetchone():
             return "index_empty"
         return "no_match"
+
+    # ---- delivery acknowledgement (docs/protocol.md "Delivery acknowledgement") ----
+    def _hold_delivery(self, delivery: tuple) -> int:
+        """Keep a built pack's ledger record in memory until its client acknowledges it. Returns its token.
+
+        Held records live only in this process: a daemon that dies with some
+        held has, by construction, recorded none of them (nothing to retract).
+        """
+        with self._held_lock:
+            self._held_seq += 1
+            self._held[self._held_seq] = delivery
+            return self._held_seq
+
+    def _record_held(self, delivery: tuple) -> int:
+        session, event, source, query, text, items, now, fingerprint = delivery
+        return self.ledger.record_delivery(session, event, source, query, text, items, now=now, fingerprint=fingerprint)
+
+    def confirm_delivery(self, token: int) -> int | None:
+        """The client printed the pack held under ``token``: record the delivery. Returns its id
+        (None when the token is unknown: never held, or already confirmed or withdrawn)."""
+        with self._held_lock:
+            delivery = self._held.pop(token, None)
+        if delivery is None:
+            return None
+        try:
+            delivery_id = self._record_held(delivery)
+        except sqlite3.Error as exc:  # the pack was printed but is not recorded: status says so
+            self._error("context.ack", f"context.ack: {exc}")
+            raise
+        if "context.ack" in self._errors:
+            self._resolve_error("context.ack")
+        return delivery_id
+
+    def withdraw_delivery(self, token: int) -> bool:
+        """The pack held under ``token`` never reached its client: forget it. Returns whether it was held."""
+        with self._held_lock:
+            return self._held.pop(token, None) is not None
+
+    @property
+    def held_deliveries(self) -> int:
+        """How many packs wait for their client's acknowledgement."""
+        with self._held_lock:
+            return len(self._held)
 
     def _feedback(self, session_id: str | None) -> Feedback:
         """Ranking feedback for one request: utility, the session's touches, recently changed files."""

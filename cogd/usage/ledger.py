@@ -346,6 +346,14 @@ class Ledger:
             hits = self._resolve_hits(session_id, touches, now) if touches else []
         return int(cur.lastrowid), hits
 
+    def has_tool_use(self, session_id: str, tool_use_id: str) -> bool:
+        """Whether the session already recorded the tool use ``tool_use_id`` (replays of a spool skip it)."""
+        with self._lock:
+            row = self._conn.execute(
+                "SELECT 1 FROM tool_uses WHERE session_id = ? AND tool_use_id = ? LIMIT 1", (session_id, tool_use_id)
+            ).fetchone()
+        return row is not None
+
     def _resolve_hits(self, session_id: str, touches: list[Touch], now: float) -> list[dict]:
         paths = sorted({t.path for t in touches})
         marks = ",".join("?" * len(paths))
