@@ -343,8 +343,20 @@ def test_another_user_can_neither_connect_nor_read(shared_base, stop_daemons):
     assert [as_nobody(_read, p).get("errno") for p in secrets] == [13, 13, 13]
 
     # The socket too (chmod 666): the daemon's peer-credential check still refuses the stranger.
-    os.chmod(sock, 0o666)
-    assert as_nobody(_connect_and_ask, sock) == {"ok": "closed without an answer"}
+    # The daemon re-tightens its folders whenever it opens a store (about once a second), so on a
+    # busy machine the stranger may meet a 0700 folder again (EACCES) before it reaches the
+    # socket: open the way again until it does. Either way it never gets an answer.
+    outcomes = []
+    for _ in range(50):
+        for folder in (layout.cogd_dir, layout.run_dir):
+            os.chmod(folder, 0o711)
+        os.chmod(sock, 0o666)
+        outcome = as_nobody(_connect_and_ask, sock)
+        outcomes.append(outcome)
+        if outcome == {"ok": "closed without an answer"}:
+            break
+    assert outcomes[-1] == {"ok": "closed without an answer"}, outcomes
+    assert all(o == {"ok": "closed without an answer"} or o.get("errno") == 13 for o in outcomes), outcomes
     assert f"refusing a connection from uid {NOBODY.pw_uid}" in layout.daemon_log.read_text()
     assert call(sock, "status", {}, timeout=10)["root"] == str(root)  # its own user is still served
 
