@@ -400,11 +400,19 @@ def _acknowledge(printed: bool) -> None:
 
 
 def _spawn_daemon(root: str) -> None:
+    """Start the daemon for next time, unless its last start failed within the back-off window."""
     try:
-        from cogd.daemon.control import spawn
+        from cogd.daemon.control import backoff_remaining, spawn, start_failure
         from cogd.paths import Layout
 
-        if spawn(Layout(root)):
+        layout = Layout(root)
+        failed = start_failure(layout)
+        wait = backoff_remaining(failed)
+        if wait > 0:
+            log(f"no daemon: its last start failed ({str(failed.get('reason'))[:200]}); "
+                f"not starting another for {wait:.0f} s (see `cogd status`)")
+            return
+        if spawn(layout):
             log("no daemon answered: started one in the background for next time")
     except Exception as exc:
         log(f"could not start the daemon: {exc.__class__.__name__}: {exc}")

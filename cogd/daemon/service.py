@@ -17,7 +17,7 @@ import threading
 import time
 from pathlib import Path
 
-from cogd import __version__, faults
+from cogd import __version__, faults, recovery
 from cogd.config import Config
 from cogd.daemon.protocol import INVALID_PARAMS, METHOD_NOT_FOUND, PROTOCOL_VERSION, RpcError
 from cogd.daemon.watcher import Watcher, off_status
@@ -88,7 +88,13 @@ class Service:
         self._errors_lock = threading.Lock()
         self.requests = 0
         self._local = threading.local()
-        store.connect(layout.index_db).close()  # schema exists before any reader opens it
+        # Damaged stores: the ledger is checked (never replaced) before anything opens it; a
+        # damaged projection is moved aside and rebuilt (cogd/recovery.py, docs/architecture.md).
+        self.ledger_report = recovery.check_ledger(layout.cogd_dir)  # StoreRefused: the daemon does not start
+        self._suspect_corruption = False
+        self._mark_written_at = 0.0
+        recovery.open_projection(layout.index_db, lambda: store.connect(layout.index_db),
+                                 "rebuilt from the work tree in the background").close()  # schema before readers
         self._index_inode = layout.index_db.stat().st_ino
         self._generation = 0
         self._recent_cache: tuple[float, list[str]] | None = None
@@ -130,6 +136,7 @@ class Service:
 
         self.memory = memory_store(self)
         self._methods.update(memory_methods(self))
+        self._settle_ledger()
         if start_index:
             self.worker.request(None)
         # The file watcher runs in the daemon only (start_index), not for one in-process CLI command.
@@ -147,6 +154,58 @@ class Service:
             self.embedder.stop()
         self.memory.close()
         self.ledger.close()
+        recovery.write_mark(self.layout.cogd_dir, self.layout.state_db)  # what the ledger held at stop
+
+    def _settle_ledger(self) -> None:
+        """After the ledger opened: restore tombstones into a new one, record a loss, write the marker."""
+        report = self.ledger_report
+        if report.state in ("lost", "fresh"):
+            report.restored_tombstones = recovery.restore_tombstones(self.memory.memory_dir, self.memory.ledger)
+        if report.state == "lost":
+            recovery.record_loss(self.layout.cogd_dir, report)
+        extra = {}
+        if report.state == "fresh":
+            log.info("%s", report.statement())
+            extra = {"started_fresh_at": report.at, "started_fresh_records": report.memory_records,
+                     "started_fresh_tombstones": report.restored_tombstones}
+        recovery.write_mark(self.layout.cogd_dir, self.layout.state_db, **extra)
+        self._mark_written_at = time.monotonic()
+
+    def recovery_status(self) -> dict:
+        """For ``cogd status``: the newest move of each damaged projection, and the ledger's story.
+
+        ``projections``: ``[{store, moved_to, at, reason, rebuild}]``; ``ledger``:
+        ``{state, statement, loss (the unacknowledged loss or None), fix, started_fresh_at,
+        started_fresh_records}``.
+        """
+        cogd_dir = self.layout.cogd_dir
+        loss = recovery.ledger_loss(cogd_dir)
+        mark = recovery.read_mark(cogd_dir) or {}
+        report = self.ledger_report
+        return {
+            "projections": recovery.latest_recoveries(cogd_dir),
+            "ledger": {
+                "state": "lost" if loss else report.state,
+                "statement": loss.get("statement") if loss else report.statement(),
+                "loss": loss,
+                "fix": recovery.loss_fix(loss) if loss else "",
+                "started_fresh_at": mark.get("started_fresh_at"),
+                "started_fresh_records": mark.get("started_fresh_records"),
+            },
+        }
+
+    def _check_stores(self) -> None:
+        """After a query failed with corruption: move the damaged projection aside (the caller rebuilds)."""
+        self._suspect_corruption = False
+        for path, rebuild in ((self.layout.index_db, "rebuilt from the work tree in the background"),
+                              (self.layout.index_dir / "memory.db", "rebuilt from the memory files")):
+            try:
+                problem = recovery.sqlite_problem(path)
+            except sqlite3.Error:
+                log.exception("could not check %s", path)
+                continue
+            if problem:
+                recovery.quarantine(path, problem, rebuild)
 
     # ---- plumbing -------------------------------------------------------
     def call(self, method: str, params: dict) -> object:
@@ -164,6 +223,8 @@ class Service:
             raise
         except sqlite3.Error as exc:
             self._error(method, f"{method}: {exc}")
+            if recovery.is_corruption(exc):
+                self._suspect_corruption = True  # the next housekeeping tick checks the projections
             log.exception("database error in %s", method)
             raise RpcError("internal", f"database error: {exc}") from exc
         except Exception as exc:
@@ -216,6 +277,11 @@ class Service:
         still open on the old file would fail or serve a ghost. Readers reopen
         (a new generation) and the index worker rebuilds from the work tree.
         """
+        if self._suspect_corruption:
+            self._check_stores()
+        if time.monotonic() - self._mark_written_at > recovery.MARK_INTERVAL_S:
+            self._mark_written_at = time.monotonic()
+            recovery.write_mark(self.layout.cogd_dir, self.layout.state_db)
         try:  # memory: hand edits, arrivals, anchors (a stat scan, at most once a second)
             self.memory.maybe_sync()
         except Exception:
@@ -286,6 +352,7 @@ class Service:
                 "disabled by [watch] enabled = false" if not self.config.watch.enabled else "not started"),
             "memory": self.memory.status(),
             "consolidation": self.consolidator.status() if getattr(self, "consolidator", None) else None,
+            "recovery": self.recovery_status(),
         }
 
     def _problems_status(self) -> dict:
