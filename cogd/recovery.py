@@ -61,6 +61,7 @@ class StoreRefused(RuntimeError):
 
     def __init__(self, store: str, reason: str, fix: str):
         super().__init__(f"{store}: {reason}; fix: {fix}")
+        self.summary = f"{store}: {reason}"  # without the fix (shown on its own)
         self.store = store
         self.reason = reason
         self.fix = fix

@@ -377,7 +377,8 @@ class Daemon:
 def _record_start_failure(layout: Layout, config: Config, exc: Exception) -> None:
     fix = getattr(exc, "fix", "") or "see `cogd logs`; after fixing the cause, `cogd start`"
     try:
-        info = control.record_start_failure(layout, f"{exc.__class__.__name__}: {exc}", fix,
+        reason = getattr(exc, "summary", "") or f"{exc.__class__.__name__}: {exc}"
+        info = control.record_start_failure(layout, reason, fix,
                                             backoff_s=config.daemon.restart_backoff_s)
         log.error("the daemon could not start (failure %d in a row); automatic starts wait %.0f s; fix: %s",
                   info["failures"], info["retry_after"] - info["at"], fix)

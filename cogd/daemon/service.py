@@ -152,9 +152,11 @@ class Service:
         self.worker.stop()
         if self.embedder is not None:
             self.embedder.stop()
+        # What the ledger holds at stop, read before the last connection closes: that close
+        # checkpoints the WAL and removes it (a reader opened afterwards would leave one behind).
+        recovery.write_mark(self.layout.cogd_dir, self.layout.state_db)
         self.memory.close()
         self.ledger.close()
-        recovery.write_mark(self.layout.cogd_dir, self.layout.state_db)  # what the ledger held at stop
 
     def _settle_ledger(self) -> None:
         """After the ledger opened: restore tombstones into a new one, record a loss, write the marker."""
