@@ -256,7 +256,13 @@ def test_a_daemon_that_cannot_start_is_started_once_per_backoff_window(repos):
     # Ten hooks while the first daemon they started is failing: the others find it holding the
     # lock, or find its marker.
     ten_hooks()
-    wait_for(lambda: marker.exists() and not daemon_pids(root), "the failed daemon to leave its marker and exit")
+
+    def settled() -> bool:
+        spawned = hook_log.read_text(encoding="utf-8").count("started one in the background")
+        assert spawned == 1, f"{spawned} daemons started by ten hooks"
+        return marker.exists() and not daemon_pids(root)
+
+    wait_for(settled, "the failed daemon to leave its marker and exit")
     # Ten more after the failure: every one backs off.
     logged = hook_log.read_text(encoding="utf-8")
     ten_hooks()
