@@ -477,8 +477,6 @@ def check_recovery(ctx: DoctorContext) -> list[Check]:
     for event in recovery.latest_recoveries(cogd_dir) if cogd_dir.is_dir() else []:
         moved = event.get("moved_to")
         parent = Path(str(event.get("path") or "")).parent
-        if not moved or not (parent / moved).exists():
-            continue  # acknowledged: the copy was deleted
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(event.get("at") or 0))
         checks.append(Check(
             f"recovered {event.get('store')}", WARN,

@@ -183,11 +183,17 @@ def recovery_events(cogd_dir: Path) -> list[dict]:
 
 
 def latest_recoveries(cogd_dir: Path) -> list[dict]:
-    """The newest move of each store, oldest first (what status and doctor show: each store once)."""
+    """The newest move of each store whose moved-aside copy still exists, oldest first.
+
+    What status and doctor show: each store once, until someone deletes the
+    copy (that acknowledges it).
+    """
     latest: dict[str, dict] = {}
     for event in recovery_events(cogd_dir):
         latest[str(event.get("store"))] = event
-    return sorted(latest.values(), key=lambda e: e.get("at") or 0)
+    kept = [e for e in latest.values()
+            if e.get("moved_to") and os.path.lexists(Path(str(e.get("path") or "")).with_name(str(e["moved_to"])))]
+    return sorted(kept, key=lambda e: e.get("at") or 0)
 
 
 def _note(cogd_dir: Path | None, event: dict) -> None:
@@ -310,10 +316,14 @@ def _had_rows(mark: dict | None) -> bool:
                               for k in ("events", "deliveries", "tombstones"))
 
 
-def write_mark(cogd_dir: Path, state_db: Path, **extra) -> dict | None:
+def write_mark(cogd_dir: Path, state_db: Path, *, force: bool = False, **extra) -> dict | None:
     """Record what ``state_db`` holds now in ``.cogd/ledger.json`` (keeps ``started_fresh`` facts).
 
-    Returns the marker, or None when the ledger could not be read (logged).
+    Unless ``force`` (at start, once :func:`check_ledger` has accepted the
+    ledger), a ledger whose highest event and delivery ids are both below the
+    marker's is not recorded: it shrank under a running daemon, and the old
+    marker is what lets the next start notice. Returns the marker, or None when
+    nothing was written (logged).
     """
     try:
         counts = ledger_counts(state_db)
@@ -321,6 +331,13 @@ def write_mark(cogd_dir: Path, state_db: Path, **extra) -> dict | None:
         log.exception("could not read %s for its marker", state_db)
         return None
     old = read_mark(cogd_dir) or {}
+    grown = [k for k in ("events", "deliveries") if isinstance(old.get(k), int) and old[k] > 0]
+    if not force and grown and all(counts[k] < old[k] for k in grown):
+        # Ids only grow (a wipe on request goes through forget_ledger): a ledger that shrank
+        # under us was damaged or replaced. Keep the old marker so the next start can tell.
+        log.warning("%s holds fewer rows than its marker (%s); marker kept", state_db,
+                    {k: old.get(k) for k in ("events", "deliveries")})
+        return None
     mark = {**{k: v for k, v in old.items() if k.startswith("started_fresh")}, **counts, **extra, "at": time.time()}
     try:
         _write_json(cogd_dir / LEDGER_MARK_FILE, mark)

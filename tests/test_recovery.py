@@ -377,3 +377,54 @@ def test_a_fresh_clone_starts_a_new_ledger_without_a_failure(repos, tmp_path):
     doctor = run_cogd(clone, "doctor", "--json", "--no-model-load", check=False)
     assert doctor.returncode == 0
     assert not moved_copies(clone / ".cogd", "state.db")
+
+
+def test_move_aside_keeps_only_the_newest_copy_with_its_journal(tmp_path):
+    from cogd.recovery import move_aside
+
+    folder = tmp_path / ".cogd" / "index"
+    folder.mkdir(parents=True)
+    db = folder / "index.db"
+    names = []
+    for n, now in enumerate((1_800_000_000.25, 1_800_000_060.5)):
+        db.write_bytes(b"damaged %d" % n)
+        Path(f"{db}-wal").write_bytes(b"wal %d" % n)
+        names.append(move_aside(db, now).name)
+    assert names == ["index.db.corrupt-20270115T080000.250Z", "index.db.corrupt-20270115T080100.500Z"]
+    assert sorted(p.name for p in folder.iterdir()) == [names[1], names[1] + "-wal"]
+    assert (folder / names[1]).read_bytes() == b"damaged 1" and (folder / (names[1] + "-wal")).read_bytes() == b"wal 1"
+    assert move_aside(db) is None  # nothing there: nothing moved
+
+
+def test_the_ledger_marker_is_not_lowered_by_a_ledger_that_shrank(tmp_path):
+    from cogd.memory.events import MemoryLedger
+    from cogd.recovery import classify_ledger, read_mark, write_mark
+
+    cogd_dir = tmp_path / ".cogd"
+    cogd_dir.mkdir()
+    state_db = cogd_dir / "state.db"
+    ledger = MemoryLedger(state_db)
+    for n in range(3):
+        ledger.append("human", f"id{n}", "create", None, "active")
+    ledger.close()
+    assert write_mark(cogd_dir, state_db)["events"] == 3
+    state_db.unlink()
+    MemoryLedger(state_db).close()  # an empty ledger in its place (what opening it used to do silently)
+    assert write_mark(cogd_dir, state_db) is None and read_mark(cogd_dir)["events"] == 3
+    report = classify_ledger(cogd_dir)
+    assert (report.state, report.problem) == ("lost", "was replaced by an empty database")
+    assert write_mark(cogd_dir, state_db, force=True)["events"] == 0  # at start, once accepted
+
+
+def test_reset_all_is_a_wipe_on_request_not_a_loss(repos):
+    root = repos()
+    run_cogd(root, "memory", "add", "rule", "Keep the shape tests fast")  # in-process: no daemon
+    assert json.loads((root / ".cogd" / "ledger.json").read_text())["events"] == 1
+    run_cogd(root, "reset", "--all", "--yes")
+    doctor = run_cogd(root, "doctor", "--json", "--no-model-load", check=False)
+    ledger = next(c for c in json.loads(doctor.stdout)["checks"] if c["name"] == "ledger")
+    assert ledger["status"] == "ok" and doctor.returncode == 0, ledger
+    run_cogd(root, "start")
+    result = status(root)["recovery"]["ledger"]
+    assert result["loss"] is None and result["state"] == "new"
+    assert not moved_copies(root / ".cogd", "state.db")

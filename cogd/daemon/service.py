@@ -161,7 +161,7 @@ class Service:
     def _settle_ledger(self) -> None:
         """After the ledger opened: restore tombstones into a new one, record a loss, write the marker."""
         report = self.ledger_report
-        if report.state in ("lost", "fresh"):
+        if report.state != "ok":  # a new ledger: the record files' tombstones are all it can have
             report.restored_tombstones = recovery.restore_tombstones(self.memory.memory_dir, self.memory.ledger)
         if report.state == "lost":
             recovery.record_loss(self.layout.cogd_dir, report)
@@ -170,7 +170,7 @@ class Service:
             log.info("%s", report.statement())
             extra = {"started_fresh_at": report.at, "started_fresh_records": report.memory_records,
                      "started_fresh_tombstones": report.restored_tombstones}
-        recovery.write_mark(self.layout.cogd_dir, self.layout.state_db, **extra)
+        recovery.write_mark(self.layout.cogd_dir, self.layout.state_db, force=True, **extra)
         self._mark_written_at = time.monotonic()
 
     def recovery_status(self) -> dict:
