@@ -89,8 +89,9 @@ def sqlite_problem(path: Path) -> str | None:
 
     Opens read-only; raises the sqlite3.Error itself when the failure is not
     corruption (see :func:`is_corruption`). A missing file is not damaged (None).
-    ``quick_check`` is O(pages) without the index cross-checks of
-    ``integrity_check``: about 0.1 s per 100 MB.
+    ``quick_check`` reads every page but skips the index cross-checks of
+    ``integrity_check``: 0.13–0.23 s for a 20 MB index (6,464 entities) on two
+    busy cores (load 38), so a daemon start pays it once per store.
     """
     if not path.exists():
         return None
@@ -162,8 +163,15 @@ def cogd_dir_of(path: Path) -> Path | None:
 
 
 def _write_json(path: Path, data: object) -> None:
+    """Write ``data`` to ``path`` atomically, private (0600), never through a planted symlink."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=1, sort_keys=True), encoding="utf-8")
+    try:
+        tmp.unlink()
+    except FileNotFoundError:
+        pass
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(json.dumps(data, indent=1, sort_keys=True))
     os.replace(tmp, path)
 
 
@@ -191,9 +199,20 @@ def latest_recoveries(cogd_dir: Path) -> list[dict]:
     latest: dict[str, dict] = {}
     for event in recovery_events(cogd_dir):
         latest[str(event.get("store"))] = event
-    kept = [e for e in latest.values()
-            if e.get("moved_to") and os.path.lexists(Path(str(e.get("path") or "")).with_name(str(e["moved_to"])))]
-    return sorted(kept, key=lambda e: e.get("at") or 0)
+    return sorted((e for e in latest.values() if _copy_kept(cogd_dir, e)), key=lambda e: e.get("at") or 0)
+
+
+def _copy_kept(cogd_dir: Path, event: dict) -> bool:
+    """True when ``event``'s moved-aside copy is still there. The file is repository data (a
+    crafted one must not make cogd look outside ``.cogd/``): only a plain name in ``.cogd/`` or
+    ``.cogd/index/`` counts."""
+    moved, where = event.get("moved_to"), event.get("path")
+    if not isinstance(moved, str) or not isinstance(where, str) or "/" in moved or moved in ("", ".", ".."):
+        return False
+    folder = Path(where).parent
+    if folder not in (cogd_dir, cogd_dir / "index"):
+        return False
+    return os.path.lexists(folder / moved)
 
 
 def _note(cogd_dir: Path | None, event: dict) -> None:

@@ -101,7 +101,10 @@ def backoff_remaining(info: dict | None, now: float | None = None) -> float:
     retry_after = info.get("retry_after")
     if type(retry_after) not in (int, float):
         return 0.0
-    return max(0.0, float(retry_after) - (time.time() if now is None else now))
+    remaining = float(retry_after) - (time.time() if now is None else now)
+    if remaining > MAX_BACKOFF_S:  # no daemon writes that: a planted or clock-skewed marker is ignored
+        return 0.0
+    return max(0.0, remaining)
 
 
 def record_start_failure(layout: Layout, reason: str, fix: str = "", backoff_s: float = 60.0) -> dict:
@@ -114,12 +117,17 @@ def record_start_failure(layout: Layout, reason: str, fix: str = "", backoff_s: 
     previous = start_failure(layout) or {}
     failures = int(previous.get("failures", 0)) + 1 if isinstance(previous.get("failures"), int) else 1
     now = time.time()
-    window = min(max(float(backoff_s), 0.0) * (2 ** (failures - 1)), MAX_BACKOFF_S)
+    window = min(max(float(backoff_s), 0.0) * (2 ** min(max(failures - 1, 0), 20)), MAX_BACKOFF_S)
     info = {"at": now, "reason": reason[:2000], "fix": fix[:1000], "failures": failures,
             "retry_after": now + window, "pid": os.getpid()}
     path = _failure_file(layout)
     tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "w", encoding="utf-8") as fh:
+    try:
+        os.unlink(tmp)
+    except FileNotFoundError:
+        pass
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
         fh.write(json.dumps(info))
     os.replace(tmp, path)
     return info
