@@ -232,6 +232,7 @@ def quarantine(path: Path, reason: str, rebuild: str, *, store: str | None = Non
     back (shown to the user). Returns where it went (None if it had vanished).
     """
     now = time.time()
+    reason = " ".join(reason.split())  # quick_check reports over several lines: one line in status
     moved = move_aside(path, now)
     name = store or path.name
     log.warning("%s is damaged (%s): moved aside to %s; %s", path, reason, moved.name if moved else "-", rebuild)

@@ -179,13 +179,15 @@ def spawn(layout: Layout, python: str | None = None, *, force: bool = False) -> 
 
 def wait_ready(layout: Layout, timeout: float = 30.0) -> bool:
     """Wait until the daemon answers ``status`` (True) or ``timeout`` seconds pass."""
-    from cogd.daemon.client import DaemonUnavailable, call
+    from cogd.daemon.client import DaemonUnavailable, RemoteError, call
 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
             call(layout.socket_path, "status", {}, timeout=2.0)
             return True
+        except RemoteError:
+            return True  # it answers (with an error, e.g. a damaged index it is about to move aside)
         except DaemonUnavailable:
             if not is_running(layout):
                 time.sleep(0.05)

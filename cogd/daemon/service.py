@@ -43,6 +43,7 @@ log = logging.getLogger("cogd.service")
 SESSION_ID_MAX = 200
 RECENT_FILES_TTL_S = 10.0
 SAVE_SESSION_WINDOW_S = 1800.0  # an editor's save counts for sessions with a pack this recent
+STORE_CHECK_S = 30.0  # after a database error, projections are quick-checked at most this often
 REPO_MAP_TTL_S = 60.0  # the PageRank map is recomputed at most this often (0.6 s on a 60,000-entity index)
 
 
@@ -92,6 +93,7 @@ class Service:
         # damaged projection is moved aside and rebuilt (cogd/recovery.py, docs/architecture.md).
         self.ledger_report = recovery.check_ledger(layout.cogd_dir)  # StoreRefused: the daemon does not start
         self._suspect_corruption = False
+        self._stores_checked_at = 0.0
         self._mark_written_at = 0.0
         recovery.open_projection(layout.index_db, lambda: store.connect(layout.index_db),
                                  "rebuilt from the work tree in the background").close()  # schema before readers
@@ -225,8 +227,10 @@ class Service:
             raise
         except sqlite3.Error as exc:
             self._error(method, f"{method}: {exc}")
-            if recovery.is_corruption(exc):
-                self._suspect_corruption = True  # the next housekeeping tick checks the projections
+            if isinstance(exc, sqlite3.DatabaseError) and not any(w in str(exc) for w in ("locked", "busy")):
+                # Damage shows as "malformed", but also as e.g. "vtable constructor failed": let
+                # quick_check judge, on the next housekeeping tick (at most every STORE_CHECK_S).
+                self._suspect_corruption = True
             log.exception("database error in %s", method)
             raise RpcError("internal", f"database error: {exc}") from exc
         except Exception as exc:
@@ -279,7 +283,8 @@ class Service:
         still open on the old file would fail or serve a ghost. Readers reopen
         (a new generation) and the index worker rebuilds from the work tree.
         """
-        if self._suspect_corruption:
+        if self._suspect_corruption and time.monotonic() - self._stores_checked_at > STORE_CHECK_S:
+            self._stores_checked_at = time.monotonic()
             self._check_stores()
         if time.monotonic() - self._mark_written_at > recovery.MARK_INTERVAL_S:
             self._mark_written_at = time.monotonic()
