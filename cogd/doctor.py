@@ -420,9 +420,9 @@ def check_ledger(ctx: DoctorContext) -> Check:
     """The ledger ``state.db`` against its marker ``.cogd/ledger.json`` and the memory files.
 
     Fails on an unacknowledged loss (``.cogd/ledger-loss.json``), and on a
-    ledger that is missing, empty or unreadable now while the marker says it
-    had rows or memory files exist; a fresh clone (memory files from git, no
-    ledger ever here) is not a failure. See :mod:`cogd.recovery`.
+    ledger that is missing or empty now while the marker says it had rows, or
+    unreadable; a fresh clone (memory files from git, no ledger ever here) is
+    not a failure. See :mod:`cogd.recovery`.
     """
     from cogd import recovery
 

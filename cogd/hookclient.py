@@ -411,8 +411,10 @@ def _backed_off(root: str) -> str | None:
     while a repository's daemon cannot start, every prompt comes this way.
     """
     try:
-        with open(cogd_file(root, "run", "start-failed.json"), "rb") as fh:
-            info = loads(fh.read(START_FAILED_MAX_BYTES).decode("utf-8", errors="replace"))
+        raw = read_bytes(cogd_file(root, "run", "start-failed.json"), START_FAILED_MAX_BYTES)  # no link followed
+        if raw is None:
+            return None
+        info = loads(raw.decode("utf-8", errors="replace"))
         wait = float(info["retry_after"]) - time.time()
     except (OSError, ValueError, TypeError, KeyError, AttributeError):
         return None

@@ -16,8 +16,8 @@ Two kinds of store live under ``.cogd/`` (docs/architecture.md, "When a store br
   of what it last held (row counts and size, written at daemon start, stop
   and once a minute), and classifies it as ``ok``, ``new`` (nothing was ever
   here), ``fresh`` (memory files came from git but no ledger ever existed on
-  this machine: not a loss) or ``lost`` (missing, empty or unreadable while
-  the marker says it had rows, or while memory files exist). A lost ledger
+  this machine: not a loss) or ``lost`` (missing or empty while the marker
+  says it had rows, or unreadable). A lost ledger
   that is still a file is moved aside, never deleted; a ledger that cannot
   be opened for another reason (permissions, a directory, I/O errors) is
   refused with :class:`StoreRefused` — moving it would not fix it. The loss
@@ -40,6 +40,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, TypeVar
+
+from cogd import safepath
 
 log = logging.getLogger("cogd.recovery")
 
@@ -88,12 +90,13 @@ def sqlite_problem(path: Path) -> str | None:
     """Why the SQLite file ``path`` is damaged (``PRAGMA quick_check`` or the open error), or None.
 
     Opens read-only; raises the sqlite3.Error itself when the failure is not
-    corruption (see :func:`is_corruption`). A missing file is not damaged (None).
+    corruption (see :func:`is_corruption`), and :class:`cogd.safepath.UnsafePath`
+    for a link or another user's file. A missing file is not damaged (None).
     ``quick_check`` reads every page but skips the index cross-checks of
     ``integrity_check``: 0.13–0.23 s for a 20 MB index (6,464 entities) on two
     busy cores (load 38), so a daemon start pays it once per store.
     """
-    if not path.exists():
+    if not safepath.prepare_db(path, create=False):  # SQLite follows links: lstat its files first
         return None
     try:
         conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=10.0)
@@ -163,21 +166,15 @@ def cogd_dir_of(path: Path) -> Path | None:
 
 
 def _write_json(path: Path, data: object) -> None:
-    """Write ``data`` to ``path`` atomically, private (0600), never through a planted symlink."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        tmp.unlink()
-    except FileNotFoundError:
-        pass
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        fh.write(json.dumps(data, indent=1, sort_keys=True))
-    os.replace(tmp, path)
+    """Write ``data`` to ``path`` atomically, private (0600), never through a planted link."""
+    safepath.write_atomic(path, json.dumps(data, indent=1, sort_keys=True).encode("utf-8"))
 
 
 def _read_json(path: Path) -> dict | None:
+    """The JSON object in ``path`` (never through a link), or None when missing, unsafe or not an object."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        raw = safepath.read_bytes(path, 1 << 20)
+        data = json.loads(raw.decode("utf-8", errors="replace")) if raw is not None else None
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
@@ -311,7 +308,8 @@ def ledger_counts(path: Path) -> dict:
 
     Missing tables count 0. Raises sqlite3.Error when the file cannot be read.
     """
-    counts = {"bytes": path.stat().st_size, "events": 0, "deliveries": 0, "tombstones": 0}
+    safepath.prepare_db(path, create=False)
+    counts = {"bytes": os.lstat(path).st_size, "events": 0, "deliveries": 0, "tombstones": 0}
     conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=10.0)
     try:
         conn.execute("PRAGMA busy_timeout=10000")
@@ -377,33 +375,38 @@ def count_memory_files(memory_dir: Path) -> int:
 def classify_ledger(cogd_dir: Path) -> LedgerReport:
     """What ``state.db`` is now, without changing anything (doctor uses this; see :func:`check_ledger`).
 
-    Raises :class:`StoreRefused` when it cannot be opened for a reason other than damage.
+    Missing or empty: ``lost`` when the marker says it had rows, ``fresh`` when
+    memory files exist and no marker does (a clone), else ``new``. Unreadable
+    (not a database, fails ``quick_check``): ``lost`` — it held something.
+    Raises :class:`StoreRefused` when it cannot be opened for a reason other
+    than damage (a link, a directory, another user's file, permissions, I/O).
     """
     state_db = cogd_dir / "state.db"
     mark = read_mark(cogd_dir)
     records = count_memory_files(cogd_dir / "memory")
     before = {k: mark.get(k) for k in ("events", "deliveries", "tombstones", "bytes", "at")} if mark else {}
     report = LedgerReport("ok", before=before, memory_records=records, at=time.time())
-    if not os.path.lexists(state_db):
+    try:
+        exists = safepath.check_file(state_db, tighten=False)
+    except safepath.UnsafePath as exc:  # a link, a directory, another user's file: not ours to move
+        raise StoreRefused("state.db", f"{state_db} {exc.problem}",
+                           f"{exc.fix} (cogd never moves or deletes a ledger it cannot read), then `cogd start`") from exc
+    empty = exists and os.lstat(state_db).st_size == 0
+    if not exists or empty:
+        # Missing and empty are one case (opening a ledger used to create an empty file first):
+        # only the marker can say that rows were lost. Without one, memory files came from git.
         if _had_rows(mark):
-            report.state, report.problem = "lost", "was missing"
-        elif records and mark is None:  # memory files from git, and no ledger was ever opened here
+            report.state, report.problem = "lost", "was empty (0 bytes)" if empty else "was missing"
+        elif records and mark is None:
             report.state = "fresh"
-        else:
-            report.state = "new"
-        return report
-    if state_db.is_dir() or not state_db.is_file():
-        raise StoreRefused("state.db", f"{state_db} is not a regular file",
-                           f"move it out of the way yourself (cogd never deletes a ledger), then `cogd start`")
-    if state_db.stat().st_size == 0:
-        if _had_rows(mark) or records:
-            report.state, report.problem = "lost", "was empty (0 bytes)"
         else:
             report.state = "new"
         return report
     try:
         problem = sqlite_problem(state_db)
         counts = ledger_counts(state_db) if problem is None else None
+    except safepath.UnsafePath as exc:  # its -wal or -shm is a link or not ours
+        raise StoreRefused("state.db", f"{exc.path} {exc.problem}", exc.fix) from exc
     except sqlite3.DatabaseError as exc:
         if is_corruption(exc):
             problem, counts = str(exc), None

@@ -364,7 +364,9 @@ def test_a_fresh_clone_starts_a_new_ledger_without_a_failure(repos, tmp_path):
     checks = {c["name"]: c for c in json.loads(doctor.stdout)["checks"]}
     assert checks["ledger"]["status"] == "ok"
     assert "starts fresh with 2 memory records from git" in checks["ledger"]["finding"]
-    assert doctor.returncode == 0, [c for c in checks.values() if c["status"] == "fail"]
+    # A clone's folders come from git with its modes (0755): the permissions check asks for a
+    # `cogd start` to tighten them. Nothing else fails, the ledger least of all.
+    assert [c["name"] for c in checks.values() if c["status"] == "fail"] in ([], ["permissions"])
     run_cogd(clone, "start")
     result = status(clone)
     assert result["recovery"]["ledger"]["loss"] is None

@@ -87,8 +87,8 @@ def start_failure(layout: Layout) -> dict | None:
     failed (:func:`record_start_failure`), removed by the next one that starts.
     """
     try:
-        with open(_failure_file(layout), encoding="utf-8") as fh:
-            data = json.loads(fh.read(65536))
+        raw = safepath.read_bytes(_failure_file(layout), 65536)  # never through a link
+        data = json.loads(raw.decode("utf-8", errors="replace")) if raw is not None else None
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
@@ -120,16 +120,7 @@ def record_start_failure(layout: Layout, reason: str, fix: str = "", backoff_s: 
     window = min(max(float(backoff_s), 0.0) * (2 ** min(max(failures - 1, 0), 20)), MAX_BACKOFF_S)
     info = {"at": now, "reason": reason[:2000], "fix": fix[:1000], "failures": failures,
             "retry_after": now + window, "pid": os.getpid()}
-    path = _failure_file(layout)
-    tmp = f"{path}.{os.getpid()}.tmp"
-    try:
-        os.unlink(tmp)
-    except FileNotFoundError:
-        pass
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        fh.write(json.dumps(info))
-    os.replace(tmp, path)
+    safepath.write_atomic(_failure_file(layout), json.dumps(info).encode("utf-8"))  # 0600, no link followed
     return info
 
 
