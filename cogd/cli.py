@@ -45,7 +45,14 @@ class LocalBackend:
             raise click.ClickException(str(exc)) from exc
         # In-process work is lexical: loading the model and embedding the
         # whole tree is the daemon's background job, not a CLI command's.
-        self.service = Service(layout, config, start_index=False, start_embedder=False)
+        # Damaged projections are moved aside and rebuilt as in the daemon; what
+        # cannot be recovered is a clear error with its fix, never a traceback.
+        try:
+            self.service = Service(layout, config, start_index=False, start_embedder=False)
+        except BaseException as exc:
+            os.close(lock_fd)
+            _store_failure(exc)
+            raise
 
     def call(self, method: str, params: dict | None = None, timeout: float = 0) -> object:
         from cogd.daemon.protocol import RpcError
@@ -58,6 +65,28 @@ class LocalBackend:
     def close(self) -> None:
         self.service.close()
         os.close(self.lock_fd)
+
+
+def _store_failure(exc: BaseException) -> None:
+    """Turn a store that cannot be opened into a ClickException with the fix (else return)."""
+    import sqlite3
+
+    from cogd.recovery import StoreRefused
+
+    if isinstance(exc, StoreRefused):
+        raise click.ClickException(f"{exc.store}: {exc.reason}\n  fix: {exc.fix}") from exc
+    if isinstance(exc, (sqlite3.Error, OSError)):
+        raise click.ClickException(
+            f"cannot open cogd's stores: {exc.__class__.__name__}: {exc}\n"
+            "  fix: run `cogd doctor` (it names the file and what to do)") from exc
+
+
+def _not_up(layout: Layout) -> str:
+    """Why the daemon did not come up, from its failed-start marker when it left one."""
+    failed = control.start_failure(layout)
+    if failed:
+        return f"the daemon could not start: {failed.get('reason')}\n  fix: {failed.get('fix') or 'see `cogd logs`'}"
+    return "the daemon did not come up; see `cogd logs`"
 
 
 class RemoteBackend:
@@ -219,9 +248,9 @@ def up(ctx: click.Context, no_hooks: bool, local_hooks: bool, wait_embed: int) -
     """Set up this repository: start the daemon, index, wire Claude Code hooks, show a pack."""
     layout = _layout_from(ctx)
     console.print(f"[bold]cogd[/] for [cyan]{layout.root}[/]")
-    started = control.spawn(layout)
+    started = control.spawn(layout, force=True)
     if not control.wait_ready(layout, timeout=60):
-        raise click.ClickException("the daemon did not come up; see .cogd/logs/daemon.log")
+        raise click.ClickException(_not_up(layout))
     console.print(f"daemon {'started' if started else 'already running'} (pid {control.read_pid(layout)['pid']})")
     be = RemoteBackend(layout)
     t0 = time.monotonic()
@@ -283,11 +312,11 @@ def start(ctx: click.Context) -> None:
     """Start the daemon in the background and wait until it answers."""
     layout = _layout_from(ctx)
     try:
-        started = control.spawn(layout)
+        started = control.spawn(layout, force=True)  # a person asked: no back-off
     except OSError as exc:
         raise click.ClickException(f"cannot start the daemon: {exc}") from exc
     if not control.wait_ready(layout, timeout=60):
-        raise click.ClickException("the daemon did not come up; see `cogd logs`")
+        raise click.ClickException(_not_up(layout))
     pid = (control.read_pid(layout) or {}).get("pid")
     console.print(f"daemon {'started' if started else 'already running'} (pid {pid})")
 
@@ -394,13 +423,18 @@ def status(ctx: click.Context, as_json: bool) -> None:
         except (DaemonUnavailable, RemoteError) as exc:
             result = {"running": True, "answering": False, "error": str(exc), "root": str(layout.root),
                       **(control.read_pid(layout) or {})}
-    if as_json:
+    if as_json and result.get("running"):
         click.echo(json.dumps(result, indent=2))
         return
     if not result.get("running"):
+        result.update(_offline_recovery(layout))
+        if as_json:
+            click.echo(json.dumps(result, indent=2))
+            return
         console.print(f"no daemon runs for {layout.root} (start one with [bold]cogd start[/])")
         if locate.short_socket(str(layout.root)) is None:  # a deep root: its socket needs a runtime directory
             console.print(f"runtime dir: {locate.runtime_status()}", markup=False)
+        _print_recovery(result)
         return
     if "index" not in result:
         console.print(f"daemon pid {result.get('pid')} holds the lock but does not answer: {result.get('error')}")
@@ -421,7 +455,51 @@ def status(ctx: click.Context, as_json: bool) -> None:
     ):
         table.add_row(f"[bold]{key}[/]", str(value))
     console.print(table)
+    _print_recovery(result)
     print_memory_status(result)  # counts, and refused hand edits / broken files with their fix
+
+
+def _offline_recovery(layout: Layout) -> dict:
+    """What ``cogd status`` says about damaged stores without a daemon: the failed start, moves, the ledger."""
+    from cogd import recovery
+
+    out: dict = {"start_failure": control.start_failure(layout)}
+    if layout.cogd_dir.is_dir():
+        loss = recovery.ledger_loss(layout.cogd_dir)
+        mark = recovery.read_mark(layout.cogd_dir) or {}
+        out["recovery"] = {"projections": recovery.latest_recoveries(layout.cogd_dir), "ledger": {
+            "state": "lost" if loss else None, "statement": loss.get("statement") if loss else None, "loss": loss,
+            "fix": recovery.loss_fix(loss) if loss else "", "started_fresh_at": mark.get("started_fresh_at"),
+            "started_fresh_records": mark.get("started_fresh_records")}}
+    return out
+
+
+def _print_recovery(result: dict) -> None:
+    """The failed start (with its back-off), moved-aside projections and the ledger's state, each once."""
+    from rich.markup import escape
+
+    failed = result.get("start_failure")
+    if failed:
+        wait = control.backoff_remaining(failed)
+        console.print(f"[bold red]start failed[/] {_format_age(time.time() - failed.get('at', 0))} ago "
+                      f"({failed.get('failures', 1)} in a row): {escape(str(failed.get('reason')))}", soft_wrap=True)
+        console.print(f"  fix: {failed.get('fix') or 'see `cogd logs`'}; "
+                      + (f"hooks start no daemon for {wait:.0f} s more; `cogd start` tries now" if wait > 0
+                         else "the next hook tries again"), markup=False, style="dim", soft_wrap=True)
+    rec = result.get("recovery") or {}
+    for event in rec.get("projections") or []:
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(event.get("at") or 0))
+        console.print(f"[yellow]recovered[/] {escape(str(event.get('store')))} at {when}: damaged "
+                      f"({escape(str(event.get('reason')))}), moved aside to {escape(str(event.get('moved_to')))}; "
+                      f"{escape(str(event.get('rebuild')))}", soft_wrap=True)
+    ledger = rec.get("ledger") or {}
+    if ledger.get("loss"):
+        console.print(f"[bold red]ledger lost[/] {escape(str(ledger.get('statement')))}", soft_wrap=True)
+        console.print(f"  fix: {ledger.get('fix')}", markup=False, style="dim", soft_wrap=True)
+    elif ledger.get("started_fresh_at"):
+        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(ledger["started_fresh_at"]))
+        console.print(f"[bold]ledger[/]     started fresh on {when} with {ledger.get('started_fresh_records')} "
+                      "memory records from git (no state.db existed on this machine)")
 
 
 @main.command()

@@ -111,6 +111,7 @@ class DaemonConfig:
     # before it is withdrawn as never delivered. The hook acks within microseconds of reading the
     # answer; the margin is for a hook process descheduled on an overloaded machine.
     ack_wait_ms: int = 10_000
+    restart_backoff_s: int = 60  # after a failed start, hooks wait this long (doubling per failure) before another
 
 
 @dataclass

@@ -416,6 +416,79 @@ def check_languages(ctx: DoctorContext) -> list[Check]:
             for name, problem in sorted(disabled.items())]
 
 
+def check_ledger(ctx: DoctorContext) -> Check:
+    """The ledger ``state.db`` against its marker ``.cogd/ledger.json`` and the memory files.
+
+    Fails on an unacknowledged loss (``.cogd/ledger-loss.json``), and on a
+    ledger that is missing or empty now while the marker says it had rows, or
+    unreadable; a fresh clone (memory files from git, no ledger ever here) is
+    not a failure. See :mod:`cogd.recovery`.
+    """
+    from cogd import recovery
+
+    cogd_dir = ctx.layout.cogd_dir
+    if not cogd_dir.is_dir():
+        return Check("ledger", OK, "no .cogd/ yet")
+    loss = recovery.ledger_loss(cogd_dir)
+    if loss:
+        return Check("ledger", FAIL, str(loss.get("statement")), recovery.loss_fix(loss), {"loss": loss})
+    try:
+        report = recovery.classify_ledger(cogd_dir)
+    except recovery.StoreRefused as exc:
+        return Check("ledger", FAIL, f"state.db cannot be opened: {exc.reason}", exc.fix)
+    mark = recovery.read_mark(cogd_dir) or {}
+    details = {"state": report.state, "marker": mark, "memory_records": report.memory_records}
+    if report.state == "lost":
+        had = (f" (the marker says it held {report.before.get('events', 0)} events and "
+               f"{report.before.get('deliveries', 0)} deliveries)") if report.before else ""
+        return Check("ledger", FAIL, f"ledger state.db {report.problem}{had}; {report.memory_records} memory files",
+                     "if you have a backup of .cogd/state.db, put it back now; otherwise `cogd start`: it moves "
+                     "the file aside (never deletes it), restores tombstones from the memory files and says what "
+                     "is lost", details)
+    if report.state == "fresh":
+        return Check("ledger", OK, f"no ledger yet: it starts fresh with {report.memory_records} memory records "
+                     "from git (not a loss)", "", details)
+    if mark.get("started_fresh_at"):
+        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(mark["started_fresh_at"]))
+        return Check("ledger", OK, f"ledger started fresh on {when} with {mark.get('started_fresh_records')} memory "
+                     f"records from git; now {mark.get('events', 0)} events, {mark.get('deliveries', 0)} deliveries",
+                     "", details)
+    if report.state == "new":
+        return Check("ledger", OK, "no ledger yet (nothing recorded)", "", details)
+    counts = recovery.ledger_counts(ctx.layout.state_db)
+    return Check("ledger", OK, f"state.db holds {counts['events']} events, {counts['deliveries']} deliveries, "
+                 f"{counts['tombstones']} tombstones", "", {**details, "counts": counts})
+
+
+def check_recovery(ctx: DoctorContext) -> list[Check]:
+    """Projections moved aside as damaged (newest per store, while its copy is kept), and a failed start."""
+    from cogd import recovery
+
+    checks = []
+    failed = control.start_failure(ctx.layout)
+    if failed and not control.is_running(ctx.layout):
+        wait = control.backoff_remaining(failed)
+        checks.append(Check(
+            "daemon start", FAIL,
+            f"the last start failed {time.time() - failed.get('at', 0):.0f} s ago ({failed.get('failures', 1)} in a "
+            f"row): {failed.get('reason')}" + (f"; hooks wait {wait:.0f} s more before trying again" if wait else ""),
+            f"{failed.get('fix') or 'see `cogd logs`'}; then `cogd start`", {"start_failure": failed}))
+    cogd_dir = ctx.layout.cogd_dir
+    for event in recovery.latest_recoveries(cogd_dir) if cogd_dir.is_dir() else []:
+        moved = event.get("moved_to")
+        parent = Path(str(event.get("path") or "")).parent
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(event.get("at") or 0))
+        checks.append(Check(
+            f"recovered {event.get('store')}", WARN,
+            f"{event.get('store')} was damaged at {when} ({event.get('reason')}): moved aside to {moved}; "
+            f"{event.get('rebuild')}",
+            f"nothing to do (it was rebuilt); keep {parent / moved} for a bug report or delete it; "
+            "repeated damage points at the disk", {"event": event}))
+    if not checks:
+        checks.append(Check("recovery", OK, "no damaged store moved aside, no failed start"))
+    return checks
+
+
 def _du(path: Path) -> int:
     total = 0
     for dirpath, _dirs, files in os.walk(path):
@@ -663,7 +736,8 @@ def check_runtime_dir(ctx: DoctorContext) -> Check:
 #: The core checks, in order (check_daemon first: it fills ``ctx.status``).
 CHECKS: list[CheckFn] = [
     check_config, check_permissions, check_daemon, check_socket, check_runtime_dir, check_lock, check_model,
-    check_inotify, check_index_drift, check_languages, check_databases, check_disk,
+    check_inotify, check_index_drift, check_languages, check_databases, check_ledger, check_recovery,
+    check_disk,
 ]
 
 #: The memory subsystem's checks (``(DoctorContext) -> Check | list[Check]``): illegal hand edits

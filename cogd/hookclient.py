@@ -399,8 +399,37 @@ def _acknowledge(printed: bool) -> None:
         sock.close()
 
 
-def _spawn_daemon(root: str) -> None:
+START_FAILED_MAX_BYTES = 65536
+MAX_BACKOFF_S = 3600.0  # as cogd.daemon.control.MAX_BACKOFF_S: a marker beyond it is ignored
+
+
+def _backed_off(root: str) -> str | None:
+    """Why no daemon may be started now (its last start failed within the back-off), or None.
+
+    Reads ``.cogd/run/start-failed.json`` with the light JSON decoder rather
+    than importing :mod:`cogd.daemon.control` (``subprocess``, ``pathlib``):
+    while a repository's daemon cannot start, every prompt comes this way.
+    """
     try:
+        raw = read_bytes(cogd_file(root, "run", "start-failed.json"), START_FAILED_MAX_BYTES)  # no link followed
+        if raw is None:
+            return None
+        info = loads(raw.decode("utf-8", errors="replace"))
+        wait = float(info["retry_after"]) - time.time()
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        return None
+    if not 0 < wait <= MAX_BACKOFF_S:
+        return None
+    return f"its last start failed ({str(info.get('reason'))[:200]}); not starting another for {wait:.0f} s"
+
+
+def _spawn_daemon(root: str) -> None:
+    """Start the daemon for next time, unless its last start failed within the back-off window."""
+    try:
+        why = _backed_off(root)
+        if why is not None:
+            log(f"no daemon: {why} (see `cogd status`)")
+            return
         from cogd.daemon.control import spawn
         from cogd.paths import Layout
 

@@ -179,12 +179,15 @@ def reset(layout: Layout, config: Config, *, wipe_ledger: bool = False, restart:
                     (layout.cogd_dir / name).unlink()
                 except FileNotFoundError:
                     pass
+            from cogd.recovery import forget_ledger
+
+            forget_ledger(layout.cogd_dir)  # a wipe on request is not a loss: drop the marker of what it held
             result["ledger_wiped"] = True
     finally:
         os.close(fd)
     if was_running and restart:
         _say(progress, "restarting the daemon")
-        control.spawn(layout)
+        control.spawn(layout, force=True)
         if not control.wait_ready(layout, timeout=60):
             raise ResetError("the projection was rebuilt but the daemon did not come back; see `cogd logs`")
         result["restarted"] = True

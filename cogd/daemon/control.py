@@ -71,7 +71,68 @@ def is_running(layout: Layout) -> bool:
     return False
 
 
-def spawn(layout: Layout, python: str | None = None) -> bool:
+START_FAILED = "start-failed.json"  # in .cogd/run/: the last failed start (time, reason, count)
+MAX_BACKOFF_S = 3600.0
+
+
+def _failure_file(layout: Layout) -> str:
+    return os.path.join(layout.run_dir, START_FAILED)
+
+
+def start_failure(layout: Layout) -> dict | None:
+    """The marker of the last failed daemon start, or None.
+
+    ``{"at": unix s, "reason": str, "fix": str, "failures": consecutive failed
+    starts, "retry_after": unix s, "pid": int}``. Written by the daemon that
+    failed (:func:`record_start_failure`), removed by the next one that starts.
+    """
+    try:
+        raw = safepath.read_bytes(_failure_file(layout), 65536)  # never through a link
+        data = json.loads(raw.decode("utf-8", errors="replace")) if raw is not None else None
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def backoff_remaining(info: dict | None, now: float | None = None) -> float:
+    """Seconds until an automatic start may be tried again after the failure ``info`` (0 = now)."""
+    if not info:
+        return 0.0
+    retry_after = info.get("retry_after")
+    if type(retry_after) not in (int, float):
+        return 0.0
+    remaining = float(retry_after) - (time.time() if now is None else now)
+    if remaining > MAX_BACKOFF_S:  # no daemon writes that: a planted or clock-skewed marker is ignored
+        return 0.0
+    return max(0.0, remaining)
+
+
+def record_start_failure(layout: Layout, reason: str, fix: str = "", backoff_s: float = 60.0) -> dict:
+    """Write the failed-start marker (called by a daemon that could not start, lock still held).
+
+    The back-off doubles with each consecutive failure (``backoff_s`` × 2^(n−1),
+    at most MAX_BACKOFF_S), so a broken repository costs one daemon per window,
+    not one per prompt. Returns the marker written.
+    """
+    previous = start_failure(layout) or {}
+    failures = int(previous.get("failures", 0)) + 1 if isinstance(previous.get("failures"), int) else 1
+    now = time.time()
+    window = min(max(float(backoff_s), 0.0) * (2 ** min(max(failures - 1, 0), 20)), MAX_BACKOFF_S)
+    info = {"at": now, "reason": reason[:2000], "fix": fix[:1000], "failures": failures,
+            "retry_after": now + window, "pid": os.getpid()}
+    safepath.write_atomic(_failure_file(layout), json.dumps(info).encode("utf-8"))  # 0600, no link followed
+    return info
+
+
+def clear_start_failure(layout: Layout) -> None:
+    """Remove the failed-start marker (a daemon started successfully)."""
+    try:
+        os.unlink(_failure_file(layout))
+    except FileNotFoundError:
+        pass
+
+
+def spawn(layout: Layout, python: str | None = None, *, force: bool = False) -> bool:
     """Start the daemon in the background unless one runs. Returns True if started.
 
     Does not wait for the socket: callers that need it use :func:`wait_ready`.
@@ -79,8 +140,13 @@ def spawn(layout: Layout, python: str | None = None) -> bool:
     the hook or terminal that started it. Raises :class:`cogd.safepath.UnsafePath`
     when ``.cogd/`` fails its checks (:meth:`Layout.ensure`), and
     :class:`cogd.locate.RuntimeDirError` when a deep root has no private
-    runtime directory for its socket, both before anything is spawned.
+    runtime directory for its socket, both before anything is spawned. Unless
+    ``force`` (a person asked: ``cogd start``), nothing is started while the
+    back-off of a failed start runs (:func:`start_failure`): automatic starters
+    (hooks, the MCP server) would otherwise start one crashing daemon per prompt.
     """
+    if not force and backoff_remaining(start_failure(layout)) > 0:
+        return False
     layout.ensure()
     locate.socket_path(str(layout.root))  # a deep root: some runtime directory is usable
     fd = try_lock(layout)
@@ -104,13 +170,15 @@ def spawn(layout: Layout, python: str | None = None) -> bool:
 
 def wait_ready(layout: Layout, timeout: float = 30.0) -> bool:
     """Wait until the daemon answers ``status`` (True) or ``timeout`` seconds pass."""
-    from cogd.daemon.client import DaemonUnavailable, call
+    from cogd.daemon.client import DaemonUnavailable, RemoteError, call
 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
             call(layout.socket_path, "status", {}, timeout=2.0)
             return True
+        except RemoteError:
+            return True  # it answers (with an error, e.g. a damaged index it is about to move aside)
         except DaemonUnavailable:
             if not is_running(layout):
                 time.sleep(0.05)

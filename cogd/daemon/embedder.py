@@ -38,7 +38,7 @@ import numpy as np
 
 from cogd.config import EmbedConfig
 from cogd.index import store
-from cogd.index.vectors import DenseIndex, VectorStore
+from cogd.index.vectors import DenseIndex, VectorStore, open_vectors
 
 log = logging.getLogger("cogd.embedder")
 
@@ -143,9 +143,8 @@ class EmbeddingWorker:
         self.encoder = Encoder(info, self.config.threads, self.config.max_tokens, self.config.batch_size)
         self.model_id = info.id
         self._cache = EmbeddingCache(self.index_dir / "embed_cache.db")
-        vectors = VectorStore(self.index_dir / "vectors", info.dim)
+        vectors, (ids, kinds, _paths, matrix) = open_vectors(self.index_dir / "vectors", info.dim, info.id)
         dense = DenseIndex(info.dim)
-        ids, kinds, _paths, matrix = vectors.load(info.id)
         dense.replace(ids, kinds, matrix)
         self.dense = dense
         log.info("model %s loaded; %d stored vectors", info.id, len(ids))

@@ -349,6 +349,7 @@ class Daemon:
         os.chmod(self.socket_path, 0o600)
         self._write_pid()
         self.service = Service(self.layout, self.config)
+        control.clear_start_failure(self.layout)  # hooks may start daemons again (see control.spawn)
         warm_secret_scan()  # detect-secrets takes ~0.6 s to import: not on the first prompt's clock
         log.info("serving %s on %s (pid %d)%s", self.layout.root, self.socket_path, os.getpid(),
                  f"; runtime directory {self.runtime}" if self.runtime else "")
@@ -371,6 +372,18 @@ class Daemon:
                 except FileNotFoundError:
                     pass
         log.info("stopped (%s)", self.stop_reason or "exit")
+
+
+def _record_start_failure(layout: Layout, config: Config, exc: Exception) -> None:
+    fix = getattr(exc, "fix", "") or "see `cogd logs`; after fixing the cause, `cogd start`"
+    try:
+        reason = getattr(exc, "summary", "") or f"{exc.__class__.__name__}: {exc}"
+        info = control.record_start_failure(layout, reason, fix,
+                                            backoff_s=config.daemon.restart_backoff_s)
+        log.error("the daemon could not start (failure %d in a row); automatic starts wait %.0f s; fix: %s",
+                  info["failures"], info["retry_after"] - info["at"], fix)
+    except OSError:
+        log.exception("could not write the failed-start marker")
 
 
 def run(root: Path, lock_fd: int | None = None, foreground: bool = False) -> int:
@@ -408,8 +421,10 @@ def run(root: Path, lock_fd: int | None = None, foreground: bool = False) -> int
         return 2
     try:
         asyncio.run(daemon.main())
-    except Exception:
+    except Exception as exc:
         log.exception("daemon crashed")
+        if daemon.service is None:  # it never came up: hooks back off instead of retrying per prompt
+            _record_start_failure(layout, config, exc)
         return 1
     finally:
         daemon.cleanup()

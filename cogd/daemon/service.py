@@ -17,7 +17,7 @@ import threading
 import time
 from pathlib import Path
 
-from cogd import __version__, faults
+from cogd import __version__, faults, recovery
 from cogd.config import Config
 from cogd.daemon.protocol import INVALID_PARAMS, METHOD_NOT_FOUND, PROTOCOL_VERSION, RpcError
 from cogd.daemon.watcher import Watcher, off_status
@@ -43,6 +43,7 @@ log = logging.getLogger("cogd.service")
 SESSION_ID_MAX = 200
 RECENT_FILES_TTL_S = 10.0
 SAVE_SESSION_WINDOW_S = 1800.0  # an editor's save counts for sessions with a pack this recent
+STORE_CHECK_S = 30.0  # after a database error, projections are quick-checked at most this often
 REPO_MAP_TTL_S = 60.0  # the PageRank map is recomputed at most this often (0.6 s on a 60,000-entity index)
 
 
@@ -88,7 +89,14 @@ class Service:
         self._errors_lock = threading.Lock()
         self.requests = 0
         self._local = threading.local()
-        store.connect(layout.index_db).close()  # schema exists before any reader opens it
+        # Damaged stores: the ledger is checked (never replaced) before anything opens it; a
+        # damaged projection is moved aside and rebuilt (cogd/recovery.py, docs/architecture.md).
+        self.ledger_report = recovery.check_ledger(layout.cogd_dir)  # StoreRefused: the daemon does not start
+        self._suspect_corruption = False
+        self._stores_checked_at = 0.0
+        self._mark_written_at = 0.0
+        recovery.open_projection(layout.index_db, lambda: store.connect(layout.index_db),
+                                 "rebuilt from the work tree in the background").close()  # schema before readers
         self._index_inode = layout.index_db.stat().st_ino
         self._generation = 0
         self._recent_cache: tuple[float, list[str]] | None = None
@@ -130,6 +138,7 @@ class Service:
 
         self.memory = memory_store(self)
         self._methods.update(memory_methods(self))
+        self._settle_ledger()
         if start_index:
             self.worker.request(None)
         # The file watcher runs in the daemon only (start_index), not for one in-process CLI command.
@@ -145,8 +154,62 @@ class Service:
         self.worker.stop()
         if self.embedder is not None:
             self.embedder.stop()
+        # What the ledger holds at stop, read before the last connection closes: that close
+        # checkpoints the WAL and removes it (a reader opened afterwards would leave one behind).
+        recovery.write_mark(self.layout.cogd_dir, self.layout.state_db)
         self.memory.close()
         self.ledger.close()
+
+    def _settle_ledger(self) -> None:
+        """After the ledger opened: restore tombstones into a new one, record a loss, write the marker."""
+        report = self.ledger_report
+        if report.state != "ok":  # a new ledger: the record files' tombstones are all it can have
+            report.restored_tombstones = recovery.restore_tombstones(self.memory.memory_dir, self.memory.ledger)
+        if report.state == "lost":
+            recovery.record_loss(self.layout.cogd_dir, report)
+        extra = {}
+        if report.state == "fresh":
+            log.info("%s", report.statement())
+            extra = {"started_fresh_at": report.at, "started_fresh_records": report.memory_records,
+                     "started_fresh_tombstones": report.restored_tombstones}
+        recovery.write_mark(self.layout.cogd_dir, self.layout.state_db, force=True, **extra)
+        self._mark_written_at = time.monotonic()
+
+    def recovery_status(self) -> dict:
+        """For ``cogd status``: the newest move of each damaged projection, and the ledger's story.
+
+        ``projections``: ``[{store, moved_to, at, reason, rebuild}]``; ``ledger``:
+        ``{state, statement, loss (the unacknowledged loss or None), fix, started_fresh_at,
+        started_fresh_records}``.
+        """
+        cogd_dir = self.layout.cogd_dir
+        loss = recovery.ledger_loss(cogd_dir)
+        mark = recovery.read_mark(cogd_dir) or {}
+        report = self.ledger_report
+        return {
+            "projections": recovery.latest_recoveries(cogd_dir),
+            "ledger": {
+                "state": "lost" if loss else report.state,
+                "statement": loss.get("statement") if loss else report.statement(),
+                "loss": loss,
+                "fix": recovery.loss_fix(loss) if loss else "",
+                "started_fresh_at": mark.get("started_fresh_at"),
+                "started_fresh_records": mark.get("started_fresh_records"),
+            },
+        }
+
+    def _check_stores(self) -> None:
+        """After a query failed with corruption: move the damaged projection aside (the caller rebuilds)."""
+        self._suspect_corruption = False
+        for path, rebuild in ((self.layout.index_db, "rebuilt from the work tree in the background"),
+                              (self.layout.index_dir / "memory.db", "rebuilt from the memory files")):
+            try:
+                problem = recovery.sqlite_problem(path)
+            except sqlite3.Error:
+                log.exception("could not check %s", path)
+                continue
+            if problem:
+                recovery.quarantine(path, problem, rebuild)
 
     # ---- plumbing -------------------------------------------------------
     def call(self, method: str, params: dict) -> object:
@@ -164,6 +227,10 @@ class Service:
             raise
         except sqlite3.Error as exc:
             self._error(method, f"{method}: {exc}")
+            if isinstance(exc, sqlite3.DatabaseError) and not any(w in str(exc) for w in ("locked", "busy")):
+                # Damage shows as "malformed", but also as e.g. "vtable constructor failed": let
+                # quick_check judge, on the next housekeeping tick (at most every STORE_CHECK_S).
+                self._suspect_corruption = True
             log.exception("database error in %s", method)
             raise RpcError("internal", f"database error: {exc}") from exc
         except Exception as exc:
@@ -216,6 +283,12 @@ class Service:
         still open on the old file would fail or serve a ghost. Readers reopen
         (a new generation) and the index worker rebuilds from the work tree.
         """
+        if self._suspect_corruption and time.monotonic() - self._stores_checked_at > STORE_CHECK_S:
+            self._stores_checked_at = time.monotonic()
+            self._check_stores()
+        if time.monotonic() - self._mark_written_at > recovery.MARK_INTERVAL_S:
+            self._mark_written_at = time.monotonic()
+            recovery.write_mark(self.layout.cogd_dir, self.layout.state_db)
         try:  # memory: hand edits, arrivals, anchors (a stat scan, at most once a second)
             self.memory.maybe_sync()
         except Exception:
@@ -286,6 +359,7 @@ class Service:
                 "disabled by [watch] enabled = false" if not self.config.watch.enabled else "not started"),
             "memory": self.memory.status(),
             "consolidation": self.consolidator.status() if getattr(self, "consolidator", None) else None,
+            "recovery": self.recovery_status(),
         }
 
     def _problems_status(self) -> dict:

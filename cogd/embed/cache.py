@@ -36,17 +36,29 @@ _CHUNK = 500  # keys per SELECT ... IN (...)
 class EmbeddingCache:
     """Embeddings by key, in the SQLite file ``path`` (created with its folder if missing).
 
-    Raises sqlite3.Error when the file cannot be opened or is not a database.
+    A file that is damaged (fails to open or ``PRAGMA quick_check``) is moved
+    aside as ``<name>.corrupt-<time>`` and a fresh cache opened in its place;
+    raises sqlite3.Error when the file cannot be opened for another reason.
     Use as a context manager or call :meth:`close`.
     """
 
     def __init__(self, path: str | Path):
+        from cogd.recovery import open_projection  # a damaged cache is moved aside: vectors are recomputed
+
         self.path = Path(path)
+        self._db = open_projection(self.path, self._connect, "emptied: vectors are recomputed by the model")
+
+    def _connect(self) -> sqlite3.Connection:
         safepath.prepare_db(self.path)  # folders 0700, files 0600, no links (raises UnsafePath)
-        self._db = sqlite3.connect(self.path, timeout=10.0)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.executescript(_SCHEMA)
+        db = sqlite3.connect(self.path, timeout=10.0)
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=NORMAL")
+            db.executescript(_SCHEMA)
+        except BaseException:
+            db.close()
+            raise
+        return db
 
     def get_many(self, keys: Iterable[str]) -> dict[str, np.ndarray]:
         """The cached vectors among ``keys``: key → float32 array of shape (dim,).

@@ -144,6 +144,28 @@ class VectorStore:
         return [(row["id"], 1.0 - float(row["_distance"])) for row in query.to_list()]
 
 
+def open_vectors(directory: Path, dim: int, model: str) -> tuple[VectorStore, tuple[list[str], list[str], list[str], np.ndarray]]:
+    """Open the vector store and read ``model``'s rows; a store that fails either is moved aside.
+
+    LanceDB reports a damaged directory (a garbled manifest or data file) at
+    open or only at the first full read, so both are tried here. On failure
+    the directory becomes ``vectors.corrupt-<time>`` (only the newest kept) and
+    an empty store is opened: the embedding worker refills it from the
+    embedding cache. Returns ``(store, VectorStore.load(model))``. A second
+    failure on the fresh directory propagates (then the cause is not the data).
+    """
+    from cogd.recovery import quarantine
+
+    try:
+        vectors = VectorStore(directory, dim)
+        return vectors, vectors.load(model)
+    except Exception as exc:  # LanceDB and Arrow raise their own error types for damaged data
+        quarantine(directory, f"{exc.__class__.__name__}: {exc}"[:500],
+                   "refilled from the embedding cache in the background", store="vectors")
+    vectors = VectorStore(directory, dim)
+    return vectors, vectors.load(model)
+
+
 class DenseIndex:
     """Exact cosine KNN over an in-memory matrix of L2-normalised vectors. Thread-safe.
 

@@ -114,19 +114,32 @@ class Projection:
         self.open()
 
     def open(self) -> None:
+        """(Re)open ``memory.db``. A damaged file (it fails to open or ``PRAGMA quick_check``) is
+        moved aside as ``memory.db.corrupt-<time>`` and a fresh one opened: the next sync
+        rebuilds it from the record files (:func:`cogd.recovery.open_projection`)."""
+        from cogd.recovery import open_projection
+
         with self._lock:
             if self._conn is not None:
                 self._conn.close()
-            safepath.prepare_db(self.path)  # folders 0700, files 0600, no links (raises UnsafePath)
-            conn = sqlite3.connect(self.path, timeout=10.0, check_same_thread=False, isolation_level=None)
+                self._conn = None
+            self._conn = open_projection(self.path, self._connect, "rebuilt from the memory files")
+            self._inode = self.path.stat().st_ino
+
+    def _connect(self) -> sqlite3.Connection:
+        safepath.prepare_db(self.path)  # folders 0700, files 0600, no links (raises UnsafePath)
+        conn = sqlite3.connect(self.path, timeout=10.0, check_same_thread=False, isolation_level=None)
+        try:
             conn.row_factory = sqlite3.Row
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA busy_timeout=10000")
             conn.execute("PRAGMA secure_delete=ON")
             conn.execute("PRAGMA synchronous=NORMAL")  # a projection: a power cut costs a rebuild, not data
             conn.executescript(SCHEMA)
-            self._conn = conn
-            self._inode = self.path.stat().st_ino
+        except BaseException:
+            conn.close()
+            raise
+        return conn
 
     def replaced(self) -> bool:
         """True when the database file was deleted or replaced since it was opened (then call open())."""
