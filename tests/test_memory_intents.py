@@ -271,3 +271,70 @@ def test_crash_at_every_step_is_completed_or_undone(repo, tmp_path, case, fault)
     assert memory_checks["memory files"] == "ok", report
     assert memory_checks.get("memory intents", "ok") == "ok", report
     assert not [c for c in report["checks"] if c["status"] == "fail"], report
+
+
+def _append_line(path: Path, line: str) -> None:
+    path.write_text(path.read_text(encoding="utf-8").rstrip("\n") + f"\n\n{line}\n", encoding="utf-8")
+
+
+def test_hand_edit_after_a_crash_before_any_file_wins(repo, tmp_path):
+    """Killed with the intent recorded and no file written; a person then edits the file (from the
+    pre-image): the interrupted rejection is rolled back, the person's edit is accepted as theirs."""
+    ids = prepare(repo, "reject")
+    run_crashing(repo, tmp_path, "reject", ids, "transition:intent")
+    path = repo / ".cogd" / "memory" / "observations" / f"{ids['a']}.md"
+    _append_line(path, "callers must attach UTC themselves")
+    ok(cogd(repo, "memory", "list", "--json"))
+    a = ids["a"]
+    assert events(repo) == [("human", a, "create", None, "active", False), ("human", a, "edit", "active", "active", False)]
+    assert read(path).status == "active" and read(path).body.endswith("callers must attach UTC themselves")
+    assert intents(repo) == []
+    report = json.loads(cogd(repo, "doctor", "--json", "--no-model-load").stdout)
+    assert {c["name"]: c["status"] for c in report["checks"]}["memory files"] == "ok"
+
+
+def test_hand_edit_after_a_crash_half_way_is_judged_after_the_completed_write(repo, tmp_path):
+    """Killed after the first of supersede's two files; a person then edits the second: the supersession
+    is completed (its events, the first file), the second file keeps the person's text, accepted as theirs."""
+    ids = prepare(repo, "supersede")
+    run_crashing(repo, tmp_path, "supersede", ids, "supersede:file1")
+    new_path = repo / ".cogd" / "memory" / "observations" / f"{ids['b']}.md"
+    _append_line(new_path, "checked against email.utils in 3.11")
+    ok(cogd(repo, "memory", "list", "--json"))
+    a, b = ids["a"], ids["b"]
+    assert events(repo) == [
+        ("human", a, "create", None, "active", False), ("human", b, "create", None, "active", False),
+        ("human", a, "supersede", "active", "superseded", True), ("human", b, "edit", "active", "active", True),
+        ("human", b, "edit", "active", "active", False)]
+    old = read(repo / ".cogd" / "memory" / "observations" / f"{a}.md")
+    assert old.status == "superseded" and old.superseded_by == b
+    assert read(new_path).body.endswith("checked against email.utils in 3.11")
+    assert intents(repo) == []
+
+
+def test_a_failed_commit_puts_the_files_back(tmp_path, monkeypatch):
+    """The ledger refuses the events (here: a locked database) after both merge files were written:
+    the operation raises, both files are byte for byte what they were, no intent and no event stays."""
+    root = make_repo(tmp_path / "repo", SMALL)
+    store = open_store(root)
+    try:
+        survivor = store.record("observation", A_TEXT, session_id="s1")["record"]["id"]
+        loser = store.record("observation", B_TEXT, session_id="s2")["record"]["id"]
+        before = digests(root)
+        events_before = store.events()
+
+        def locked(*args, **kwargs):
+            raise sqlite3.OperationalError("database is locked")
+
+        monkeypatch.setattr(store.ledger, "log_intent", locked)
+        from cogd.memory.consolidate import _merge
+
+        with pytest.raises(sqlite3.OperationalError):
+            _merge(store, survivor, loser, {"how": "title", "score": 0.95}, time.time())
+        monkeypatch.undo()
+        assert digests(root) == before
+        assert store.ledger.intents() == [] and store.events() == events_before
+        assert store.sync()["refused"] == 0 and store.events() == events_before  # rewritten as they were: no edit
+        assert {r["id"]: r["status"] for r in store.projection.rows()} == {survivor: "candidate", loser: "candidate"}
+    finally:
+        store.close()

@@ -31,9 +31,11 @@ with a stable ``kind`` (``illegal_transition``, ``tombstoned``,
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import logging
+import os
 import re
 import threading
 import time
@@ -103,13 +105,29 @@ def _without_private(record: Record) -> Record:
 _RECORD_PATH = re.compile(r"^(?:%s)/[0-9A-HJKMNP-TV-Z]{26}\.md$" % "|".join(sorted(set(FOLDERS.values()))))
 
 
-def file_digest(path: Path) -> str | None:
-    """sha256 hex of the file's bytes; None when there is no such file. Raises OSError (not a missing file)."""
+def _snapshot(path: Path, keep: int = 0) -> tuple[str | None, bytes | None]:
+    """``(sha256 hex of the file's bytes, the bytes when at most ``keep`` of them)``; ``(None, None)``
+    when there is no such file. A symlink is never followed (nothing outside the tree is read): its
+    digest is that of its target's name, prefixed ``link:``. Raises OSError (other than a missing file)."""
     try:
-        with open(path, "rb") as handle:
-            return hashlib.file_digest(handle, "sha256").hexdigest()
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
     except FileNotFoundError:
-        return None
+        return None, None
+    except OSError as exc:
+        if exc.errno != errno.ELOOP:
+            raise
+        return "link:" + hashlib.sha256(os.fsencode(os.readlink(path))).hexdigest(), None
+    with os.fdopen(fd, "rb") as handle:
+        head = handle.read(keep + 1) if keep else b""
+        digest = hashlib.sha256(head)
+        for chunk in iter(lambda: handle.read(1 << 16), b""):
+            digest.update(chunk)
+    return digest.hexdigest(), (head if len(head) <= keep and keep else None)
+
+
+def file_digest(path: Path) -> str | None:
+    """sha256 hex of the file's bytes; None when there is no such file (see :func:`_snapshot`)."""
+    return _snapshot(path)[0]
 
 
 def text_digest(text: str) -> str:
@@ -258,14 +276,10 @@ class MemoryStore:
         files, before = [], []
         for change in changes:
             rel = change.relpath or change.record.relpath()
-            path = self.memory_dir / rel
-            pre_bytes = None
-            try:
-                pre_bytes = path.read_bytes()
-            except FileNotFoundError:
-                pass
+            # the pre-image's bytes are kept (in memory only) to undo a failed commit; a file
+            # over the size limit (a purge of a too-large file) is hashed, not kept
+            pre, pre_bytes = _snapshot(self.memory_dir / rel, keep=MAX_FILE_BYTES)
             before.append(pre_bytes)
-            pre = hashlib.sha256(pre_bytes).hexdigest() if pre_bytes is not None else None
             if change.delete:
                 text, post = None, None
             elif not change.write:
@@ -319,8 +333,10 @@ class MemoryStore:
                 path = self.memory_dir / entry["path"]
                 if file_digest(path) == entry["pre"]:
                     continue
-                if pre_bytes is None:
+                if entry["pre"] is None:
                     path.unlink(missing_ok=True)
+                elif pre_bytes is None:
+                    raise OSError(f"cannot restore {entry['path']}: its pre-image was not kept")
                 else:
                     atomic_write(path, pre_bytes)
             self.ledger.close_intent(intent)
@@ -333,7 +349,9 @@ class MemoryStore:
         For an intent still ``open``: each file equal to its pre-image gets its post-image (or is
         deleted), one equal to its post-image is done, one equal to neither was changed by hand
         after the crash and is left as found (the scan judges it against the completed state);
-        then the intent's events are appended with ``"recovered": true`` in their detail. For every
+        then the intent's events are appended with ``"recovered": true`` in their detail — unless
+        no file had reached its post-image and one was edited by hand: then the person edited the
+        state before the operation, and the operation is rolled back (dropped). For every
         intent: the records are projected from their post-images and the intent is deleted. Skips
         intents of another live process (a writer at work). Returns how many were completed.
         Call with the store's lock held (:meth:`sync` does).
@@ -353,13 +371,20 @@ class MemoryStore:
                 self.ledger.close_intent(intent.id)
                 continue
             if intent.state == "open":
-                for entry in files:
-                    now = file_digest(self.memory_dir / entry["path"])
-                    if now == entry["post"]:
-                        continue
-                    if now == entry["pre"] and (entry.get("write") or entry.get("delete")):
+                now = [file_digest(self.memory_dir / entry["path"]) for entry in files]
+                reached = any(d == e["post"] and e["post"] != e["pre"] for d, e in zip(now, files))
+                edited = [e["path"] for d, e in zip(now, files) if d not in (e["pre"], e["post"])]
+                if edited and not reached:
+                    # Nothing of the operation is visible, and a person edited a file since (starting from
+                    # the pre-image): the edit wins, the operation is rolled back (it never happened).
+                    self.ledger.close_intent(intent.id)
+                    log.warning("an interrupted memory %s was rolled back: %s changed by hand since",
+                                intent.op, ", ".join(edited))
+                    continue
+                for digest, entry in zip(now, files):
+                    if digest == entry["pre"] and digest != entry["post"] and (entry.get("write") or entry.get("delete")):
                         self._apply_file(entry)
-                    else:
+                    elif digest not in (entry["pre"], entry["post"]):
                         log.warning("%s changed after an interrupted %s: left as found", entry["path"], intent.op)
                 self.ledger.log_intent(intent.id, intent.plan.get("ops") or [], recovered=True)
             for entry in files:
