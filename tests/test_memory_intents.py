@@ -338,3 +338,28 @@ def test_a_failed_commit_puts_the_files_back(tmp_path, monkeypatch):
         assert {r["id"]: r["status"] for r in store.projection.rows()} == {survivor: "candidate", loser: "candidate"}
     finally:
         store.close()
+
+
+def test_a_crafted_intent_writes_nothing(tmp_path):
+    """A ledger that arrives with the repository (a crafted .cogd/state.db) holding an intent aimed outside
+    the record folders, or with a post-image that is not the record it names: dropped, nothing written."""
+    root = make_repo(tmp_path / "repo", SMALL)
+    store = open_store(root)
+    try:
+        legit = store.record("observation", A_TEXT)["record"]["id"]
+        text = (root / ".cogd" / "memory" / "observations" / f"{legit}.md").read_text(encoding="utf-8")
+        other = "01M8RNTRWD3G1X9ZP9JET7GB91"
+        for path, post_text in (("../../evil.md", "x"), ("observations/../../../evil.md", "x"),
+                                (f"observations/{other}.md", text)):  # the text is another record's
+            plan = {"files": [{"path": path, "pre": None, "post": hashlib.sha256(post_text.encode()).hexdigest(),
+                               "text": post_text, "project": True, "text_changed": True, "write": True,
+                               "delete": False}], "ops": [], "erase": []}
+            store.ledger.open_intent("record", "agent", plan)
+        events_before = store.events()
+        store.sync()
+        assert store.ledger.intents() == []
+        assert not (tmp_path / "evil.md").exists() and not (root / "evil.md").exists()
+        assert not (root / ".cogd" / "memory" / "observations" / f"{other}.md").exists()
+        assert store.events() == events_before
+    finally:
+        store.close()

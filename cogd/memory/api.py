@@ -135,6 +135,22 @@ def text_digest(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
+def _valid_intent_file(entry: object) -> bool:
+    """Whether an intent's file entry may be acted on: a ``<folder>/<ULID>.md`` path, and a post-image
+    (when it carries one) whose digest matches and that parses as the record of that path."""
+    if not isinstance(entry, dict) or not isinstance(entry.get("path"), str) or not _RECORD_PATH.match(entry["path"]):
+        return False
+    text = entry.get("text")
+    if text is None:
+        return not entry.get("write")
+    if not isinstance(text, str) or text_digest(text) != entry.get("post"):
+        return False
+    try:
+        return parse(text).relpath() == entry["path"]
+    except RecordError:
+        return False
+
+
 @dataclass
 class FileChange:
     """One file of a :meth:`MemoryStore.commit`.
@@ -364,52 +380,61 @@ class MemoryStore:
             if intent.owner != me and owner_alive(intent.owner):
                 continue
             files = intent.plan.get("files") or []
-            if not all(isinstance(f, dict) and isinstance(f.get("path"), str) and _RECORD_PATH.match(f["path"])
-                       for f in files):
-                log.warning("memory intent %d names a path outside .cogd/memory's record folders: dropped unapplied",
-                            intent.id)
+            if not all(_valid_intent_file(f) for f in files):
+                # state.db is local, but a repository may arrive with a crafted .cogd/: never write
+                # anything an intent says unless it is a record of its own name in a record folder
+                log.warning("memory intent %d is malformed (a path outside the record folders, or a post-image "
+                            "that is not that record): dropped unapplied", intent.id)
                 self.ledger.close_intent(intent.id)
                 continue
-            if intent.state == "open":
-                now = [file_digest(self.memory_dir / entry["path"]) for entry in files]
-                reached = any(d == e["post"] and e["post"] != e["pre"] for d, e in zip(now, files))
-                edited = [e["path"] for d, e in zip(now, files) if d not in (e["pre"], e["post"])]
-                if edited and not reached:
-                    # Nothing of the operation is visible, and a person edited a file since (starting from
-                    # the pre-image): the edit wins, the operation is rolled back (it never happened).
-                    self.ledger.close_intent(intent.id)
-                    log.warning("an interrupted memory %s was rolled back: %s changed by hand since",
-                                intent.op, ", ".join(edited))
-                    continue
-                for digest, entry in zip(now, files):
-                    if digest == entry["pre"] and digest != entry["post"] and (entry.get("write") or entry.get("delete")):
-                        self._apply_file(entry)
-                    elif digest not in (entry["pre"], entry["post"]):
-                        log.warning("%s changed after an interrupted %s: left as found", entry["path"], intent.op)
-                self.ledger.log_intent(intent.id, intent.plan.get("ops") or [], recovered=True)
-            for entry in files:
-                path = self.memory_dir / entry["path"]
-                if entry.get("delete"):
-                    self.projection.drop_file(entry["path"])
-                    continue
-                if not entry.get("project") or file_digest(path) != entry["post"]:
-                    continue  # edited by hand after the crash: the scan reads it
-                try:
-                    record = parse(path.read_text(encoding="utf-8"))
-                except (OSError, UnicodeDecodeError, RecordError):
-                    continue
-                if record.relpath() == entry["path"]:
-                    self._project(record, text_changed=bool(entry.get("text_changed")))
-            for entity_id in intent.plan.get("erase") or []:
-                if isinstance(entity_id, str):
-                    self.projection.delete(entity_id, erase=True)
-            self.ledger.close_intent(intent.id)
-            self._anchor_mark = None
-            self._uncommitted_dirty = True
+            try:
+                self._complete(intent, files)
+            except Exception:  # noqa: BLE001 — a disk or ledger failure: the intent stays, the next sync retries
+                log.exception("could not complete the interrupted memory %s (intent %d)", intent.op, intent.id)
+                continue
             done += 1
-            log.warning("completed a memory %s interrupted by a crash (intent %d, %s, %s)", intent.op, intent.id,
-                        intent.actor, ", ".join(f["path"] for f in files) or "no files")
         return done
+
+    def _complete(self, intent, files: list[dict]) -> None:
+        """:meth:`recover` for one intent whose files passed :func:`_valid_intent_file`."""
+        if intent.state == "open":
+            now = [file_digest(self.memory_dir / entry["path"]) for entry in files]
+            reached = any(d == e["post"] and e["post"] != e["pre"] for d, e in zip(now, files))
+            edited = [e["path"] for d, e in zip(now, files) if d not in (e["pre"], e["post"])]
+            if edited and not reached:
+                # Nothing of the operation is visible, and a person edited a file since (starting from
+                # the pre-image): the edit wins, the operation is rolled back (it never happened).
+                self.ledger.close_intent(intent.id)
+                log.warning("an interrupted memory %s was rolled back: %s changed by hand since",
+                            intent.op, ", ".join(edited))
+                return
+            for digest, entry in zip(now, files):
+                if digest == entry["pre"] and digest != entry["post"] and (entry.get("write") or entry.get("delete")):
+                    self._apply_file(entry)
+                elif digest not in (entry["pre"], entry["post"]):
+                    log.warning("%s changed after an interrupted %s: left as found", entry["path"], intent.op)
+            self.ledger.log_intent(intent.id, intent.plan.get("ops") or [], recovered=True)
+        for entry in files:
+            path = self.memory_dir / entry["path"]
+            if entry.get("delete"):
+                self.projection.drop_file(entry["path"])
+                continue
+            if not entry.get("project") or file_digest(path) != entry["post"]:
+                continue  # edited by hand after the crash: the scan reads it
+            try:
+                record = parse(path.read_text(encoding="utf-8"))
+            except (OSError, UnicodeDecodeError, RecordError):
+                continue
+            if record.relpath() == entry["path"]:
+                self._project(record, text_changed=bool(entry.get("text_changed")))
+        for entity_id in intent.plan.get("erase") or []:
+            if isinstance(entity_id, str):
+                self.projection.delete(entity_id, erase=True)
+        self.ledger.close_intent(intent.id)
+        self._anchor_mark = None
+        self._uncommitted_dirty = True
+        log.warning("completed a memory %s interrupted by a crash (intent %d, %s, %s)", intent.op, intent.id,
+                    intent.actor, ", ".join(f["path"] for f in files) or "no files")
 
     @staticmethod
     def _event(actor: str, entity_id: str, action: str, old: str | None, new: str | None,
