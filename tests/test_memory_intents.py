@@ -46,7 +46,8 @@ def points(op: str, files: int) -> list[str]:
 CASES = ([("merge", p) for p in points("merge", 2)] + [("promote", p) for p in points("promote", 1)]
          + [("retention", p) for p in points("retention", 1)] + [("record", p) for p in points("record", 1)]
          + [("reject", p) for p in points("transition", 1)] + [("supersede", p) for p in points("supersede", 2)]
-         + [("edit", p) for p in points("edit", 1)] + [("purge", p) for p in points("purge", 1)])
+         + [("edit", p) for p in points("edit", 1)] + [("purge", p) for p in points("purge", 1)]
+         + [("verify", p) for p in points("verify", 1)] + [("stale", p) for p in points("stale", 1)])
 
 
 def cogd(root: Path, *args: str, fault: str = "", timeout: float = 120, env: dict | None = None):
@@ -118,7 +119,13 @@ def prepare(root: Path, case: str) -> dict:
         elif case == "retention":
             ids["a"] = store.record("observation", A_TEXT)["record"]["id"]
             store.transition(ids["a"], "rejected", reason="wrong header")
-        elif case in ("reject", "edit", "purge"):
+        elif case == "stale":  # anchored to alpha through the real CLI (it indexes first), then alpha changes
+            store.close()
+            out = ok(cogd(root, "memory", "add", "observation", A_TEXT, "--anchor", "pkg/mod.py::alpha", "--json"))
+            ids["a"] = json.loads(out.stdout)["record"]["id"]
+            (root / "pkg" / "mod.py").write_text(SMALL["pkg/mod.py"].replace("return 1", "return 2"), encoding="utf-8")
+            store = open_store(root)
+        elif case in ("reject", "edit", "purge", "verify"):
             ids["a"] = store.record("observation", A_TEXT, source="human")["record"]["id"]
         elif case == "supersede":
             ids["a"] = store.record("observation", A_TEXT, source="human")["record"]["id"]
@@ -147,7 +154,8 @@ def run_crashing(root: Path, tmp_path: Path, case: str, ids: dict, fault: str) -
     args = {"retention": ["consolidate", "--json"], "record": ["memory", "add", "observation", A_TEXT],
             "reject": ["memory", "reject", ids.get("a", ""), "--reason", "wrong header"],
             "supersede": ["memory", "supersede", ids.get("a", ""), ids.get("b", "")],
-            "edit": ["memory", "edit", ids.get("a", "")], "purge": ["memory", "purge", ids.get("a", ""), "--yes"]}[case]
+            "edit": ["memory", "edit", ids.get("a", "")], "purge": ["memory", "purge", ids.get("a", ""), "--yes"],
+            "verify": ["verify", ids.get("a", "")], "stale": ["memory", "list", "--json"]}[case]
     proc = cogd(root, *args, fault=fault, env={"EDITOR": f"{sys.executable} {editor}"})
     assert proc.returncode == 137, f"expected death at {fault}: {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
 
@@ -207,6 +215,10 @@ def expected(case: str, ids: dict, done: bool, recovered: bool, new_id: str | No
     if case == "purge":
         return base + ([("human", a, "purge", "active", "purged", r)] if done else []), \
             ({} if done else {obs(a): "active"})
+    if case == "verify":
+        return base + ([("human", a, "verify", "active", "active", r)] if done else []), {obs(a): "active"}
+    if case == "stale":  # undone at `planned`, the restart's own anchor check makes the move itself
+        return base + [("daemon", a, "stale", "active", "stale", r)], {obs(a): "stale"}
     raise AssertionError(case)
 
 
@@ -218,6 +230,8 @@ def test_crash_at_every_step_is_completed_or_undone(repo, tmp_path, case, fault)
     check_crash_left(repo, fault, before)
     step = fault.split(":", 1)[1]
     done = step != "planned"
+    if case == "stale":  # before the restart: the event is in from `logged` on
+        assert [e[2] for e in events(repo)] == ["create"] + (["stale"] if step == "logged" or "project" in step else [])
     recovered = step == "intent" or step.startswith("file")
 
     # restart: a real process that syncs (a daemon for consolidation, the CLI in-process otherwise)
