@@ -422,7 +422,7 @@ class MemoryStore:
             if not entry.get("project") or file_digest(path) != entry["post"]:
                 continue  # edited by hand after the crash: the scan reads it
             try:
-                record = parse(path.read_text(encoding="utf-8"))
+                record = parse(read_text(path))
             except (OSError, UnicodeDecodeError, RecordError):
                 continue
             if record.relpath() == entry["path"]:
