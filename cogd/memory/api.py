@@ -1038,12 +1038,14 @@ class MemoryStore:
                 masked = serialise(record)
         if not findings:
             return st
-        atomic_write(path, masked)
         entity_id = record.id if record is not None else path.stem
         kinds = sorted({f.kind for f in findings})
+        # through the intent like every write: a crash between the file and its event is completed
+        # (the scan projects the record; a broken file's intent is dropped and the file masked again)
+        self.commit("mask", "daemon", [FileChange(None, relpath, text=masked)], [
+            self._event("daemon", entity_id, "secret_masked", None, None, None,
+                        {"path": relpath, "findings": [f.as_dict() for f in findings]})])
         log.warning("%s held %d secret(s) (%s): rewritten with them masked", relpath, len(findings), ", ".join(kinds))
-        self.ledger.append("daemon", entity_id, "secret_masked", None, None, None,
-                           {"path": relpath, "findings": [f.as_dict() for f in findings]})
         return path.stat()
 
     def apply_file_state(self, record: Record, old_status: str | None, row, *, actor: str, relpath: str | None = None,
