@@ -19,6 +19,8 @@ import click
 from rich.markup import escape
 from rich.table import Table
 
+from cogd.memory.gitstate import COMMIT_HINT
+
 TYPES = ("observation", "rule", "knowledge")
 STATUSES = ("candidate", "active", "stale", "rejected", "superseded", "pruned")
 
@@ -342,6 +344,11 @@ def print_memory_status(result: dict) -> None:
             counts[status] = counts.get(status, 0) + n
     summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "none"
     console.print(f"[bold]memory[/]     {memory.get('total', 0)} memories ({summary})")
+    git = memory.get("uncommitted") or {}
+    if git.get("count"):  # memory lives in this checkout only until it is committed (a removed worktree loses it)
+        example = f" (e.g. {escape(git['paths'][0])})" if git.get("paths") else ""
+        console.print(f"  [yellow]{git['count']} memory files not committed to git[/]{example}; "
+                      f"lost if this worktree is removed; commit them: {escape(COMMIT_HINT)}", soft_wrap=True)
     for p in memory.get("problems") or []:
         where = f":{p['line']}:{p['column']}" if p.get("line") else ""
         move = f" (attempted {p['from']} → {p['to']})" if p.get("from") or p.get("to") else ""

@@ -555,8 +555,11 @@ def check_memory_files(ctx: DoctorContext) -> Check:
 
     on_disk = record_files(ctx.layout.cogd_dir / "memory")
     rows = {r["id"]: r for r in _memory_rows(ctx, "SELECT id, status FROM memories") or []}
+    pending = {f.get("path") for i in _open_intents(ctx) for f in i["plan"].get("files") or [] if isinstance(f, dict)}
     problems: list[dict] = []
     for rel in sorted(on_disk):
+        if rel in pending:  # an interrupted write of cogd's own: `memory intents` reports it
+            continue
         path = ctx.layout.cogd_dir / "memory" / rel
         try:
             record = read(path)
@@ -665,6 +668,64 @@ def check_memory_dead_weight(ctx: DoctorContext) -> Check:
     return Check("memory dead weight", OK, finding, "", details)
 
 
+def _open_intents(ctx: DoctorContext) -> list[dict]:
+    """The ledger's open memory intents (read-only): ``[{"id", "op", "state", "at", "plan"}]``."""
+    import json
+
+    if not ctx.layout.state_db.exists():
+        return []
+    conn = sqlite3.connect(f"file:{ctx.layout.state_db}?mode=ro", uri=True, timeout=10.0)
+    try:
+        rows = conn.execute("SELECT id, op, state, at, plan FROM intents ORDER BY id").fetchall()
+    except sqlite3.OperationalError:  # no intents table yet
+        return []
+    finally:
+        conn.close()
+    out = []
+    for intent_id, op, state, at, plan in rows:
+        try:
+            parsed = json.loads(plan)
+        except ValueError:
+            parsed = {}
+        out.append({"id": intent_id, "op": op, "state": state, "at": at,
+                    "plan": parsed if isinstance(parsed, dict) else {}})
+    return out
+
+
+def check_memory_intents(ctx: DoctorContext) -> Check:
+    """Memory writes a crash interrupted (open intents in the ledger): the next sync completes them."""
+    intents = _open_intents(ctx)
+    if not intents:
+        return Check("memory intents", OK, "no interrupted memory write")
+    running = ctx.status is not None
+    ops = ", ".join(sorted({i["op"] for i in intents}))
+    details = {"intents": [{"id": i["id"], "op": i["op"], "state": i["state"], "at": i["at"],
+                            "files": [f.get("path") for f in i["plan"].get("files") or [] if isinstance(f, dict)]}
+                           for i in intents[:DRIFT_SAMPLE]], "count": len(intents)}
+    return Check("memory intents", WARN,
+                 f"{len(intents)} memory writes ({ops}) were interrupted by a crash; "
+                 + ("the daemon completes them within a second" if running else "the next sync completes them"),
+                 "" if running else "start the daemon (`cogd start`) or run any `cogd memory` command", details)
+
+
+def check_memory_git(ctx: DoctorContext) -> Check:
+    """Memory files this checkout holds that git does not (untracked or modified): removing the
+    worktree (or the clone) loses them. A warning: they may simply not be committed yet."""
+    from cogd.memory.gitstate import COMMIT_HINT, count_uncommitted
+
+    if not (ctx.layout.cogd_dir / "memory").is_dir():
+        return Check("memory in git", OK, "no memory files yet")
+    got = count_uncommitted(ctx.layout.root)
+    if got["count"] is None:
+        return Check("memory in git", WARN, f"cannot tell which memory files are committed: {got['error']}",
+                     "memory is shared only through git: keep .cogd/memory in a git repository", got)
+    if not got["count"]:
+        return Check("memory in git", OK, "every memory file is committed to git", "", got)
+    return Check("memory in git", WARN,
+                 f"{got['count']} memory files are not committed to git (e.g. {got['paths'][0]}); they live only in "
+                 "this checkout, and removing it (`git worktree remove --force`) loses them", COMMIT_HINT, got)
+
+
 def _memory_available() -> bool:
     try:
         import cogd.memory.lattice  # noqa: F401
@@ -744,7 +805,8 @@ CHECKS: list[CheckFn] = [
 #: and broken frontmatter, anchors to missing entities, dead weight. Extend it for new memory
 #: checks; when ``cogd.memory`` is missing, :func:`check_memory` stands in.
 MEMORY_CHECKS: list[CheckFn] = (
-    [check_memory_files, check_memory_anchors, check_memory_dead_weight] if _memory_available() else []
+    [check_memory_files, check_memory_intents, check_memory_git, check_memory_anchors, check_memory_dead_weight]
+    if _memory_available() else []
 )
 
 

@@ -1,6 +1,6 @@
 """Fault injection for tests: failures and holds that are hard to cause for real on demand.
 
-Inert unless the environment variable ``COGD_FAULTS`` names a file (the
+Switchable faults are inert unless the environment variable ``COGD_FAULTS`` names a file (the
 daemon inherits it from the command that starts it). While that file exists,
 each of its lines names an active fault; a test writes and removes the file to
 switch faults on and off in a running daemon. Faults:
@@ -13,6 +13,16 @@ switch faults on and off in a running daemon. Faults:
     is removed, so a test can act during the first index deterministically.
 
 Reading the file costs one ``stat`` per check, and only when the variable is set.
+
+**Crash points** (:func:`point`): ``COGD_FAULT=<point>`` in the environment of a cogd
+process (daemon or CLI) makes :func:`point` call ``os._exit(137)`` — no cleanup, no
+``finally``, exactly what a SIGKILL leaves — when execution reaches ``<point>``. The
+variable is read once, at import; unset (always, outside tests) :func:`point` is one
+string compare. The memory write path (:meth:`cogd.memory.api.MemoryStore.commit`) names its
+points ``<operation>:<step>``: ``planned`` (nothing durable yet), ``intent`` (the intent is
+recorded, no file touched), ``file<k>`` (file k of the operation written), ``logged``
+(events appended) and ``project<k>`` (record k projected). ``COGD_FAULT_AFTER=<n>`` skips
+the first ``n`` passes through the point (a multi-step run dies on a later one).
 """
 
 from __future__ import annotations
@@ -32,3 +42,18 @@ def active(name: str) -> bool:
             return name in {line.strip() for line in fh}
     except OSError:
         return False
+
+
+CRASH_POINT = os.environ.get("COGD_FAULT", "")
+_crash_skip = int(os.environ.get("COGD_FAULT_AFTER", "0") or 0)
+CRASH_EXIT_CODE = 137  # what a shell reports for a process killed by SIGKILL (128 + 9)
+
+
+def point(name: str) -> None:
+    """Die here (``os._exit(137)``) when ``COGD_FAULT`` names ``name``; otherwise return at once."""
+    global _crash_skip
+    if CRASH_POINT and name == CRASH_POINT:
+        if _crash_skip > 0:
+            _crash_skip -= 1
+            return
+        os._exit(CRASH_EXIT_CODE)

@@ -544,6 +544,18 @@ class Service:
         budget = int(min(self.config.pack.max_chars, 9_500) * MEMORY_SHARE)
         return render_memories(rules, others, budget, show_stale=show_stale, show_candidates=show_candidates)
 
+    def _with_git_note(self, preface: Preface | None) -> Preface | None:
+        """The preface with one line first when memory files of this checkout are not committed to
+        git (a removed worktree loses them). Reads the cached count only: never runs git on a pack."""
+        from cogd.memory.gitstate import note
+
+        memory = getattr(self, "memory", None)
+        line = note(memory.git_state.peek()) if memory is not None else ""
+        if not line:
+            return preface
+        text, items = preface if preface else ("", [])
+        return (f"**cogd:** {line}\n\n{text}" if text else f"**cogd:** {line}\n", items)
+
     def context_session_start(self, params: dict) -> dict:
         """SessionStart by ``source``: startup/clear → the repository map; resume → the same
         unless the session already holds an identical pack; compact → the session's working set."""
@@ -555,10 +567,10 @@ class Service:
             if entities is None:
                 entities = self._working_set(session)
             pack = working_set_pack(self._reader(), self.layout.root, entities, self.config.pack,
-                                    self._memory_preface(None, rules_only=True))
+                                    self._with_git_note(self._memory_preface(None, rules_only=True)))
             return self._deliver(params, "session_start", source, "", pack, None if entities else "no_working_set")
         pack = overview_pack(self._reader(), self.layout.root, self._recent_files(), self.config.pack,
-                             self._repo_graph(), self._memory_preface(None))
+                             self._repo_graph(), self._with_git_note(self._memory_preface(None)))
         if source == "resume" and pack.text and self.ledger.has_fingerprint(session, _fingerprint(pack.text)):
             return {**Pack("").as_dict(), "delivery_id": None, "skipped": "the session already holds this pack",
                     "empty_reason": "already_delivered"}

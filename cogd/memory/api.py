@@ -7,7 +7,9 @@ tables ``events`` and ``tombstones`` in ``.cogd/state.db``. Every mutation —
 :meth:`~MemoryStore.supersede`, :meth:`~MemoryStore.verify`,
 :meth:`~MemoryStore.edit`, imports, the anchor check and hand edits found by
 :meth:`~MemoryStore.sync` — asks :func:`cogd.memory.lattice.transition` first,
-then writes the file (atomically), appends the event, and updates the projection.
+then goes through :meth:`~MemoryStore.commit`: an intent in the ledger, the files
+(atomically), the events, the projection — so a crash at any step is completed
+by the next sync (:meth:`~MemoryStore.recover`), never mistaken for a hand edit.
 
 For packs (read-only, thread-safe, never raise on an empty store):
 
@@ -29,22 +31,28 @@ with a stable ``kind`` (``illegal_transition``, ``tombstoned``,
 
 from __future__ import annotations
 
+import errno
+import hashlib
 import json
 import logging
+import os
+import re
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
-from cogd import safepath
+from cogd import faults, safepath
 from cogd.index.boundary import exists_in_tree
 from cogd.memory import lattice
 from cogd.memory.anchors import CodeIndex, entity_path
 from cogd.memory.dedup import Existing, find_duplicate, nearest
 from cogd.memory.errors import MemoryError_, bad_request, not_found
-from cogd.memory.events import MemoryLedger
+from cogd.memory.events import MemoryLedger, owner_alive, process_token
+from cogd.memory.gitstate import UncommittedMemory
 from cogd.memory.normalise import content_hash
 from cogd.memory.projection import MemoryHit, Projection, row_anchors, row_to_hit
 from cogd.memory.record import (
@@ -94,6 +102,75 @@ def _without_private(record: Record) -> Record:
         session_id=strip_private(record.session_id), creation_reason=strip_private(record.creation_reason))
 
 
+_RECORD_PATH = re.compile(r"^(?:%s)/[0-9A-HJKMNP-TV-Z]{26}\.md$" % "|".join(sorted(set(FOLDERS.values()))))
+
+
+def _snapshot(path: Path, keep: int = 0) -> tuple[str | None, bytes | None]:
+    """``(sha256 hex of the file's bytes, the bytes when at most ``keep`` of them)``; ``(None, None)``
+    when there is no such file. A symlink is never followed (nothing outside the tree is read): its
+    digest is that of its target's name, prefixed ``link:``. Raises OSError (other than a missing file)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except FileNotFoundError:
+        return None, None
+    except OSError as exc:
+        if exc.errno != errno.ELOOP:
+            raise
+        return "link:" + hashlib.sha256(os.fsencode(os.readlink(path))).hexdigest(), None
+    with os.fdopen(fd, "rb") as handle:
+        head = handle.read(keep + 1) if keep else b""
+        digest = hashlib.sha256(head)
+        for chunk in iter(lambda: handle.read(1 << 16), b""):
+            digest.update(chunk)
+    return digest.hexdigest(), (head if len(head) <= keep and keep else None)
+
+
+def file_digest(path: Path) -> str | None:
+    """sha256 hex of the file's bytes; None when there is no such file (see :func:`_snapshot`)."""
+    return _snapshot(path)[0]
+
+
+def text_digest(text: str) -> str:
+    """sha256 hex of ``text`` as UTF-8: what :func:`file_digest` gives once ``atomic_write`` wrote it."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _valid_intent_file(entry: object) -> bool:
+    """Whether an intent's file entry may be acted on: a ``<folder>/<ULID>.md`` path, and a post-image
+    (when it carries one) whose digest matches and that parses as the record of that path."""
+    if not isinstance(entry, dict) or not isinstance(entry.get("path"), str) or not _RECORD_PATH.match(entry["path"]):
+        return False
+    text = entry.get("text")
+    if text is None:
+        return not entry.get("write")
+    if not isinstance(text, str) or text_digest(text) != entry.get("post"):
+        return False
+    try:
+        return parse(text).relpath() == entry["path"]
+    except RecordError:
+        return False
+
+
+@dataclass
+class FileChange:
+    """One file of a :meth:`MemoryStore.commit`.
+
+    ``record``: the post-image, projected once the events are in (None with ``delete``).
+    ``relpath``: under ``.cogd/memory/`` (default: the record's place). ``text``: what to
+    write (default: ``serialise(record)``). ``write``: False when the file already holds
+    the post-image (a hand edit being accepted). ``delete``: the file is removed (a purge).
+    ``text_changed``: the projection re-embeds it. ``vector``: an embedding already made.
+    """
+
+    record: Record | None
+    relpath: str = ""
+    text: str | None = None
+    write: bool = True
+    delete: bool = False
+    text_changed: bool = False
+    vector: "tuple[str, np.ndarray] | None" = None
+
+
 class MemoryStore:
     """One repository's memory. Thread-safe: one lock serialises every mutation and sync.
 
@@ -121,6 +198,8 @@ class MemoryStore:
         self._anchor_mark: str | None = None
         self.last_sync_at: float | None = None
         self.secrets_swept = False  # the first sync masks secrets in every record file (see sync.py)
+        self._uncommitted_dirty = True  # a memory file changed: the git-state count is due a refresh
+        self.git_state = UncommittedMemory(self.root)  # memory files git does not hold yet (cached)
 
     def close(self) -> None:
         with self._lock:
@@ -188,10 +267,185 @@ class MemoryStore:
         if self.path_of(record).exists():
             self._stat_file(record)
 
-    def _write(self, record: Record) -> None:
-        """Write the record file (atomically). Its stat reaches the projection only in :meth:`_project`,
-        after the row: a kill in between leaves a file the next sync reads again, never one it skips."""
-        atomic_write(self.path_of(record), serialise(record))
+    # ---- the write path: intent, files, events, projection -------------------------------------
+    def commit(self, op: str, actor: str, changes: Sequence[FileChange], ops: list, *,
+               erase: Sequence[str] = ()) -> list:
+        """Carry out one memory operation so that a crash at any step is completed on restart.
+
+        ``op``: the operation's name (``record``, ``transition``, ``merge`` …; fault points are
+        ``<op>:<step>``, see :mod:`cogd.faults`). ``actor``: who does it. ``changes``: the files
+        it writes or deletes, in order. ``ops``: the ledger rows it appends, in order (see
+        :class:`cogd.memory.events.Intent`: ``["event", {...}]``, ``["tombstone", {...}]``,
+        ``["redact", id]``, ``["redact_reasons", id]``). ``erase``: entity ids whose projection
+        rows go (a purge). Returns one result per op (event ids, redacted-row counts).
+
+        Sequence: (1) an intent row with every file's pre- and post-image hash and the
+        post-image text; (2) the files, each atomically; (3) the ops and the intent marked
+        ``logged``, in one transaction; (4) the projection; (5) the intent is deleted. The
+        intent is the commit point: a crash before (1) changed nothing, a crash after it is
+        rolled forward by :meth:`recover` (a file still equal to its pre-image gets the
+        post-image, one equal to neither — edited by hand since — is left to the scan).
+        Raises OSError or sqlite3.Error from the files or the ledger; a failure before (3)
+        puts the pre-images back and drops the intent, so the operation did not happen.
+        Call with the store's lock held.
+        """
+        files, before = [], []
+        for change in changes:
+            rel = change.relpath or change.record.relpath()
+            # the pre-image's bytes are kept (in memory only) to undo a failed commit; a file
+            # over the size limit (a purge of a too-large file) is hashed, not kept
+            pre, pre_bytes = _snapshot(self.memory_dir / rel, keep=MAX_FILE_BYTES)
+            before.append(pre_bytes)
+            if change.delete:
+                text, post = None, None
+            elif not change.write:
+                text, post = None, pre
+            else:
+                text = change.text if change.text is not None else serialise(change.record)
+                post = text_digest(text)
+            files.append({"path": rel, "pre": pre, "post": post, "text": text if change.write else None,
+                          "project": change.record is not None, "text_changed": change.text_changed,
+                          "write": change.write and not change.delete, "delete": change.delete})
+        faults.point(f"{op}:planned")
+        intent = self.ledger.open_intent(op, actor, {"files": files, "ops": ops, "erase": list(erase)})
+        faults.point(f"{op}:intent")
+        try:
+            for k, entry in enumerate(files, start=1):
+                self._apply_file(entry)
+                faults.point(f"{op}:file{k}")
+            results = self.ledger.log_intent(intent, ops)
+        except BaseException:
+            self._undo_files(intent, files, before)
+            raise
+        faults.point(f"{op}:logged")
+        for k, (change, entry) in enumerate(zip(changes, files), start=1):
+            if entry["delete"]:
+                self.projection.drop_file(entry["path"])
+            elif change.record is not None:
+                self._project(change.record, change.vector, text_changed=change.text_changed)
+            faults.point(f"{op}:project{k}")
+        for entity_id in erase:
+            self.projection.delete(entity_id, erase=True)
+        self.ledger.close_intent(intent)
+        self._uncommitted_dirty = True
+        return results
+
+    def _apply_file(self, entry: dict) -> None:
+        """Bring one file of an intent to its post-image (write or delete)."""
+        path = self.memory_dir / entry["path"]
+        if entry["delete"]:
+            try:
+                path.unlink()
+            except FileNotFoundError:
+                pass
+        elif entry["write"]:
+            atomic_write(path, entry["text"])
+
+    def _undo_files(self, intent: int, files: list[dict], before: list[bytes | None]) -> None:
+        """A commit failed before its events: put every file back as it was and drop the intent.
+        When that fails too, the intent stays open and the next sync rolls the operation forward."""
+        try:
+            for entry, pre_bytes in zip(files, before):
+                path = self.memory_dir / entry["path"]
+                if file_digest(path) == entry["pre"]:
+                    continue
+                if entry["pre"] is None:
+                    path.unlink(missing_ok=True)
+                elif pre_bytes is None:
+                    raise OSError(f"cannot restore {entry['path']}: its pre-image was not kept")
+                else:
+                    atomic_write(path, pre_bytes)
+            self.ledger.close_intent(intent)
+        except Exception:  # noqa: BLE001 — the intent stays; recover() completes the operation later
+            log.exception("could not undo a failed memory write (intent %d); the next sync completes it", intent)
+
+    def recover(self) -> int:
+        """Complete every operation a crash interrupted (their intents are still in the ledger).
+
+        For an intent still ``open``: each file equal to its pre-image gets its post-image (or is
+        deleted), one equal to its post-image is done, one equal to neither was changed by hand
+        after the crash and is left as found (the scan judges it against the completed state);
+        then the intent's events are appended with ``"recovered": true`` in their detail — unless
+        no file had reached its post-image and one was edited by hand: then the person edited the
+        state before the operation, and the operation is rolled back (dropped). For every
+        intent: the records are projected from their post-images and the intent is deleted. Skips
+        intents of another live process (a writer at work). Returns how many were completed.
+        Call with the store's lock held (:meth:`sync` does).
+        """
+        if not self.ledger.has_intents():
+            return 0
+        me = process_token()
+        done = 0
+        for intent in self.ledger.intents():
+            if intent.owner != me and owner_alive(intent.owner):
+                continue
+            files = intent.plan.get("files") or []
+            if not all(_valid_intent_file(f) for f in files):
+                # state.db is local, but a repository may arrive with a crafted .cogd/: never write
+                # anything an intent says unless it is a record of its own name in a record folder
+                log.warning("memory intent %d is malformed (a path outside the record folders, or a post-image "
+                            "that is not that record): dropped unapplied", intent.id)
+                self.ledger.close_intent(intent.id)
+                continue
+            try:
+                self._complete(intent, files)
+            except Exception:  # noqa: BLE001 — a disk or ledger failure: the intent stays, the next sync retries
+                log.exception("could not complete the interrupted memory %s (intent %d)", intent.op, intent.id)
+                continue
+            done += 1
+        return done
+
+    def _complete(self, intent, files: list[dict]) -> None:
+        """:meth:`recover` for one intent whose files passed :func:`_valid_intent_file`."""
+        if intent.state == "open":
+            now = [file_digest(self.memory_dir / entry["path"]) for entry in files]
+            reached = any(d == e["post"] and e["post"] != e["pre"] for d, e in zip(now, files))
+            edited = [e["path"] for d, e in zip(now, files) if d not in (e["pre"], e["post"])]
+            if edited and not reached:
+                # Nothing of the operation is visible, and a person edited a file since (starting from
+                # the pre-image): the edit wins, the operation is rolled back (it never happened).
+                self.ledger.close_intent(intent.id)
+                log.warning("an interrupted memory %s was rolled back: %s changed by hand since",
+                            intent.op, ", ".join(edited))
+                return
+            for digest, entry in zip(now, files):
+                if digest == entry["pre"] and digest != entry["post"] and (entry.get("write") or entry.get("delete")):
+                    self._apply_file(entry)
+                elif digest not in (entry["pre"], entry["post"]):
+                    log.warning("%s changed after an interrupted %s: left as found", entry["path"], intent.op)
+            self.ledger.log_intent(intent.id, intent.plan.get("ops") or [], recovered=True)
+        for entry in files:
+            path = self.memory_dir / entry["path"]
+            if entry.get("delete"):
+                self.projection.drop_file(entry["path"])
+                continue
+            if not entry.get("project") or file_digest(path) != entry["post"]:
+                continue  # edited by hand after the crash: the scan reads it
+            try:
+                record = parse(read_text(path))
+            except (OSError, UnicodeDecodeError, RecordError):
+                continue
+            if record.relpath() == entry["path"]:
+                self._project(record, text_changed=bool(entry.get("text_changed")))
+        for entity_id in intent.plan.get("erase") or []:
+            if isinstance(entity_id, str):
+                self.projection.delete(entity_id, erase=True)
+        self.ledger.close_intent(intent.id)
+        self._anchor_mark = None
+        self._uncommitted_dirty = True
+        log.warning("completed a memory %s interrupted by a crash (intent %d, %s, %s)", intent.op, intent.id,
+                    intent.actor, ", ".join(f["path"] for f in files) or "no files")
+
+    @staticmethod
+    def _event(actor: str, entity_id: str, action: str, old: str | None, new: str | None,
+               pre_image: str | None = None, detail: dict | None = None) -> list:
+        """One ``["event", {...}]`` op for :meth:`commit`, stamped now (a completion after a crash keeps this time)."""
+        return ["event", {"actor": actor, "entity_id": entity_id, "action": action, "old_status": old,
+                          "new_status": new, "pre_image": pre_image, "detail": detail or {}, "at": time.time()}]
+
+    @staticmethod
+    def _tombstone_op(content_hash: str, entity_id: str, reason: str, at: float) -> list:
+        return ["tombstone", {"content_hash": content_hash, "entity_id": entity_id, "reason": reason, "at": at}]
 
     @staticmethod
     def _pre_image(row) -> str | None:
@@ -318,11 +572,11 @@ class MemoryStore:
                 valid_from_commit=self.code.commit(), creation_reason=creation_reason,
                 session_id=str(session_id or "")[:200], anchors=anchor_list, tags=tags,
             )
-            self._write(record)
-            self.ledger.append(actor or source, entity_id, "create", None, status,
-                               detail={"path": record.relpath(), "source": source,
-                                       "anchors": [a.as_dict() for a in anchor_list], "warnings": warnings})
-            self._project(record, vector, text_changed=True)
+            who = actor or source
+            self.commit("record", who, [FileChange(record, text_changed=True, vector=vector)], [
+                self._event(who, entity_id, "create", None, status, None,
+                            {"path": record.relpath(), "source": source,
+                             "anchors": [a.as_dict() for a in anchor_list], "warnings": warnings})])
             return {"record": record.as_dict(), "path": str(self.path_of(record)), "warnings": warnings}
 
     def _anchor(self, entity_ids: list[str]) -> list[Anchor]:
@@ -363,18 +617,18 @@ class MemoryStore:
             pre = self._pre_image(row)
             record.status = to
             record.updated_at = self.clock()
+            ops = []
             if to == "rejected":
                 record.rejected_reason = reason
                 record.tombstone = content_hash(strip_private(record.body).strip())
-                self.ledger.add_tombstone(record.tombstone, entity_id, reason, record.updated_at)
+                ops.append(self._tombstone_op(record.tombstone, entity_id, reason, record.updated_at))
             if to == "pruned":
                 if not record.tombstone:
                     record.tombstone = content_hash(strip_private(record.body).strip())
-                    self.ledger.add_tombstone(record.tombstone, entity_id, reason or "pruned", record.updated_at)
+                    ops.append(self._tombstone_op(record.tombstone, entity_id, reason or "pruned", record.updated_at))
                 record.body = ""
-            self._write(record)
-            self.ledger.append(actor, entity_id, action, old, to, pre, {"reason": reason} if reason else {})
-            self._project(record, text_changed=False)
+            ops.append(self._event(actor, entity_id, action, old, to, pre, {"reason": reason} if reason else {}))
+            self.commit("transition", actor, [FileChange(record)], ops)
             return {"record": record.as_dict()}
 
     def supersede(self, old_id: str, new_id: str, *, actor: str = "agent") -> dict:
@@ -401,14 +655,11 @@ class MemoryStore:
             now = self.clock()
             old.status, old.superseded_by, old.updated_at = "superseded", new_id, now
             new.supersedes, new.updated_at = old_id, now
-            self._write(old)
-            self._write(new)
-            self.ledger.append(actor, old_id, action, old_row["status"], "superseded", self._pre_image(old_row),
-                               {"superseded_by": new_id})
-            self.ledger.append(actor, new_id, "edit", new_row["status"], new_row["status"], None,
-                               {"supersedes": old_id})
-            self._project(old, text_changed=False)
-            self._project(new, text_changed=False)
+            self.commit("supersede", actor, [FileChange(old), FileChange(new)], [
+                self._event(actor, old_id, action, old_row["status"], "superseded", self._pre_image(old_row),
+                            {"superseded_by": new_id}),
+                self._event(actor, new_id, "edit", new_row["status"], new_row["status"], None,
+                            {"supersedes": old_id})])
             return {"old": old.as_dict(), "new": new.as_dict()}
 
     def verify(self, entity_id: str, *, actor: str = "human") -> dict:
@@ -434,9 +685,8 @@ class MemoryStore:
             record.anchors = [Anchor(a.entity, hashes[a.entity]) for a in record.anchors]
             record.status = to
             record.updated_at = self.clock()
-            self._write(record)
-            self.ledger.append(actor, entity_id, "verify", old, to, None, {"anchors": changes})
-            self._project(record, text_changed=False)
+            self.commit("verify", actor, [FileChange(record)],
+                        [self._event(actor, entity_id, "verify", old, to, None, {"anchors": changes})])
             self._anchor_mark = None
             return {"record": record.as_dict(), "anchors": changes}
 
@@ -488,19 +738,14 @@ class MemoryStore:
                 files.append(row["path"])
             if row is None and not files:
                 raise not_found(entity_id)
-            removed = False
-            for rel in dict.fromkeys(files):
-                try:
-                    (self.memory_dir / rel).unlink()
-                    removed = True
-                except FileNotFoundError:
-                    pass
-                self.projection.drop_file(rel)
+            files = list(dict.fromkeys(files))
+            removed = any((self.memory_dir / rel).is_file() for rel in files)
             old = row["status"] if row is not None else None
-            self.projection.delete(entity_id, erase=True)
-            redacted = self.ledger.redact(entity_id)
-            self.ledger.redact_tombstone_reasons(entity_id)
-            self.ledger.append(actor, entity_id, "purge", old, "purged", None, {"files": len(files)})
+            results = self.commit("purge", actor, [FileChange(None, rel, delete=True) for rel in files], [
+                ["redact", entity_id], ["redact_reasons", entity_id],
+                self._event(actor, entity_id, "purge", old, "purged", None, {"files": len(files)})],
+                erase=[entity_id])
+            redacted = results[0]
             self.ledger.checkpoint()
             return {"id": entity_id, "removed_file": removed, "events_redacted": redacted}
 
@@ -597,6 +842,9 @@ class MemoryStore:
             "by_type": counts,
             "problems": self.projection.problems(),
             "last_sync_at": self.last_sync_at,
+            # {"count", "paths", "error", "checked_at"}: memory files git does not hold (see gitstate)
+            "uncommitted": (self.git_state.refresh() if self._uncommitted_dirty or self.git_state.peek() is None
+                            else self.git_state.peek()),
         }
 
     # ---- export / import ------------------------------------------------------------------
@@ -670,7 +918,11 @@ class MemoryStore:
         from cogd.memory.sync import scan
 
         with self._lock:
+            recovered = self.recover()  # a write a crash interrupted is completed before any file is judged
             result = scan(self)
+            result["recovered"] = recovered
+            if result["changed"] or result["removed"] or recovered:
+                self._uncommitted_dirty = True
             result["staled"] = self.check_anchors()
             self.last_sync_at = self.clock()
             return result
@@ -684,6 +936,11 @@ class MemoryStore:
         self._last_sync = now
         result = self.sync()
         self.fill_vectors()
+        dirty, self._uncommitted_dirty = self._uncommitted_dirty, False
+        try:  # off the pack path: packs only read the cached count
+            self.git_state.maybe_refresh(dirty)
+        except Exception:  # noqa: BLE001 — a git problem must not stop the housekeeping
+            log.exception("counting uncommitted memory files failed")
         return result
 
     def fill_vectors(self, batch: int = 16) -> int:
@@ -739,9 +996,8 @@ class MemoryStore:
             action = lattice.transition("active", "stale", entity_id=row["id"])
             record.status = "stale"
             record.updated_at = self.clock()
-            self._write(record)
-            self.ledger.append("daemon", row["id"], action, "active", "stale", None, {"anchors": changed})
-            self._project(record, text_changed=False)
+            self.commit("stale", "daemon", [FileChange(record)],
+                        [self._event("daemon", row["id"], action, "active", "stale", None, {"anchors": changed})])
             staled += 1
         if staled:
             self._anchor_mark = None
@@ -782,12 +1038,14 @@ class MemoryStore:
                 masked = serialise(record)
         if not findings:
             return st
-        atomic_write(path, masked)
         entity_id = record.id if record is not None else path.stem
         kinds = sorted({f.kind for f in findings})
+        # through the intent like every write: a crash between the file and its event is completed
+        # (the scan projects the record; a broken file's intent is dropped and the file masked again)
+        self.commit("mask", "daemon", [FileChange(None, relpath, text=masked)], [
+            self._event("daemon", entity_id, "secret_masked", None, None, None,
+                        {"path": relpath, "findings": [f.as_dict() for f in findings]})])
         log.warning("%s held %d secret(s) (%s): rewritten with them masked", relpath, len(findings), ", ".join(kinds))
-        self.ledger.append("daemon", entity_id, "secret_masked", None, None, None,
-                           {"path": relpath, "findings": [f.as_dict() for f in findings]})
         return path.stat()
 
     def apply_file_state(self, record: Record, old_status: str | None, row, *, actor: str, relpath: str | None = None,
@@ -838,18 +1096,22 @@ class MemoryStore:
             return "refused"
         if old_status == record.status and (row is None or not text_changed):
             action = "unchanged"  # a touch, a metadata edit, or a rebuilt projection re-reading a known record
-        if write_text is not None:
-            atomic_write(self.memory_dir / relpath, write_text)
+        ops = []
         if record.status in ("rejected", "pruned") and (record.tombstone or body):
             stone = record.tombstone or content_hash(body)
-            self.ledger.add_tombstone(stone, record.id, record.rejected_reason or f"{record.status} by hand edit",
-                                      record.updated_at)
+            ops.append(self._tombstone_op(stone, record.id, record.rejected_reason or f"{record.status} by hand edit",
+                                          record.updated_at))
         if action != "unchanged":
             # updated_at stays what the file says even when a hand edit did not bump it: the projection
             # must be rebuildable from the files (`cogd reset`); the event below carries the edit's time.
-            self.ledger.append(actor, record.id, action, old_status, record.status, self._pre_image(row),
-                               {"path": relpath, "via": "file"})
-        self._project(record, text_changed=text_changed)
+            ops.append(self._event(actor, record.id, action, old_status, record.status, self._pre_image(row),
+                                   {"path": relpath, "via": "file"}))
+        if ops or write_text is not None:
+            self.commit("edit" if write_text is not None else "accept_file", actor,
+                        [FileChange(record, relpath, text=write_text, write=write_text is not None,
+                                    text_changed=text_changed)], ops)
+        else:
+            self._project(record, text_changed=text_changed)
         st = (self.memory_dir / relpath).stat()
         self.projection.set_file(relpath, st.st_mtime_ns, st.st_size, record.id, None)
         self._anchor_mark = None

@@ -71,6 +71,7 @@ import numpy as np
 from rapidfuzz import fuzz, process
 
 from cogd.memory import lattice
+from cogd.memory.api import FileChange
 from cogd.memory.dedup import TITLE_RATIO, title_score
 from cogd.memory.errors import MemoryError_, bad_request
 from cogd.memory.normalise import content_hash, normalise
@@ -452,16 +453,15 @@ def _merge(store: "MemoryStore", survivor_id: str, loser_id: str, match: dict, n
         survivor.supersedes = loser.id
         survivor.updated_at = now
         loser.status, loser.superseded_by, loser.updated_at = "superseded", survivor.id, now
-        store._write(loser)
-        store._write(survivor)
-        store.ledger.append(ACTOR, loser_id, action, lrow["status"], "superseded", store._pre_image(lrow),
-                            {"step": "dedup", "superseded_by": survivor_id, "how": match["how"],
-                             "score": match["score"]})
-        store.ledger.append(ACTOR, survivor_id, "merge", srow["status"], srow["status"], None,
-                            {"step": "dedup", "merged": loser_id, "how": match["how"], "score": match["score"],
-                             "anchors_added": [a.entity for a in added]})
-        store._project(loser, text_changed=False)
-        store._project(survivor, text_changed=False)
+        # One commit for both files and both events: a crash half way is completed on restart,
+        # never left as a candidate → superseded "hand edit" the lattice would refuse.
+        store.commit("merge", ACTOR, [FileChange(loser), FileChange(survivor)], [
+            store._event(ACTOR, loser_id, action, lrow["status"], "superseded", store._pre_image(lrow),
+                         {"step": "dedup", "superseded_by": survivor_id, "how": match["how"],
+                          "score": match["score"]}),
+            store._event(ACTOR, survivor_id, "merge", srow["status"], srow["status"], None,
+                         {"step": "dedup", "merged": loser_id, "how": match["how"], "score": match["score"],
+                          "anchors_added": [a.entity for a in added]})])
 
 
 def _merged_into(store: "MemoryStore") -> dict[str, list]:
@@ -583,9 +583,8 @@ def _set_status(store: "MemoryStore", entity_id: str, to: str, detail: dict, now
             raise bad_request(f"{entity_id} is already {to}", id=entity_id)
         record.status = to
         record.updated_at = now
-        store._write(record)
-        store.ledger.append(ACTOR, entity_id, action_name or action, old, to, store._pre_image(row), detail)
-        store._project(record, text_changed=False)
+        store.commit(str(detail.get("step") or "consolidate"), ACTOR, [FileChange(record)],
+                     [store._event(ACTOR, entity_id, action_name or action, old, to, store._pre_image(row), detail)])
 
 
 def _prune(store: "MemoryStore", entity_id: str, detail: dict, now: float) -> dict:
@@ -601,18 +600,19 @@ def _prune(store: "MemoryStore", entity_id: str, detail: dict, now: float) -> di
             live = any(r["content_hash"] == chash and r["id"] != entity_id
                        for r in store.projection.rows(status=tuple(lattice.LIVE)))
             stone = "" if old == "superseded" and live else chash
+        ops = []
         if stone:
             reason = record.rejected_reason or (f"superseded by {record.superseded_by}" if old == "superseded" else "")
-            store.ledger.add_tombstone(stone, entity_id, reason or f"{old}; pruned by consolidation", now)
+            ops.append(store._tombstone_op(stone, entity_id, reason or f"{old}; pruned by consolidation", now))
         record.tombstone = stone
         record.body = ""
         record.status = "pruned"
         record.updated_at = now
-        store._write(record)
-        redacted = store.ledger.redact(entity_id)
-        logged = {**detail, "step": "retention", "tombstone": bool(stone), "events_redacted": redacted}
-        store.ledger.append(ACTOR, entity_id, action, old, "pruned", None, logged)
-        store._project(record, text_changed=False)
+        # the count is what the redaction below finds: nothing else writes while the lock is held
+        logged = {**detail, "step": "retention", "tombstone": bool(stone),
+                  "events_redacted": store.ledger.unredacted(entity_id)}
+        ops += [["redact", entity_id], store._event(ACTOR, entity_id, action, old, "pruned", None, logged)]
+        store.commit("retention", ACTOR, [FileChange(record)], ops)
         return logged
 
 

@@ -10,6 +10,16 @@ so a bug cannot quietly rewrite history.
 ``tombstones``: the normalised-content hash of every rejected or pruned claim,
 with the record's id, the date and the reason; consulted on every write.
 
+``intents``: the write-ahead record of one memory operation in flight (see
+:class:`Intent` and docs/architecture.md, "Crash recovery of memory writes").
+An operation first records what it will do — every file's pre- and post-image
+hash, the post-image text, and the ledger rows it will append — then writes the
+files, then appends its events *and* marks the intent ``logged`` in one SQLite
+transaction, then updates the projection and deletes the intent. A process
+killed anywhere in between leaves an intent that the next sync completes
+(:meth:`cogd.memory.api.MemoryStore.recover`), so the files, the events and the
+projection always agree again and no half-done write looks like a hand edit.
+
 Thread-safe: one connection behind a lock (the daemon's request threads and
 its housekeeping share it). ``secure_delete`` is on, so redacted text does not
 linger in free pages.
@@ -18,10 +28,12 @@ linger in free pages.
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import threading
 import time
-from dataclasses import dataclass
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from cogd import safepath
@@ -50,6 +62,15 @@ WHEN NEW.redacted != 1 OR NEW.id != OLD.id OR NEW.at != OLD.at OR NEW.actor != O
   OR NEW.entity_id != OLD.entity_id OR NEW.action != OLD.action
   OR NEW.old_status IS NOT OLD.old_status OR NEW.new_status IS NOT OLD.new_status
 BEGIN SELECT RAISE(ABORT, 'events are append-only (only erasure may redact their text)'); END;
+CREATE TABLE IF NOT EXISTS intents (
+    id INTEGER PRIMARY KEY,
+    at REAL NOT NULL,                 -- unix seconds
+    op TEXT NOT NULL,                 -- record | transition | supersede | merge | promote | ... (fault points use it)
+    actor TEXT NOT NULL,
+    owner TEXT NOT NULL,              -- pid:start-time of the process that opened it
+    state TEXT NOT NULL DEFAULT 'open',  -- open: files may be half written | logged: events are in, projection may lag
+    plan TEXT NOT NULL                -- JSON: {"files": [...], "ops": [...], "erase": [...]}
+);
 CREATE TABLE IF NOT EXISTS tombstones (
     hash TEXT PRIMARY KEY,            -- sha256 of the normalised content
     entity_id TEXT NOT NULL,
@@ -72,6 +93,66 @@ class Tombstone:
         return {"id": self.entity_id, "rejected_at": self.at, "reason": self.reason}
 
 
+def _process_start(pid: int) -> str:
+    """The start time of process ``pid`` in clock ticks since boot (Linux ``/proc``); "" elsewhere or
+    when there is no such process. With the pid it names one process even after the pid is reused."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            stat = handle.read().decode("ascii", "replace")
+    except OSError:
+        return ""
+    # the command name (field 2) may hold spaces and parentheses: count fields after the last ")"
+    fields = stat.rsplit(")", 1)[-1].split()
+    return fields[19] if len(fields) > 19 else ""
+
+
+def process_token(pid: int | None = None) -> str:
+    """``"<pid>:<start time>"`` of this (or another) process: who owns an intent."""
+    pid = os.getpid() if pid is None else pid
+    return f"{pid}:{_process_start(pid)}"
+
+
+def owner_alive(token: str) -> bool:
+    """Whether the process that wrote ``token`` (:func:`process_token`) still runs. Without ``/proc``
+    only the pid is compared (a reused pid then looks alive: the intent waits for that process)."""
+    pid_text, _, start = token.partition(":")
+    try:
+        pid = int(pid_text)
+    except ValueError:
+        return False
+    if start:
+        return _process_start(pid) == start
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+@dataclass
+class Intent:
+    """One memory operation in flight (a row of ``intents``).
+
+    ``plan["files"]``: ``[{"path": relpath under .cogd/memory, "pre": sha256 hex of the file's bytes
+    before (None: no file), "post": sha256 after (None: the file is deleted), "text": the post-image
+    (None for a deletion), "project": re-read it into the projection, "text_changed": re-embed it}]``.
+    ``plan["ops"]``: the ledger rows, applied in order in one transaction by :meth:`MemoryLedger.log_intent`:
+    ``["event", {append() keyword arguments}]``, ``["tombstone", {add_tombstone() keyword arguments}]``,
+    ``["redact", entity_id]``, ``["redact_reasons", entity_id]``. ``plan["erase"]``: entity ids whose
+    projection rows are erased (a purge).
+    """
+
+    id: int
+    at: float
+    op: str
+    actor: str
+    owner: str
+    state: str
+    plan: dict = field(default_factory=dict)
+
+
 class MemoryLedger:
     """``events`` and ``tombstones`` in ``state.db``. Raises sqlite3.Error on a broken database."""
 
@@ -88,6 +169,80 @@ class MemoryLedger:
     def close(self) -> None:
         with self._lock:
             self._conn.close()
+
+    @contextmanager
+    def _transaction(self):
+        """One write transaction (``BEGIN IMMEDIATE`` … ``COMMIT``; rolled back on any exception)."""
+        with self._lock:
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+            self._conn.execute("COMMIT")
+
+    # ---- intents (write-ahead records of memory operations) ---------------------------
+    def open_intent(self, op: str, actor: str, plan: dict) -> int:
+        """Record an operation about to write files; returns the intent id. Durable when it returns
+        (WAL, synchronous FULL). ``plan``: see :class:`Intent`."""
+        with self._lock:
+            cur = self._conn.execute(
+                "INSERT INTO intents(at, op, actor, owner, state, plan) VALUES (?,?,?,?, 'open', ?)",
+                (time.time(), op, actor, process_token(), json.dumps(plan, ensure_ascii=False, sort_keys=True)))
+            return int(cur.lastrowid)
+
+    def log_intent(self, intent_id: int, ops: list, *, recovered: bool = False) -> list:
+        """Apply an intent's ledger ``ops`` and mark it ``logged``, all in one transaction.
+
+        ``recovered``: the ops are applied by crash recovery; every event's detail gets
+        ``"recovered": true`` (so the log says the write was completed after a restart).
+        Returns one result per op (an event id, a redacted-row count, or None).
+        Raises sqlite3.Error (nothing applied) and ValueError on an unknown op.
+        """
+        results: list = []
+        with self._transaction():
+            for kind, args in ops:
+                if kind == "event":
+                    args = dict(args)
+                    if recovered:
+                        args["detail"] = {**(args.get("detail") or {}), "recovered": True}
+                    results.append(self.append(**args))
+                elif kind == "tombstone":
+                    self.add_tombstone(**args)
+                    results.append(None)
+                elif kind == "redact":
+                    results.append(self._redact_rows(args))
+                elif kind == "redact_reasons":
+                    self.redact_tombstone_reasons(args)
+                    results.append(None)
+                else:
+                    raise ValueError(f"unknown intent op {kind!r}")
+            self._conn.execute("UPDATE intents SET state = 'logged' WHERE id = ?", (intent_id,))
+        return results
+
+    def close_intent(self, intent_id: int) -> None:
+        """The operation is complete (files, events and projection agree): forget the intent."""
+        with self._lock:
+            self._conn.execute("DELETE FROM intents WHERE id = ?", (intent_id,))
+
+    def intents(self) -> list[Intent]:
+        """Every intent not yet closed, oldest first."""
+        with self._lock:
+            rows = self._conn.execute("SELECT * FROM intents ORDER BY id").fetchall()
+        return [Intent(r["id"], r["at"], r["op"], r["actor"], r["owner"], r["state"], json.loads(r["plan"]))
+                for r in rows]
+
+    def has_intents(self) -> bool:
+        """Whether any intent is open (one indexed lookup: the sync asks this every second)."""
+        with self._lock:
+            return self._conn.execute("SELECT 1 FROM intents LIMIT 1").fetchone() is not None
+
+    def unredacted(self, entity_id: str) -> int:
+        """How many of ``entity_id``'s events still hold their text (what :meth:`redact` would redact)."""
+        with self._lock:
+            return int(self._conn.execute("SELECT count(*) FROM events WHERE entity_id = ? AND redacted = 0",
+                                          (entity_id,)).fetchone()[0])
 
     # ---- events -----------------------------------------------------------------
     def append(self, actor: str, entity_id: str, action: str, old_status: str | None, new_status: str | None,
@@ -136,24 +291,23 @@ class MemoryLedger:
 
     def redact(self, entity_id: str) -> int:
         """Erasure: replace every text of ``entity_id``'s events by its hash. Returns rows redacted."""
+        with self._transaction():
+            return self._redact_rows(entity_id)
+
+    def _redact_rows(self, entity_id: str) -> int:
+        """:meth:`redact` inside the caller's transaction."""
         with self._lock:
             rows = self._conn.execute(
                 "SELECT id, pre_image, detail FROM events WHERE entity_id = ? AND redacted = 0",
                 (entity_id,)).fetchall()
-            self._conn.execute("BEGIN IMMEDIATE")
-            try:
-                for row in rows:
-                    detail = json.loads(row["detail"] or "{}")
-                    for key in TEXT_DETAIL_KEYS:
-                        if isinstance(detail.get(key), str) and detail[key]:
-                            detail[key] = redaction_hash(detail[key])
-                    pre = redaction_hash(row["pre_image"]) if row["pre_image"] else row["pre_image"]
-                    self._conn.execute("UPDATE events SET pre_image = ?, detail = ?, redacted = 1 WHERE id = ?",
-                                       (pre, json.dumps(detail, ensure_ascii=False, sort_keys=True), row["id"]))
-                self._conn.execute("COMMIT")
-            except BaseException:
-                self._conn.execute("ROLLBACK")
-                raise
+            for row in rows:
+                detail = json.loads(row["detail"] or "{}")
+                for key in TEXT_DETAIL_KEYS:
+                    if isinstance(detail.get(key), str) and detail[key]:
+                        detail[key] = redaction_hash(detail[key])
+                pre = redaction_hash(row["pre_image"]) if row["pre_image"] else row["pre_image"]
+                self._conn.execute("UPDATE events SET pre_image = ?, detail = ?, redacted = 1 WHERE id = ?",
+                                   (pre, json.dumps(detail, ensure_ascii=False, sort_keys=True), row["id"]))
         return len(rows)
 
     def checkpoint(self) -> None:

@@ -352,8 +352,9 @@ def serialise(record: Record) -> str:
     return f"---\n{front}---\n\n{body}\n" if body else f"---\n{front}---\n"
 
 
-def atomic_write(path: Path, text: str) -> None:
-    """Replace ``path`` with ``text`` (UTF-8) atomically: temp file, fsync, rename, fsync the folder.
+def atomic_write(path: Path, text: str | bytes) -> None:
+    """Replace ``path`` with ``text`` (UTF-8; bytes as they are) atomically: temp file, fsync, rename,
+    fsync the folder.
 
     The temporary file is ``.<name>.<random>.tmp`` in the same folder (the scan
     ignores dot files). Raises OSError; on failure the old file is untouched.
@@ -362,7 +363,7 @@ def atomic_write(path: Path, text: str) -> None:
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as handle:
-            handle.write(text.encode("utf-8"))
+            handle.write(text.encode("utf-8") if isinstance(text, str) else text)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)

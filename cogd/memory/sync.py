@@ -12,13 +12,15 @@ are skipped) whose size or mtime differs from what the projection last saw:
   The first scan of a process looks at every file this way, changed or not (files written before
   the scanner knew a key family);
 - otherwise the record goes through :meth:`MemoryStore.apply_file_state`, which
-  asks the lattice about the status change (from the projection's state, or
-  from the ledger's last event when the projection was rebuilt) and refuses
+  asks the lattice about the status change (from the ledger's last accepted
+  status, else the projection's) and refuses
   illegal moves and tombstoned claims without touching the file.
 
 A record file that disappears takes its memory out of the projection with a
 ``file_removed`` event (the pre-image keeps the text; ``purge`` erases it).
 A deleted or replaced ``memory.db`` is reopened and rebuilt from the files.
+Before any of this, :meth:`MemoryStore.recover` completes the writes a crash
+interrupted (their intents), so cogd's own half-done writes never reach the scan.
 """
 
 from __future__ import annotations
@@ -117,7 +119,12 @@ def scan(store: "MemoryStore") -> dict:
             counts["refused"] += 1
             continue
         row = projection.row(record.id)
-        old_status = row["status"] if row is not None else store.ledger.last_status(record.id)
+        logged = store.ledger.last_status(record.id)
+        old_status = row["status"] if row is not None else logged
+        if row is not None and logged not in (None, "purged", row["status"]):
+            # The ledger is ahead of the projection (which is rebuildable and lags after a crash
+            # between an event and its projection): the last legal state is the ledger's.
+            old_status = logged
         try:
             action = store.apply_file_state(record, old_status, row, actor="human" if row is not None else "sync",
                                             relpath=rel, arrival=row is None)
