@@ -171,7 +171,8 @@ def _deadline_ms(root: str | None) -> int:
     config = cogd_file(root, "config.toml") if root is not None else ""
     if config:
         try:
-            raw = read_bytes(config, 1 << 20)  # never through a link (safe-path layer)
+            # never through a link: neither the file (O_NOFOLLOW) nor a linked .cogd/ above it
+            raw = read_bytes(config, 1 << 20) if check_chain(os.path.dirname(config), any_mode=True) else None
             if raw is None:
                 return DEFAULT_DEADLINE_MS
             text = raw.decode("utf-8")
