@@ -44,6 +44,8 @@ MAX_CONTEXT_CHARS = 9_500  # never inject more than this, whatever the daemon sa
 SOCKET_MARGIN_S = 0.05  # left for printing and exiting after the call
 MAX_STDIN_BYTES = 256 * 1024 * 1024
 LOG_MAX_BYTES = 1 << 20
+# A pack is at most MAX_CONTEXT_CHARS (JSON-escaped, with its items): no honest answer comes near this.
+ANSWER_MAX_BYTES = 4 << 20
 ACK_WAIT_S = 0.5  # at most this long for the daemon's reply to an ack (the delivery is recorded either way)
 # Tool uses the daemon could not be handed wait here for it (cogd.daemon.spool reads them).
 SPOOL_NAME = "tool-uses.spool"
@@ -169,7 +171,8 @@ def _deadline_ms(root: str | None) -> int:
     config = cogd_file(root, "config.toml") if root is not None else ""
     if config:
         try:
-            raw = read_bytes(config, 1 << 20)  # never through a link (safe-path layer)
+            # never through a link: neither the file (O_NOFOLLOW) nor a linked .cogd/ above it
+            raw = read_bytes(config, 1 << 20) if check_chain(os.path.dirname(config), any_mode=True) else None
             if raw is None:
                 return DEFAULT_DEADLINE_MS
             text = raw.decode("utf-8")
@@ -335,7 +338,7 @@ def _send_tool_use(root: str, line: bytes, deadline: float) -> None:
         _signal.pthread_sigmask(_signal.SIG_UNBLOCK, {_signal.SIGALRM})  # a pending expiry fires here
     try:
         # Waiting for the answer keeps tool uses in order and the ledger current when the hook exits.
-        decode_answer(receive(sock, socket_path(root), deadline - SOCKET_MARGIN_S))
+        decode_answer(receive(sock, socket_path(root), deadline - SOCKET_MARGIN_S, ANSWER_MAX_BYTES))
     except DaemonUnavailable as exc:
         if isinstance(exc.__cause__, TimeoutError):  # a daemon has it and is late: it records it without us
             log(f"tool use sent, no answer in time (the daemon records it): {exc}")
@@ -371,7 +374,7 @@ def _call_held(path: str, method: str, params: dict, timeout: float) -> object:
     end = time.monotonic() + timeout
     sock = send(path, encode_request(method, {**params, "ack": True}), timeout)
     try:
-        result = decode_answer(receive(sock, path, end))
+        result = decode_answer(receive(sock, path, end, ANSWER_MAX_BYTES))
     except BaseException:
         sock.close()
         raise
@@ -474,7 +477,8 @@ def run(argv: list[str]) -> str | None:
         if hook_event_name is not None:
             result = _call_held(socket_path(root), method, params, timeout=max(remaining - SOCKET_MARGIN_S, 0.01))
         else:
-            result = call(socket_path(root), method, params, timeout=max(remaining - SOCKET_MARGIN_S, 0.01))
+            result = call(socket_path(root), method, params, timeout=max(remaining - SOCKET_MARGIN_S, 0.01),
+                          limit=ANSWER_MAX_BYTES)
     except DaemonUnavailable as exc:
         log(f"daemon unavailable: {exc}")
         # A timeout means a daemon accepted the connection but answered late (overload): it

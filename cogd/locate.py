@@ -200,11 +200,16 @@ def socket_path(root: str) -> str:
     A deeper root's daemon binds a hashed name in a runtime directory
     (:func:`daemon_socket_path`); clients take it from the pid file
     (:func:`recorded_socket`), else from the first usable candidate (nothing
-    is created). Raises RuntimeDirError only for a deep root with no usable
-    candidate.
+    is created). Raises RuntimeDirError for a deep root with no usable
+    candidate, and :class:`~cogd.safepath.UnsafePath` when ``.cogd`` or
+    ``.cogd/run`` is a symbolic link, not a directory, or another user's:
+    a committed ``.cogd/run`` → another repository's run folder would
+    otherwise hand this repository's prompts to that repository's daemon
+    (the socket there is ours, so the socket's own checks pass).
     """
     short = short_socket(root)
     if short is not None:
+        check_chain(os.path.dirname(short), any_mode=True)  # two lstat calls; a missing folder is fine
         return short
     return recorded_socket(root) or os.path.join(runtime_dir(create=False), _hashed_name(root))
 

@@ -226,6 +226,8 @@ _AFTER_NAME = frozenset("\"']:= \t")
 _SAID_IS = re.compile(r"\s+(?:is|was)\s+[\"'`]?(?P<v>[^\s\"'`]{6,100})")
 _SECRET_NAME = re.compile(
     r"(?:^|_)(?:pass(?:word|wd|phrase)?|pwd|secret|token|auth|credentials?|contrase(?:n|ñ)a)(?:_|$)|"
+    # run together with a prefix, as environment variables often are: PGPASSWORD, CLIENTSECRET, NPMTOKEN
+    r"[a-z0-9](?:password|passwd|secret|token)(?:_|$)|"
     r"(?:api|access|private|priv|secret|client|auth|signing|encryption|master|account|service|db|database)_?key(?:_|$)|"
     r"apikey|accesskey|secretkey|privatekey")
 # A secret word qualified into something else: ``token_type``, ``auth_header``, ``secret_name``.

@@ -127,6 +127,8 @@ def test_committed_link_in_cogd_is_refused_everywhere(repo, tmp_path, user_state
     assert f"{link} is a symbolic link" in text
     if name == "logs":
         assert "repository log refused" in text
+    elif name == "run":  # refused before connecting: no socket behind a linked folder is ever tried
+        assert f"no context: UnsafePath: {link} is a symbolic link" in text
     else:
         assert "could not start the daemon: UnsafePath" in text
 
@@ -436,7 +438,8 @@ def test_hijacked_run_dir_gets_no_prompt(shared_base, stop_daemons, user_state):
     assert received == []
     assert proc.returncode == 0 and proc.stdout == b"" and seconds < HOOK_DEADLINE_MS / 1000 + HOOK_EXIT_SLACK_S
     log = (root / ".cogd" / "logs" / "hook.log").read_text()
-    assert f"socket belongs to uid {NOBODY.pw_uid}, not to you" in log
+    # Refused at the linked folder, before the socket in it is even looked at (cogd.locate.socket_path).
+    assert f"no context: UnsafePath: {root / '.cogd' / 'run'} is a symbolic link (to {evil})" in log
     assert sorted(os.listdir(evil)) == ["cogd.sock"]  # no lock, no pid file, no log of the victim's
 
 

@@ -47,6 +47,10 @@ def _check_socket_file(path: str) -> None:
         raise UntrustedListener(f"{path}: socket belongs to uid {st.st_uid}, not to you (uid {os.getuid()}): refused")
 
 
+class AnswerTooLarge(ValueError):
+    """The answer line grew past the caller's ``limit`` before its newline: it is not read further."""
+
+
 class RemoteError(RuntimeError):
     """The daemon answered with a JSON-RPC error. ``kind`` is its ``data.kind``."""
 
@@ -63,7 +67,7 @@ def encode_request(method: str, params: dict | None = None, request_id: int | st
     return (dumps({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params or {}}) + "\n").encode("ascii")
 
 
-def exchange(socket_path: str | os.PathLike[str], line: bytes, timeout: float = 5.0) -> bytes:
+def exchange(socket_path: str | os.PathLike[str], line: bytes, timeout: float = 5.0, limit: int | None = None) -> bytes:
     """Send one request line and return the answer line (raw bytes, newline included).
 
     ``timeout`` is in seconds and bounds connect, send and receive together.
@@ -71,11 +75,12 @@ def exchange(socket_path: str | os.PathLike[str], line: bytes, timeout: float = 
     is the ``OSError`` (a ``TimeoutError`` when a daemon accepted but was late).
     Raises UntrustedListener (a DaemonUnavailable), before anything is sent,
     when the socket file is not a socket owned by this user (``lstat``) or the
-    process that accepted runs as another uid (``SO_PEERCRED``).
+    process that accepted runs as another uid (``SO_PEERCRED``). ``limit``:
+    see :func:`receive`.
     """
     sock = send(socket_path, line, timeout)
     try:
-        return receive(sock, socket_path, time.monotonic() + timeout)
+        return receive(sock, socket_path, time.monotonic() + timeout, limit)
     finally:
         sock.close()
 
@@ -116,13 +121,19 @@ def send(socket_path: str | os.PathLike[str], line: bytes, timeout: float = 5.0)
     return sock
 
 
-def receive(sock: "_socket.socket", socket_path: str | os.PathLike[str], deadline: float) -> bytes:
+def receive(sock: "_socket.socket", socket_path: str | os.PathLike[str], deadline: float,
+            limit: int | None = None) -> bytes:
     """Read one answer line from ``sock`` by ``deadline`` (``time.monotonic()`` seconds).
 
     Returns the raw line, newline included. Raises DaemonUnavailable on a
-    timeout or a connection closed without an answer. Does not close ``sock``.
+    timeout or a connection closed without an answer, and AnswerTooLarge once
+    more than ``limit`` bytes (None: no bound) arrived without a newline: a
+    misbehaving listener streaming an endless line would otherwise cost the
+    hook hundreds of megabytes and overrun its deadline (the deadline's
+    signal cannot cut into one big join or decode). Does not close ``sock``.
     """
     chunks = []
+    size = 0
     try:
         while True:
             remaining = deadline - time.monotonic()
@@ -135,6 +146,9 @@ def receive(sock: "_socket.socket", socket_path: str | os.PathLike[str], deadlin
             chunks.append(chunk)
             if chunk.endswith(b"\n"):
                 break
+            size += len(chunk)
+            if limit is not None and size > limit:
+                raise AnswerTooLarge(f"{os.fspath(socket_path)}: an answer over {limit} bytes: not read further")
     except OSError as exc:
         raise _unavailable(socket_path, exc) from exc
     raw = b"".join(chunks)
@@ -164,7 +178,7 @@ def acknowledge(sock: "_socket.socket", token: int, timeout: float) -> int | Non
     except OSError as exc:
         raise _unavailable("daemon connection", exc) from exc
     try:
-        result = decode_answer(receive(sock, "daemon connection", time.monotonic() + timeout))
+        result = decode_answer(receive(sock, "daemon connection", time.monotonic() + timeout, 1 << 16))
     except (DaemonUnavailable, RemoteError, ValueError):
         return None
     delivery_id = result.get("delivery_id") if isinstance(result, dict) else None
@@ -181,11 +195,13 @@ def decode_answer(raw: bytes) -> object:
     return answer.get("result")
 
 
-def call(socket_path: str | os.PathLike[str], method: str, params: dict | None = None, timeout: float = 5.0) -> object:
+def call(socket_path: str | os.PathLike[str], method: str, params: dict | None = None, timeout: float = 5.0,
+         limit: int | None = None) -> object:
     """Send one request and return its ``result``.
 
-    ``timeout`` is in seconds and bounds connect, send and receive together.
+    ``timeout`` is in seconds and bounds connect, send and receive together;
+    ``limit`` bounds the answer's size in bytes (see :func:`receive`).
     Raises DaemonUnavailable when nothing answers in time, RemoteError for a
     JSON-RPC error answer, and ValueError for an answer that is not JSON-RPC.
     """
-    return decode_answer(exchange(socket_path, encode_request(method, params), timeout))
+    return decode_answer(exchange(socket_path, encode_request(method, params), timeout, limit))

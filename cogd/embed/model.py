@@ -174,17 +174,41 @@ def _probe_dim(data: bytes, path: Path) -> int:
                      f'Fix: add "dim" to {path.parent / MANIFEST_FILE}.')
 
 
+def _trusted(path: Path) -> None:
+    """Refuse a model folder or file that another user owns or can write (raises ModelError).
+
+    ``embed.model_dir`` comes from ``.cogd/config.toml``, which a repository
+    commits: a cloned repository could point it at a folder another local user
+    controls (``/tmp/x``) and have cogd feed that user's files to onnxruntime
+    and the tokenizer. Only what this user or root owns, and nobody else may
+    change, is loaded (``stat`` follows links: a link of the user's own to a
+    model elsewhere is fine when its target passes).
+    """
+    try:
+        st = path.stat()
+    except OSError as exc:
+        raise ModelError(f"cannot check {path}: {exc.strerror or exc}") from exc
+    if st.st_uid not in (0, os.getuid()):
+        raise ModelError(f"embed.model_dir: {path} belongs to uid {st.st_uid}, not to you or root: refused. "
+                         f"Fix: copy the model into a folder of yours and point embed.model_dir there.")
+    if st.st_mode & 0o022:
+        raise ModelError(f"embed.model_dir: {path} can be changed by other users (mode {st.st_mode & 0o7777:04o}): "
+                         f"refused. Fix: chmod go-w {path}")
+
+
 def _configured(model_dir: str, root: Path | None) -> ModelInfo:
     directory = Path(model_dir).expanduser()
     if not directory.is_absolute():
         directory = (root or Path.cwd()) / directory
     if not directory.is_dir():
         raise ModelError(f"embed.model_dir is not a directory: {directory}")
+    _trusted(directory)
     path, tokenizer = directory / MODEL_FILE, directory / TOKENIZER_FILE
     for needed in (path, tokenizer):
         if not needed.is_file():
             raise ModelError(f"embed.model_dir {directory} has no {needed.name} "
                              f"(it needs {MODEL_FILE} and {TOKENIZER_FILE})")
+        _trusted(needed)
     manifest = _manifest(directory)
     data = _read(path, "model file")
     actual = hashlib.sha256(data).hexdigest()

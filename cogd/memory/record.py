@@ -208,6 +208,25 @@ def split(text: str) -> tuple[str, str, int]:
     raise RecordError("the frontmatter is never closed by a '---' line", len(lines), 1)
 
 
+class _RecordLoader(yaml.SafeLoader):
+    """PyYAML's safe loader without aliases.
+
+    ``*name`` makes a node share another's value, so nine lines of nested
+    aliases under an unknown key (``b: &b [*a, *a, …]``) stand for hundreds of
+    millions of strings: small on disk, but every walk over the frontmatter
+    (the secret scan of each field, the JSON of the projection) visits them
+    all, and a 429-byte committed file held ``cogd memory list`` for minutes.
+    cogd never writes an alias (:class:`_Dumper`), so a record holding one was
+    crafted or hand-made: it is refused as broken frontmatter, with its line.
+    """
+
+    def compose_node(self, parent, index):
+        if self.check_event(yaml.AliasEvent):
+            mark = self.peek_event().start_mark
+            raise yaml.composer.ComposerError(None, None, "aliases (*name) are not allowed in a memory record", mark)
+        return super().compose_node(parent, index)
+
+
 def parse(text: str) -> Record:
     """Read one record file's text. Raises RecordError with 1-based line and column.
 
@@ -220,7 +239,7 @@ def parse(text: str) -> Record:
 
     front, body, _ = split(text)
     try:
-        data = yaml.safe_load(front) if front.strip() else {}
+        data = yaml.load(front, Loader=_RecordLoader) if front.strip() else {}
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
@@ -333,7 +352,8 @@ def mask_record(record: Record) -> list:
 
 
 class _Dumper(yaml.SafeDumper):
-    pass
+    def ignore_aliases(self, data) -> bool:  # noqa: ARG002 — a shared value is written out again: the loader refuses aliases
+        return True
 
 
 def _str_presenter(dumper: yaml.SafeDumper, value: str):
