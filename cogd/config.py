@@ -18,6 +18,7 @@ from cogd import safepath
 # The pack must stay under Claude Code's 10,000-character limit on injected
 # text: beyond it the client swaps the pack for a 2 KB preview (clients.md).
 PACK_HARD_CAP_CHARS = 9_500
+MAX_PARSE_TIMEOUT_MS = 60_000  # index.parse_timeout_ms is clamped to this
 
 
 class ConfigError(ValueError):
@@ -42,7 +43,7 @@ class PackConfig:
 @dataclass
 class IndexConfig:
     max_file_bytes: int = 1 << 20  # files larger than this keep no code entities
-    parse_timeout_ms: int = 2000  # a parse running longer is cancelled (status "timeout"); 0 = no limit
+    parse_timeout_ms: int = 2000  # a parse running longer is cancelled (status "timeout"); at most 60,000
     # Minified/generated text keeps no code entities: any line longer than this ...
     minified_line_bytes: int = 4096
     # ... or a mean line length above this (files of 4 KiB or more).
@@ -221,6 +222,9 @@ def load_config(path: Path | None) -> Config:
     if env and env.isdigit():
         config.hook.deadline_ms = int(env)
     config.pack.max_chars = min(config.pack.max_chars, PACK_HARD_CAP_CHARS)
+    # A committed config is the repository's say: it may not switch off the guard against its own
+    # hostile files (the parse pool waits twice this long before it kills a worker).
+    config.index.parse_timeout_ms = min(config.index.parse_timeout_ms, MAX_PARSE_TIMEOUT_MS)
     if config.rank.prior_hits <= 0 or config.rank.prior_misses <= 0:
         raise ConfigError("rank.prior_hits and rank.prior_misses must be above 0 (a Beta prior)")
     if config.retrieve.mode not in ("bm25", "vector", "hybrid"):

@@ -31,7 +31,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from cogd import locate, safepath
+from cogd import committed, locate, safepath
 from cogd.config import Config, ConfigError, load_config
 from cogd.daemon import control
 from cogd.paths import Layout
@@ -766,6 +766,19 @@ def check_permissions(ctx: DoctorContext) -> Check | list[Check]:
     return checks
 
 
+def check_committed(ctx: DoctorContext) -> Check:
+    """The repository's own say over ``.cogd/``: a root every user may write, or runtime state in git.
+
+    The same refusal the daemon and the CLI make at start (:func:`cogd.committed.refusal`):
+    a ``fail`` naming the path, the problem and the fix.
+    """
+    refused = committed.refusal(ctx.layout.root)
+    if refused is None:
+        return Check("committed state", OK, "only memory/, config.toml and queries/ of .cogd/ are in git; "
+                     "the root is not writable by every user")
+    return Check("committed state", FAIL, f"{refused.path} {refused.problem}", refused.fix, {"path": refused.path})
+
+
 def check_runtime_dir(ctx: DoctorContext) -> Check:
     """Where a deep root's socket lives: ``$XDG_RUNTIME_DIR/cogd``, ``/tmp/cogd-<uid>``, or the
     ``~/.cache/cogd/run`` fallback; candidates squatted by another user are named."""
@@ -796,7 +809,7 @@ def check_runtime_dir(ctx: DoctorContext) -> Check:
 
 #: The core checks, in order (check_daemon first: it fills ``ctx.status``).
 CHECKS: list[CheckFn] = [
-    check_config, check_permissions, check_daemon, check_socket, check_runtime_dir, check_lock, check_model,
+    check_config, check_permissions, check_committed, check_daemon, check_socket, check_runtime_dir, check_lock, check_model,
     check_inotify, check_index_drift, check_languages, check_databases, check_ledger, check_recovery,
     check_disk,
 ]

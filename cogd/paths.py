@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from cogd import locate, safepath
+from cogd import committed, locate, safepath
 from cogd.locate import AF_UNIX_PATH_MAX, COGD_DIR  # noqa: F401 (re-exported)
 
 GITIGNORE_TEXT = """\
@@ -110,10 +110,15 @@ class Layout:
         what is ours but too open (a fresh clone's 0755/0644) is tightened to
         0700/0600; a symbolic link, another user's entry or a special file
         anywhere in it raises :class:`cogd.safepath.UnsafePath` naming the path
-        and the fix, before anything is written. Idempotent; raises OSError
-        when the repository is not writable.
+        and the fix, before anything is written. So does a root every user may
+        write, or runtime state that git tracks under ``.cogd/``
+        (:func:`cogd.committed.refusal`). Idempotent; raises OSError when the
+        repository is not writable.
         """
         safepath.secure_tree(self.cogd_dir)
+        refused = committed.refusal(self.root)  # a root others may write, or runtime state committed to git
+        if refused is not None:
+            raise refused
         for folder in (self.cogd_dir, self.run_dir, self.logs_dir, self.index_dir):
             safepath.check_dir(folder, create=True)
         gitignore = self.cogd_dir / ".gitignore"

@@ -255,3 +255,77 @@ def test_model_dir_others_can_write_is_refused(tmp_path):
         resolve_model(EmbedConfig(model_dir=str(folder)))
     assert "can be changed by other users" not in str(refused.value)
     shutil.rmtree(folder)
+
+
+# ---- state committed under .cogd/, a root every user may write, a config that lifts the parse guard --
+
+def _forged_spool_line(root: Path) -> str:
+    payload = {"session_id": "forged", "tool_use_id": "toolu_forged", "cwd": str(root), "hook_event_name": "PostToolUse",
+               "tool_name": "Edit", "tool_input": {"file_path": str(root / "pkg" / "geometry.py")},
+               "tool_response": {"structuredPatch": [{"oldStart": 4, "oldLines": 3, "newStart": 4, "newLines": 3}]}}
+    return json.dumps({"jsonrpc": "2.0", "id": 1, "method": "usage.tool_use", "params": {"payload": payload}}) + "\n"
+
+
+def test_runtime_state_committed_to_git_is_refused(tmp_path, daemon):
+    """A clone that carries a tool-use spool (or a ledger, or a marker) under .cogd/ ships state of the
+    author's making as this user's own files: the daemon does not start on it, the hook injects nothing,
+    doctor names the files and how to untrack them, and nothing of the spool reaches a ledger."""
+    root = lexical_only(make_repo(tmp_path / "repo", SAMPLE))
+    run_dir = root / ".cogd" / "run"
+    run_dir.mkdir(parents=True)
+    (run_dir / "tool-uses.spool").write_text(_forged_spool_line(root), encoding="utf-8")
+    (root / ".cogd" / "ledger.json").write_text('{"max_event_id": 999}', encoding="utf-8")
+    git(root, "add", "-f", ".cogd/run/tool-uses.spool", ".cogd/ledger.json", ".cogd/config.toml")
+    git(root, "commit", "-q", "-m", "runtime state that is not the repository's to ship")
+
+    started = run_cogd(root, "start", check=False)
+    assert started.returncode != 0
+    said = started.stdout + started.stderr
+    assert "holds files committed to git that only cogd may write: .cogd/ledger.json .cogd/run/tool-uses.spool" in said
+    assert "git rm -r --cached -- .cogd/ledger.json .cogd/run/tool-uses.spool" in said
+    assert "Traceback" not in said
+
+    prompt, _ = run_hook("prompt-submit", {"session_id": "s", "cwd": str(root), "prompt": "perimeter_of_square"},
+                         deadline_ms=HOOK_DEADLINE_MS)
+    assert prompt.returncode == 0 and not prompt.stdout
+    assert not (root / ".cogd" / "state.db").exists()  # no daemon ever ingested the forged tool use
+
+    report = json.loads(run_cogd(root, "doctor", "--json", check=False).stdout)
+    found = [c for c in report["checks"] if c["name"] == "committed state"]
+    assert [c["status"] for c in found] == ["fail"]
+    assert ".cogd/run/tool-uses.spool" in found[0]["finding"]
+
+    # Untracked (the user's fix), then deleted because it came with the clone: the daemon starts.
+    git(root, "rm", "-q", "-r", "--cached", "--", ".cogd/ledger.json", ".cogd/run/tool-uses.spool")
+    (run_dir / "tool-uses.spool").unlink()
+    (root / ".cogd" / "ledger.json").unlink()
+    daemon(root)
+    assert _ledger_rows(root)[1] == []
+
+
+def test_a_root_every_user_may_write_is_refused(tmp_path):
+    """o+w without the sticky bit lets any user rename .cogd/ away between two checks."""
+    root = lexical_only(make_repo(tmp_path / "repo", SAMPLE))
+    os.chmod(root, 0o777)
+    try:
+        started = run_cogd(root, "start", check=False)
+        assert started.returncode != 0
+        said = started.stdout + started.stderr
+        assert f"{root} is writable by every user (mode 0777)" in said and f"chmod o-w {root}" in said
+        report = json.loads(run_cogd(root, "doctor", "--json", check=False).stdout)
+        assert [c["status"] for c in report["checks"] if c["name"] == "committed state"] == ["fail"]
+        os.chmod(root, 0o1777)  # sticky, as /tmp: entries can only be renamed by their owner
+        from cogd.committed import root_problem
+
+        assert root_problem(root) is None
+    finally:
+        os.chmod(root, 0o755)
+
+
+def test_a_committed_config_cannot_lift_the_parse_guard(tmp_path):
+    from cogd.config import MAX_PARSE_TIMEOUT_MS, load_config
+
+    config_file = tmp_path / "config.toml"
+    config_file.write_text("[index]\nparse_timeout_ms = 999999999\n", encoding="utf-8")
+    os.chmod(config_file, 0o600)
+    assert load_config(config_file).index.parse_timeout_ms == MAX_PARSE_TIMEOUT_MS == 60_000

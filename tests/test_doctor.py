@@ -33,7 +33,7 @@ def repo(tmp_path):
 def test_green_without_a_daemon(repo):
     code, checks = doctor(repo)
     assert code == 0, checks
-    assert list(checks) == ["config", "permissions", "daemon", "socket", "runtime dir", "lock", "model", "inotify",
+    assert list(checks) == ["config", "permissions", "committed state", "daemon", "socket", "runtime dir", "lock", "model", "inotify",
                             "index drift", "languages", "db index.db", "db memory.db", "db state.db", "ledger", "recovery",
                             "disk", "memory files", "memory intents", "memory in git", "memory anchors",
                             "memory dead weight"]
