@@ -116,7 +116,7 @@ def _layout(root: str | None, create: bool = True) -> Layout:
         try:
             layout.ensure()
         except safepath.UnsafePath as exc:
-            raise click.ClickException(f"refusing to use {exc}") from exc
+            raise click.ClickException(exc.refusal()) from exc
         except OSError as exc:
             raise click.ClickException(f"cannot create {layout.cogd_dir}: {exc}") from exc
     return layout
@@ -218,7 +218,7 @@ class SafeGroup(click.Group):
         try:
             return super().invoke(ctx)
         except safepath.UnsafePath as exc:
-            raise click.ClickException(f"refusing to use {exc}") from exc
+            raise click.ClickException(exc.refusal()) from exc
 
 
 @click.group(cls=SafeGroup, context_settings={"help_option_names": ["-h", "--help"]})

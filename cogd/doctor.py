@@ -744,7 +744,10 @@ def check_permissions(ctx: DoctorContext) -> Check | list[Check]:
 
     The same rules, from the same module, as the daemon, the CLI and the hook
     apply (:func:`cogd.safepath.audit`, here without changing anything). One
-    ``fail`` per offending path, naming it and the fix.
+    finding per offending path (at most PERMISSION_PROBLEMS_LISTED, then "and N
+    more under …"), naming it and the fix: a ``warn`` for a path of yours that
+    is only too open (a fresh clone's 0755 / 0644, which the next ``cogd start``
+    tightens), a ``fail`` for a link, another user's path or a non-file.
     """
     cogd = ctx.layout.cogd_dir
     if not os.path.lexists(cogd):
@@ -755,14 +758,20 @@ def check_permissions(ctx: DoctorContext) -> Check | list[Check]:
                      "no symbolic links")
     checks = []
     for p in problems[:PERMISSION_PROBLEMS_LISTED]:
-        fix = p.fix
         if p.problem.startswith("has mode"):  # ours, only too open (a fresh clone): cogd tightens it on start
-            fix += " (or `cogd start`, which tightens every mode under .cogd/)"
-        checks.append(Check("permissions", FAIL, f"{p.path} {p.problem}", fix, {"path": p.path}))
-    if len(problems) > PERMISSION_PROBLEMS_LISTED:
-        checks.append(Check("permissions", FAIL, f"{len(problems) - PERMISSION_PROBLEMS_LISTED} more paths under "
-                            f"{cogd} have the same problems", "fix the ones above, then run doctor again",
-                            {"count": len(problems)}))
+            checks.append(Check("permissions", WARN, f"{p.path} {p.problem}",
+                                f"{p.fix} (or `cogd start`, which tightens every mode under .cogd/)",
+                                {"path": p.path}))
+        else:
+            checks.append(Check("permissions", FAIL, f"{p.path} {p.problem}", p.fix, {"path": p.path}))
+    left = problems[PERMISSION_PROBLEMS_LISTED:]
+    if left:
+        only_modes = all(p.problem.startswith("has mode") for p in left)
+        checks.append(Check("permissions", WARN if only_modes else FAIL,
+                            f"and {len(left)} more under {cogd}: "
+                            + ("modes too open" if only_modes else "links, other owners or modes too open"),
+                            "`cogd start` tightens every mode under .cogd/" if only_modes else
+                            "fix the ones above, then run doctor again", {"count": len(problems)}))
     return checks
 
 

@@ -387,7 +387,7 @@ def classify_ledger(cogd_dir: Path) -> LedgerReport:
     before = {k: mark.get(k) for k in ("events", "deliveries", "tombstones", "bytes", "at")} if mark else {}
     report = LedgerReport("ok", before=before, memory_records=records, at=time.time())
     try:
-        exists = safepath.check_file(state_db, tighten=False)
+        exists = safepath.check_identity(state_db)  # a mode too open is the permissions check's (start tightens it)
     except safepath.UnsafePath as exc:  # a link, a directory, another user's file: not ours to move
         raise StoreRefused("state.db", f"{state_db} {exc.problem}",
                            f"{exc.fix} (cogd never moves or deletes a ledger it cannot read), then `cogd start`") from exc

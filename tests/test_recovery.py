@@ -364,9 +364,17 @@ def test_a_fresh_clone_starts_a_new_ledger_without_a_failure(repos, tmp_path):
     checks = {c["name"]: c for c in json.loads(doctor.stdout)["checks"]}
     assert checks["ledger"]["status"] == "ok"
     assert "starts fresh with 2 memory records from git" in checks["ledger"]["finding"]
-    # A clone's folders come from git with its modes (0755): the permissions check asks for a
-    # `cogd start` to tighten them. Nothing else fails, the ledger least of all.
-    assert [c["name"] for c in checks.values() if c["status"] == "fail"] in ([], ["permissions"])
+    # A clone's folders and files come from git with its modes (0755 / 0644): the permissions
+    # check warns about each path (`cogd start` tightens them). Nothing fails.
+    assert doctor.returncode == 0
+    cogd = clone / ".cogd"
+    from_git = [str(cogd)] + [os.path.join(d, n) for d, dirs, files in os.walk(cogd) for n in dirs + files]
+    perms = [c for c in json.loads(doctor.stdout)["checks"] if c["name"] == "permissions"]
+    assert sorted(c["details"]["path"] for c in perms) == sorted(from_git)
+    assert {c["status"] for c in perms} == {"warn"}
+    assert sorted(os.path.relpath(p, cogd) for p in from_git if not p.endswith(".md")) == [
+        ".", ".gitignore", "config.toml", "memory", "memory/observations", "memory/rules"]
+    assert len(from_git) == 8  # and the two record files
     run_cogd(clone, "start")
     result = status(clone)
     assert result["recovery"]["ledger"]["loss"] is None
