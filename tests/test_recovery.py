@@ -438,3 +438,22 @@ def test_reset_all_is_a_wipe_on_request_not_a_loss(repos):
     result = status(root)["recovery"]["ledger"]
     assert result["loss"] is None and result["state"] == "new"
     assert not moved_copies(root / ".cogd", "state.db")
+
+
+def test_a_clean_stop_folds_the_index_wal_in(repos):
+    root = repos()
+    start_indexed(root)
+    index_db = root / ".cogd" / "index" / "index.db"
+    wal = Path(f"{index_db}-wal")
+    assert wal.exists() and wal.stat().st_size > 0  # the index was written through the WAL
+    # Readers on request threads hold their own connections: serve some requests first.
+    assert "Circle" in run_cogd(root, "search", "circle area").stdout
+    run_cogd(root, "stop")
+    assert daemon_pids(root) == []
+    left = {p.name: p.stat().st_size for p in index_db.parent.iterdir() if p.name.endswith(("-wal", "-shm"))}
+    assert left == {}
+    conn = sqlite3.connect(f"file:{index_db}?mode=ro", uri=True)
+    try:  # what the WAL held is in the file now
+        assert conn.execute("SELECT count(*) FROM entities WHERE name = 'Circle'").fetchone()[0] == 1
+    finally:
+        conn.close()
