@@ -254,7 +254,6 @@ def check_inotify(ctx: DoctorContext) -> Check:
 
 def check_index_drift(ctx: DoctorContext) -> Check:
     """Files whose size/mtime (then content hash) differ from the index's ``files`` table."""
-    from cogd.index import store
     from cogd.index.extract import content_hash
     from cogd.index.indexer import read_source
     from cogd.index.sources import scan_source_files
@@ -262,9 +261,20 @@ def check_index_drift(ctx: DoctorContext) -> Check:
     db = ctx.layout.index_db
     if not db.exists():
         return Check("index drift", WARN, "no index yet", "`cogd index` (or `cogd up`)")
-    conn = store.connect(db, readonly=True)
+    empty = _empty_projection(db)
+    if empty:
+        return Check("index drift", WARN, f"not checked: {empty}: the next start rebuilds it",
+                     "`cogd start` (or `cogd index`)")
+    conn = _ro_connect(db)
+    conn.row_factory = sqlite3.Row
     try:
-        rows = {r["path"]: r for r in conn.execute("SELECT path, hash, size, mtime_ns, status FROM files")}
+        try:
+            rows = {r["path"]: r for r in conn.execute("SELECT path, hash, size, mtime_ns, status FROM files")}
+        except sqlite3.OperationalError as exc:
+            if "no such table" not in str(exc):
+                raise
+            return Check("index drift", WARN, f"not checked: {db.name} holds no index ({exc}): the next start "
+                         "rebuilds it", "`cogd start` (or `cogd index`)")
     finally:
         conn.close()
     listing = scan_source_files(ctx.layout.root)
@@ -314,12 +324,36 @@ def check_index_drift(ctx: DoctorContext) -> Check:
     return Check("index drift", WARN, finding, fix, details)
 
 
+class EmptyDatabase(sqlite3.OperationalError):
+    """A 0-byte database file: an empty projection, never opened (SQLite would delete its ``-wal``)."""
+
+
 def _ro_connect(path: Path) -> sqlite3.Connection:
-    """A read-only SQLite connection, after checking that neither the database nor its side files is a link
-    or another user's (SQLite would follow a link). Raises :class:`cogd.safepath.UnsafePath`, sqlite3.Error."""
+    """A read-only SQLite connection that changes nothing on disk (:func:`cogd.recovery.readonly_uri`),
+    after checking that neither the database nor its side files is a link or another user's (SQLite
+    would follow a link). Raises :class:`cogd.safepath.UnsafePath`, :class:`EmptyDatabase` for a
+    0-byte file, sqlite3.Error."""
+    from cogd import recovery
+
     for suffix in ("", *safepath.SQLITE_SIDE_FILES):
         safepath.check_identity(f"{path}{suffix}")
-    return sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=10.0)
+    if os.lstat(path).st_size == 0:
+        raise EmptyDatabase(f"{path.name} is empty (0 bytes)")
+    return sqlite3.connect(recovery.readonly_uri(path), uri=True, timeout=10.0)
+
+
+def _empty_projection(path: Path) -> str | None:
+    """Why the projection at ``path`` holds nothing to check ("index.db is empty (0 bytes)", "… has no
+    tables"), or None when it has a schema. Reads only; raises sqlite3.Error, UnsafePath."""
+    try:
+        conn = _ro_connect(path)
+    except EmptyDatabase:
+        return f"{path.name} is empty (0 bytes)"
+    try:
+        tables = conn.execute("SELECT count(*) FROM sqlite_master WHERE type = 'table'").fetchone()[0]
+    finally:
+        conn.close()
+    return None if tables else f"{path.name} has no tables"
 
 
 def _integrity(path: Path) -> tuple[str, str]:
@@ -363,9 +397,17 @@ def check_databases(ctx: DoctorContext) -> list[Check]:
             continue
         if not path.exists():
             continue
-        status, message = _integrity(path)
         size = path.stat().st_size
         details = {"path": str(path), "bytes": size}
+        if size == 0:  # never opened: SQLite would delete a -wal next to an empty file
+            if name == "state.db":
+                checks.append(Check(f"db {name}", WARN, "state.db is empty (0 bytes): see the ledger check",
+                                    "see the ledger check", details))
+            else:
+                checks.append(Check(f"db {name}", WARN, f"{name} is empty (0 bytes): the next start rebuilds it",
+                                    "`cogd start`", details))
+            continue
+        status, message = _integrity(path)
         if status == OK:
             checks.append(Check(f"db {name}", OK, f"integrity ok ({size / 1e6:.1f} MB)", "", details))
         else:
@@ -533,7 +575,7 @@ LIVE_MEMORY = ("candidate", "active", "stale")
 def _memory_rows(ctx: DoctorContext, sql: str, args: tuple = ()) -> list[sqlite3.Row] | None:
     """Rows of ``memory.db`` (read-only), or None when there is no memory projection."""
     db = ctx.layout.index_dir / "memory.db"
-    if not db.exists():
+    if not db.exists() or db.stat().st_size == 0:  # an empty projection holds no rows
         return None
     conn = _ro_connect(db)
     conn.row_factory = sqlite3.Row
@@ -615,7 +657,7 @@ def check_memory_anchors(ctx: DoctorContext) -> Check:
     wanted = {r["id"]: [a.get("entity") for a in json.loads(r["anchors"]) if isinstance(a, dict)] for r in rows}
     entities = {e for ids in wanted.values() for e in ids if e}
     present: set[str] = set()
-    if entities and ctx.layout.index_db.exists():
+    if entities and ctx.layout.index_db.exists() and ctx.layout.index_db.stat().st_size:
         conn = _ro_connect(ctx.layout.index_db)
         try:
             ids = sorted(entities)

@@ -86,6 +86,20 @@ def is_corruption(exc: BaseException) -> bool:
     return "malformed" in text or "not a database" in text
 
 
+def readonly_uri(path: "Path | str") -> str:
+    """The SQLite URI that reads ``path`` without changing anything on disk.
+
+    ``mode=ro`` alone still creates ``-wal`` and ``-shm`` files next to a WAL
+    database (and keeps them). When neither ``-wal`` nor ``-journal`` exists,
+    no write is in progress and nothing is waiting to be checkpointed, so the
+    file is opened ``immutable=1`` (no locks, no side files). A writer that
+    starts while it is open could make that reader see torn pages: a doctor
+    run then reports damage that the next run does not (never a change).
+    """
+    quiet = not any(os.path.lexists(f"{path}{suffix}") for suffix in ("-wal", "-journal"))
+    return f"file:{path}?mode=ro" + ("&immutable=1" if quiet else "")
+
+
 def sqlite_problem(path: Path) -> str | None:
     """Why the SQLite file ``path`` is damaged (``PRAGMA quick_check`` or the open error), or None.
 
@@ -98,8 +112,10 @@ def sqlite_problem(path: Path) -> str | None:
     """
     if not safepath.prepare_db(path, create=False):  # SQLite follows links: lstat its files first
         return None
+    if os.lstat(path).st_size == 0:  # an empty database, not a damaged one (and SQLite would delete its -wal)
+        return None
     try:
-        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=10.0)
+        conn = sqlite3.connect(readonly_uri(path), uri=True, timeout=10.0)
         try:
             conn.execute("PRAGMA busy_timeout=10000")
             rows = [r[0] for r in conn.execute("PRAGMA quick_check")]
@@ -310,7 +326,7 @@ def ledger_counts(path: Path) -> dict:
     """
     safepath.prepare_db(path, create=False)
     counts = {"bytes": os.lstat(path).st_size, "events": 0, "deliveries": 0, "tombstones": 0}
-    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=10.0)
+    conn = sqlite3.connect(readonly_uri(path), uri=True, timeout=10.0)
     try:
         conn.execute("PRAGMA busy_timeout=10000")
         names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
