@@ -369,12 +369,15 @@ def _integrity(path: Path) -> tuple[str, str]:
         return FAIL, f"cannot be checked: {exc}"
     if rows == ["ok"]:
         return OK, "ok"
-    return FAIL, "; ".join(rows[:3]) + (f" (+{len(rows) - 3} more)" if len(rows) > 3 else "")
+    from cogd import recovery
+
+    return FAIL, recovery.summarise_check(rows)
 
 
 def database_paths(layout: Layout) -> dict[str, tuple[Path, str]]:
     """name → (path, fix if corrupt) of the SQLite databases doctor checks (existing or not)."""
-    rebuild = "`cogd reset` rebuilds it from the work tree (and memory files)"
+    rebuild = ("nothing to do: the next start moves it aside and rebuilds it from the work tree (and memory "
+               "files); `cogd stop; cogd start` does it now")
     return {
         "index.db": (layout.index_db, rebuild),
         "embed_cache.db": (layout.index_dir / "embed_cache.db", f"delete {layout.index_dir / 'embed_cache.db'} "
@@ -524,8 +527,8 @@ def check_recovery(ctx: DoctorContext) -> list[Check]:
             f"recovered {event.get('store')}", WARN,
             f"{event.get('store')} was damaged at {when} ({event.get('reason')}): moved aside to {moved}; "
             f"{event.get('rebuild')}",
-            f"nothing to do (it was rebuilt); keep {parent / moved} for a bug report or delete it; "
-            "repeated damage points at the disk", {"event": event}))
+            f"nothing to do (it was rebuilt); keep {parent / moved} for a bug report or delete it with its "
+            f"-wal/-shm files: rm {parent / moved}*; repeated damage points at the disk", {"event": event}))
     if not checks:
         checks.append(Check("recovery", OK, "no damaged store moved aside, no failed start"))
     return checks

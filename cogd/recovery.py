@@ -127,7 +127,19 @@ def sqlite_problem(path: Path) -> str | None:
         raise
     if rows == ["ok"]:
         return None
-    return "quick_check: " + "; ".join(str(r) for r in rows[:3])
+    return "quick_check: " + summarise_check(rows)
+
+
+def summarise_check(rows: list) -> str:
+    """One line from the rows of ``PRAGMA quick_check`` / ``integrity_check``: the first problem and
+    "(and N more problems)". A truncated file yields one line per damaged page (hundreds), and
+    SQLite packs several into one row, so rows are split into lines first."""
+    lines = [line.strip() for row in rows for line in str(row).splitlines()
+             if line.strip() and not line.startswith("*** in database")]
+    if not lines:
+        return "unknown problem"
+    more = len(lines) - 1
+    return lines[0] + (f" (and {more} more problem{'s' * (more != 1)})" if more else "")
 
 
 # ---- moving aside ------------------------------------------------------------------------

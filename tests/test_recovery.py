@@ -457,3 +457,16 @@ def test_a_clean_stop_folds_the_index_wal_in(repos):
         assert conn.execute("SELECT count(*) FROM entities WHERE name = 'Circle'").fetchone()[0] == 1
     finally:
         conn.close()
+
+
+def test_a_long_check_report_becomes_one_line():
+    from cogd.recovery import summarise_check
+
+    # What quick_check gives for an index.db truncated to 100,000 bytes: one row per damaged page,
+    # the first packed with a header and several pages.
+    rows = ["*** in database main ***\nPage 25: btreeInitPage() returns error code 11\n"
+            "Page 26: btreeInitPage() returns error code 11"] + \
+           [f"Page {n}: btreeInitPage() returns error code 11" for n in range(27, 125)]
+    assert summarise_check(rows) == "Page 25: btreeInitPage() returns error code 11 (and 99 more problems)"
+    assert summarise_check(["row 3 missing from index x"]) == "row 3 missing from index x"
+    assert summarise_check(["a", "b"]) == "a (and 1 more problem)"
