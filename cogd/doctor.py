@@ -484,12 +484,7 @@ def check_ledger(ctx: DoctorContext) -> Check:
     mark = recovery.read_mark(cogd_dir) or {}
     details = {"state": report.state, "marker": mark, "memory_records": report.memory_records}
     if report.state == "lost":
-        had = (f" (the marker says it held {report.before.get('events', 0)} events and "
-               f"{report.before.get('deliveries', 0)} deliveries)") if report.before else ""
-        return Check("ledger", FAIL, f"ledger state.db {report.problem}{had}; {report.memory_records} memory files",
-                     "if you have a backup of .cogd/state.db, put it back now; otherwise `cogd start`: it moves "
-                     "the file aside (never deletes it), restores tombstones from the memory files and says what "
-                     "is lost", details)
+        return Check("ledger", FAIL, recovery.pending_loss(report), recovery.PENDING_LOSS_FIX, details)
     if report.state == "fresh":
         return Check("ledger", OK, f"no ledger yet: it starts fresh with {report.memory_records} memory records "
                      "from git (not a loss)", "", details)

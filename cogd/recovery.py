@@ -465,6 +465,18 @@ def check_ledger(cogd_dir: Path) -> LedgerReport:
     return report
 
 
+PENDING_LOSS_FIX = ("if you have a backup of .cogd/state.db, put it back now; otherwise `cogd start`: it moves "
+                    "the file aside (never deletes it), restores tombstones from the memory files and says what "
+                    "is lost")
+
+
+def pending_loss(report: LedgerReport) -> str:
+    """The sentence for a ``lost`` ledger that no start has handled yet (doctor, and status without a daemon)."""
+    had = (f" (the marker says it held {report.before.get('events', 0)} events and "
+           f"{report.before.get('deliveries', 0)} deliveries)") if report.before else ""
+    return f"ledger state.db {report.problem}{had}; {report.memory_records} memory files"
+
+
 def restore_tombstones(memory_dir: Path, ledger) -> int:
     """Put back the tombstones that rejected and pruned record files carry in their frontmatter.
 

@@ -318,6 +318,13 @@ def test_an_emptied_ledger_is_reported_moved_aside_and_its_tombstones_restored(r
         assert not Path(f"{state_db}{suffix}").exists()  # the daemon checkpointed at stop
     os.truncate(state_db, 0)
 
+    # Status without a daemon runs the same read-only check and shows the loss before any start.
+    offline = run_cogd(root, "status").stdout
+    assert "ledger lost ledger state.db was empty (0 bytes) (the marker says it held" in " ".join(offline.split())
+    assert "started" not in offline and "backup" in offline
+    assert status(root)["recovery"]["ledger"]["state"] == "lost"
+    assert state_db.stat().st_size == 0 and moved_copies(root / ".cogd", "state.db") == []  # status moved nothing
+
     doctor = run_cogd(root, "doctor", "--json", "--no-model-load", check=False)
     assert doctor.returncode == 1  # today: green, and the next start silently begins an empty ledger
     ledger = next(c for c in json.loads(doctor.stdout)["checks"] if c["name"] == "ledger")
@@ -379,7 +386,7 @@ def test_a_fresh_clone_starts_a_new_ledger_without_a_failure(repos, tmp_path):
     result = status(clone)
     assert result["recovery"]["ledger"]["loss"] is None
     assert result["recovery"]["ledger"]["started_fresh_records"] == 2
-    assert "started fresh" in run_cogd(clone, "status").stdout
+    assert "ledger     started on " in run_cogd(clone, "status").stdout
     wait_for(lambda: status(clone)["memory"]["total"] == 2, "the memory files to be projected")
     proc = run_cogd(clone, "memory", "add", "observation", "Circle.area rounds pi to two places", check=False)
     assert proc.returncode == 1 and "tombstoned" in proc.stderr and rejected in proc.stderr
