@@ -257,7 +257,9 @@ def up(ctx: click.Context, no_hooks: bool, local_hooks: bool, wait_embed: int) -
     status = _index_with_progress(be)
     index = status["index"]
     click.echo(
-        f"index: {index['files']} files, {index['entities']} code entities, {index['edges']} edges "
+        f"index: {index['files']} files, {index['entities']} code entities"
+        + (f" (+{index['file_entities']} file entities)" if index.get("file_entities") else "")
+        + f", {index['edges']} edges "
         f"at commit {(index['commit'] or 'none')[:12]} ({time.monotonic() - t0:.1f} s)"
     )
     _embed_with_progress(be, wait_embed)

@@ -226,9 +226,11 @@ def update_file_stat(conn: sqlite3.Connection, path: str, size: int, mtime_ns: i
 
 
 def counts(conn: sqlite3.Connection) -> dict[str, int]:
-    """``files``, ``entities`` and ``edges`` row counts."""
+    """``files``, ``entities`` (code entities), ``file_entities`` (one per indexed file, embedded
+    too: the embedding total is their sum) and ``edges`` row counts."""
     return {
         "files": conn.execute("SELECT count(*) FROM files").fetchone()[0],
         "entities": conn.execute("SELECT count(*) FROM entities WHERE kind != 'file'").fetchone()[0],
+        "file_entities": conn.execute("SELECT count(*) FROM entities WHERE kind = 'file'").fetchone()[0],
         "edges": conn.execute("SELECT count(*) FROM edges").fetchone()[0],
     }
