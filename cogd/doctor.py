@@ -712,9 +712,9 @@ def _open_intents(ctx: DoctorContext) -> list[dict]:
     """The ledger's open memory intents (read-only): ``[{"id", "op", "state", "at", "plan"}]``."""
     import json
 
-    if not ctx.layout.state_db.exists():
+    if not ctx.layout.state_db.exists() or ctx.layout.state_db.stat().st_size == 0:
         return []
-    conn = sqlite3.connect(f"file:{ctx.layout.state_db}?mode=ro", uri=True, timeout=10.0)
+    conn = _ro_connect(ctx.layout.state_db)  # creates no -wal/-shm, refuses links
     try:
         rows = conn.execute("SELECT id, op, state, at, plan FROM intents ORDER BY id").fetchall()
     except sqlite3.OperationalError:  # no intents table yet
