@@ -95,7 +95,7 @@ def test_linked_run_dir_never_reaches_another_repositorys_daemon(tmp_path, daemo
     # The CLI refuses the same way rather than asking the other repository's daemon.
     status = run_cogd(hostile, "status", check=False)
     assert status.returncode != 0 and "perimeter_of_square" not in status.stdout
-    assert f"{link} is a symbolic link" in status.stdout + status.stderr
+    assert f"refusing {link}: it is a symbolic link" in status.stdout + status.stderr
 
 
 # ---- a memory record of nested YAML aliases ----------------------------------------------------------
