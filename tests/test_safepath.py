@@ -142,8 +142,10 @@ def test_committed_link_in_cogd_is_refused_everywhere(repo, tmp_path, user_state
                       "fix": f"remove the symlink: rm {link} (cogd recreates a private one)",
                       "details": {"path": str(link)}}]
 
-    # The user's fix works.
+    # The user's fix works: remove the link and untrack it (committed runtime state is refused too).
     link.unlink()
+    git(repo, "rm", "-r", "-q", "--cached", "--", f".cogd/{name}")
+    git(repo, "commit", "-q", "-m", "untrack the link")
     run_cogd(repo, "start")
     assert len(daemon_pids(repo)) == 1
     assert sorted(os.listdir(outside)) == ["marker"]
