@@ -116,7 +116,7 @@ def _layout(root: str | None, create: bool = True) -> Layout:
         try:
             layout.ensure()
         except safepath.UnsafePath as exc:
-            raise click.ClickException(f"refusing to use {exc}") from exc
+            raise click.ClickException(exc.refusal()) from exc
         except OSError as exc:
             raise click.ClickException(f"cannot create {layout.cogd_dir}: {exc}") from exc
     return layout
@@ -218,7 +218,7 @@ class SafeGroup(click.Group):
         try:
             return super().invoke(ctx)
         except safepath.UnsafePath as exc:
-            raise click.ClickException(f"refusing to use {exc}") from exc
+            raise click.ClickException(exc.refusal()) from exc
 
 
 @click.group(cls=SafeGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -257,7 +257,9 @@ def up(ctx: click.Context, no_hooks: bool, local_hooks: bool, wait_embed: int) -
     status = _index_with_progress(be)
     index = status["index"]
     click.echo(
-        f"index: {index['files']} files, {index['entities']} code entities, {index['edges']} edges "
+        f"index: {index['files']} files, {index['entities']} code entities"
+        + (f" (+{index['file_entities']} file entities)" if index.get("file_entities") else "")
+        + f", {index['edges']} edges "
         f"at commit {(index['commit'] or 'none')[:12]} ({time.monotonic() - t0:.1f} s)"
     )
     _embed_with_progress(be, wait_embed)
@@ -471,6 +473,17 @@ def _offline_recovery(layout: Layout) -> dict:
             "state": "lost" if loss else None, "statement": loss.get("statement") if loss else None, "loss": loss,
             "fix": recovery.loss_fix(loss) if loss else "", "started_fresh_at": mark.get("started_fresh_at"),
             "started_fresh_records": mark.get("started_fresh_records")}}
+        if not loss:  # the check doctor runs (read-only): a loss the next start will handle shows now
+            ledger = out["recovery"]["ledger"]
+            try:
+                report = recovery.classify_ledger(layout.cogd_dir)
+            except recovery.StoreRefused as exc:
+                ledger.update(state="refused", statement=f"state.db cannot be opened: {exc.reason}", fix=exc.fix)
+            else:
+                ledger["state"] = report.state
+                if report.state == "lost":
+                    pending = {"statement": recovery.pending_loss(report), "pending": True}
+                    ledger.update(statement=pending["statement"], loss=pending, fix=recovery.PENDING_LOSS_FIX)
     return out
 
 
@@ -496,10 +509,15 @@ def _print_recovery(result: dict) -> None:
     if ledger.get("loss"):
         console.print(f"[bold red]ledger lost[/] {escape(str(ledger.get('statement')))}", soft_wrap=True)
         console.print(f"  fix: {ledger.get('fix')}", markup=False, style="dim", soft_wrap=True)
+    elif ledger.get("state") == "refused":
+        console.print(f"[bold red]ledger[/]     {escape(str(ledger.get('statement')))}", soft_wrap=True)
+        console.print(f"  fix: {ledger.get('fix')}", markup=False, style="dim", soft_wrap=True)
     elif ledger.get("started_fresh_at"):
+        # Only what the marker knows: when this ledger began and with how many records from git
+        # (a later loss, once accepted, leaves no trace here).
         when = time.strftime("%Y-%m-%d %H:%M", time.localtime(ledger["started_fresh_at"]))
-        console.print(f"[bold]ledger[/]     started fresh on {when} with {ledger.get('started_fresh_records')} "
-                      "memory records from git (no state.db existed on this machine)")
+        console.print(f"[bold]ledger[/]     started on {when} with {ledger.get('started_fresh_records')} "
+                      "memory records from git")
 
 
 @main.command()

@@ -97,6 +97,9 @@ def list_(ctx, status: str | None, type_: str | None, limit: int | None, as_json
     if as_json:
         click.echo(json.dumps(memories, indent=2))
         return
+    if not memories:  # the message alone: an empty table frame says nothing more
+        _cli().console.print("no memories" + (" with these filters" if status or type_ else " yet"))
+        return
     table = Table("id", "type", "status", "updated", "title")
     table.columns[0].no_wrap = True  # a ULID (26 characters) stays on one line: it is meant to be copied
     table.columns[0].min_width = 26
@@ -104,8 +107,6 @@ def list_(ctx, status: str | None, type_: str | None, limit: int | None, as_json
         status_text = m["status"] + (f" ({_age(m['updated_at'])})" if m["status"] == "stale" else "")
         table.add_row(m["id"], m["type"], status_text, _date(m["updated_at"]), m["title"])
     _cli().console.print(table)
-    if not memories:
-        _cli().console.print("no memories" + (" with these filters" if status or type_ else " yet"))
 
 
 @memory_group.command("show")
@@ -343,7 +344,10 @@ def print_memory_status(result: dict) -> None:
         for status, n in by_status.items():
             counts[status] = counts.get(status, 0) + n
     summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "none"
-    console.print(f"[bold]memory[/]     {memory.get('total', 0)} memories ({summary})")
+    if memory.get("last_sync_at") is None and not memory.get("total"):  # the first sync has not finished
+        console.print("[bold]memory[/]     projection building (the memory files are being read)")
+    else:
+        console.print(f"[bold]memory[/]     {memory.get('total', 0)} memories ({summary})")
     git = memory.get("uncommitted") or {}
     if git.get("count"):  # memory lives in this checkout only until it is committed (a removed worktree loses it)
         example = f" (e.g. {escape(git['paths'][0])})" if git.get("paths") else ""

@@ -254,7 +254,6 @@ def check_inotify(ctx: DoctorContext) -> Check:
 
 def check_index_drift(ctx: DoctorContext) -> Check:
     """Files whose size/mtime (then content hash) differ from the index's ``files`` table."""
-    from cogd.index import store
     from cogd.index.extract import content_hash
     from cogd.index.indexer import read_source
     from cogd.index.sources import scan_source_files
@@ -262,9 +261,20 @@ def check_index_drift(ctx: DoctorContext) -> Check:
     db = ctx.layout.index_db
     if not db.exists():
         return Check("index drift", WARN, "no index yet", "`cogd index` (or `cogd up`)")
-    conn = store.connect(db, readonly=True)
+    empty = _empty_projection(db)
+    if empty:
+        return Check("index drift", WARN, f"not checked: {empty}: the next start rebuilds it",
+                     "`cogd start` (or `cogd index`)")
+    conn = _ro_connect(db)
+    conn.row_factory = sqlite3.Row
     try:
-        rows = {r["path"]: r for r in conn.execute("SELECT path, hash, size, mtime_ns, status FROM files")}
+        try:
+            rows = {r["path"]: r for r in conn.execute("SELECT path, hash, size, mtime_ns, status FROM files")}
+        except sqlite3.OperationalError as exc:
+            if "no such table" not in str(exc):
+                raise
+            return Check("index drift", WARN, f"not checked: {db.name} holds no index ({exc}): the next start "
+                         "rebuilds it", "`cogd start` (or `cogd index`)")
     finally:
         conn.close()
     listing = scan_source_files(ctx.layout.root)
@@ -314,12 +324,36 @@ def check_index_drift(ctx: DoctorContext) -> Check:
     return Check("index drift", WARN, finding, fix, details)
 
 
+class EmptyDatabase(sqlite3.OperationalError):
+    """A 0-byte database file: an empty projection, never opened (SQLite would delete its ``-wal``)."""
+
+
 def _ro_connect(path: Path) -> sqlite3.Connection:
-    """A read-only SQLite connection, after checking that neither the database nor its side files is a link
-    or another user's (SQLite would follow a link). Raises :class:`cogd.safepath.UnsafePath`, sqlite3.Error."""
+    """A read-only SQLite connection that changes nothing on disk (:func:`cogd.recovery.readonly_uri`),
+    after checking that neither the database nor its side files is a link or another user's (SQLite
+    would follow a link). Raises :class:`cogd.safepath.UnsafePath`, :class:`EmptyDatabase` for a
+    0-byte file, sqlite3.Error."""
+    from cogd import recovery
+
     for suffix in ("", *safepath.SQLITE_SIDE_FILES):
         safepath.check_identity(f"{path}{suffix}")
-    return sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=10.0)
+    if os.lstat(path).st_size == 0:
+        raise EmptyDatabase(f"{path.name} is empty (0 bytes)")
+    return sqlite3.connect(recovery.readonly_uri(path), uri=True, timeout=10.0)
+
+
+def _empty_projection(path: Path) -> str | None:
+    """Why the projection at ``path`` holds nothing to check ("index.db is empty (0 bytes)", "… has no
+    tables"), or None when it has a schema. Reads only; raises sqlite3.Error, UnsafePath."""
+    try:
+        conn = _ro_connect(path)
+    except EmptyDatabase:
+        return f"{path.name} is empty (0 bytes)"
+    try:
+        tables = conn.execute("SELECT count(*) FROM sqlite_master WHERE type = 'table'").fetchone()[0]
+    finally:
+        conn.close()
+    return None if tables else f"{path.name} has no tables"
 
 
 def _integrity(path: Path) -> tuple[str, str]:
@@ -335,12 +369,15 @@ def _integrity(path: Path) -> tuple[str, str]:
         return FAIL, f"cannot be checked: {exc}"
     if rows == ["ok"]:
         return OK, "ok"
-    return FAIL, "; ".join(rows[:3]) + (f" (+{len(rows) - 3} more)" if len(rows) > 3 else "")
+    from cogd import recovery
+
+    return FAIL, recovery.summarise_check(rows)
 
 
 def database_paths(layout: Layout) -> dict[str, tuple[Path, str]]:
     """name → (path, fix if corrupt) of the SQLite databases doctor checks (existing or not)."""
-    rebuild = "`cogd reset` rebuilds it from the work tree (and memory files)"
+    rebuild = ("nothing to do: the next start moves it aside and rebuilds it from the work tree (and memory "
+               "files); `cogd stop; cogd start` does it now")
     return {
         "index.db": (layout.index_db, rebuild),
         "embed_cache.db": (layout.index_dir / "embed_cache.db", f"delete {layout.index_dir / 'embed_cache.db'} "
@@ -363,9 +400,17 @@ def check_databases(ctx: DoctorContext) -> list[Check]:
             continue
         if not path.exists():
             continue
-        status, message = _integrity(path)
         size = path.stat().st_size
         details = {"path": str(path), "bytes": size}
+        if size == 0:  # never opened: SQLite would delete a -wal next to an empty file
+            if name == "state.db":
+                checks.append(Check(f"db {name}", WARN, "state.db is empty (0 bytes): see the ledger check",
+                                    "see the ledger check", details))
+            else:
+                checks.append(Check(f"db {name}", WARN, f"{name} is empty (0 bytes): the next start rebuilds it",
+                                    "`cogd start`", details))
+            continue
+        status, message = _integrity(path)
         if status == OK:
             checks.append(Check(f"db {name}", OK, f"integrity ok ({size / 1e6:.1f} MB)", "", details))
         else:
@@ -439,12 +484,7 @@ def check_ledger(ctx: DoctorContext) -> Check:
     mark = recovery.read_mark(cogd_dir) or {}
     details = {"state": report.state, "marker": mark, "memory_records": report.memory_records}
     if report.state == "lost":
-        had = (f" (the marker says it held {report.before.get('events', 0)} events and "
-               f"{report.before.get('deliveries', 0)} deliveries)") if report.before else ""
-        return Check("ledger", FAIL, f"ledger state.db {report.problem}{had}; {report.memory_records} memory files",
-                     "if you have a backup of .cogd/state.db, put it back now; otherwise `cogd start`: it moves "
-                     "the file aside (never deletes it), restores tombstones from the memory files and says what "
-                     "is lost", details)
+        return Check("ledger", FAIL, recovery.pending_loss(report), recovery.PENDING_LOSS_FIX, details)
     if report.state == "fresh":
         return Check("ledger", OK, f"no ledger yet: it starts fresh with {report.memory_records} memory records "
                      "from git (not a loss)", "", details)
@@ -482,8 +522,8 @@ def check_recovery(ctx: DoctorContext) -> list[Check]:
             f"recovered {event.get('store')}", WARN,
             f"{event.get('store')} was damaged at {when} ({event.get('reason')}): moved aside to {moved}; "
             f"{event.get('rebuild')}",
-            f"nothing to do (it was rebuilt); keep {parent / moved} for a bug report or delete it; "
-            "repeated damage points at the disk", {"event": event}))
+            f"nothing to do (it was rebuilt); keep {parent / moved} for a bug report or delete it with its "
+            f"-wal/-shm files: rm {parent / moved}*; repeated damage points at the disk", {"event": event}))
     if not checks:
         checks.append(Check("recovery", OK, "no damaged store moved aside, no failed start"))
     return checks
@@ -533,7 +573,7 @@ LIVE_MEMORY = ("candidate", "active", "stale")
 def _memory_rows(ctx: DoctorContext, sql: str, args: tuple = ()) -> list[sqlite3.Row] | None:
     """Rows of ``memory.db`` (read-only), or None when there is no memory projection."""
     db = ctx.layout.index_dir / "memory.db"
-    if not db.exists():
+    if not db.exists() or db.stat().st_size == 0:  # an empty projection holds no rows
         return None
     conn = _ro_connect(db)
     conn.row_factory = sqlite3.Row
@@ -615,7 +655,7 @@ def check_memory_anchors(ctx: DoctorContext) -> Check:
     wanted = {r["id"]: [a.get("entity") for a in json.loads(r["anchors"]) if isinstance(a, dict)] for r in rows}
     entities = {e for ids in wanted.values() for e in ids if e}
     present: set[str] = set()
-    if entities and ctx.layout.index_db.exists():
+    if entities and ctx.layout.index_db.exists() and ctx.layout.index_db.stat().st_size:
         conn = _ro_connect(ctx.layout.index_db)
         try:
             ids = sorted(entities)
@@ -672,9 +712,9 @@ def _open_intents(ctx: DoctorContext) -> list[dict]:
     """The ledger's open memory intents (read-only): ``[{"id", "op", "state", "at", "plan"}]``."""
     import json
 
-    if not ctx.layout.state_db.exists():
+    if not ctx.layout.state_db.exists() or ctx.layout.state_db.stat().st_size == 0:
         return []
-    conn = sqlite3.connect(f"file:{ctx.layout.state_db}?mode=ro", uri=True, timeout=10.0)
+    conn = _ro_connect(ctx.layout.state_db)  # creates no -wal/-shm, refuses links
     try:
         rows = conn.execute("SELECT id, op, state, at, plan FROM intents ORDER BY id").fetchall()
     except sqlite3.OperationalError:  # no intents table yet
@@ -744,7 +784,10 @@ def check_permissions(ctx: DoctorContext) -> Check | list[Check]:
 
     The same rules, from the same module, as the daemon, the CLI and the hook
     apply (:func:`cogd.safepath.audit`, here without changing anything). One
-    ``fail`` per offending path, naming it and the fix.
+    finding per offending path (at most PERMISSION_PROBLEMS_LISTED, then "and N
+    more under …"), naming it and the fix: a ``warn`` for a path of yours that
+    is only too open (a fresh clone's 0755 / 0644, which the next ``cogd start``
+    tightens), a ``fail`` for a link, another user's path or a non-file.
     """
     cogd = ctx.layout.cogd_dir
     if not os.path.lexists(cogd):
@@ -755,14 +798,20 @@ def check_permissions(ctx: DoctorContext) -> Check | list[Check]:
                      "no symbolic links")
     checks = []
     for p in problems[:PERMISSION_PROBLEMS_LISTED]:
-        fix = p.fix
         if p.problem.startswith("has mode"):  # ours, only too open (a fresh clone): cogd tightens it on start
-            fix += " (or `cogd start`, which tightens every mode under .cogd/)"
-        checks.append(Check("permissions", FAIL, f"{p.path} {p.problem}", fix, {"path": p.path}))
-    if len(problems) > PERMISSION_PROBLEMS_LISTED:
-        checks.append(Check("permissions", FAIL, f"{len(problems) - PERMISSION_PROBLEMS_LISTED} more paths under "
-                            f"{cogd} have the same problems", "fix the ones above, then run doctor again",
-                            {"count": len(problems)}))
+            checks.append(Check("permissions", WARN, f"{p.path} {p.problem}",
+                                f"{p.fix} (or `cogd start`, which tightens every mode under .cogd/)",
+                                {"path": p.path}))
+        else:
+            checks.append(Check("permissions", FAIL, f"{p.path} {p.problem}", p.fix, {"path": p.path}))
+    left = problems[PERMISSION_PROBLEMS_LISTED:]
+    if left:
+        only_modes = all(p.problem.startswith("has mode") for p in left)
+        checks.append(Check("permissions", WARN if only_modes else FAIL,
+                            f"and {len(left)} more under {cogd}: "
+                            + ("modes too open" if only_modes else "links, other owners or modes too open"),
+                            "`cogd start` tightens every mode under .cogd/" if only_modes else
+                            "fix the ones above, then run doctor again", {"count": len(problems)}))
     return checks
 
 

@@ -86,6 +86,20 @@ def is_corruption(exc: BaseException) -> bool:
     return "malformed" in text or "not a database" in text
 
 
+def readonly_uri(path: "Path | str") -> str:
+    """The SQLite URI that reads ``path`` without changing anything on disk.
+
+    ``mode=ro`` alone still creates ``-wal`` and ``-shm`` files next to a WAL
+    database (and keeps them). When neither ``-wal`` nor ``-journal`` exists,
+    no write is in progress and nothing is waiting to be checkpointed, so the
+    file is opened ``immutable=1`` (no locks, no side files). A writer that
+    starts while it is open could make that reader see torn pages: a doctor
+    run then reports damage that the next run does not (never a change).
+    """
+    quiet = not any(os.path.lexists(f"{path}{suffix}") for suffix in ("-wal", "-journal"))
+    return f"file:{path}?mode=ro" + ("&immutable=1" if quiet else "")
+
+
 def sqlite_problem(path: Path) -> str | None:
     """Why the SQLite file ``path`` is damaged (``PRAGMA quick_check`` or the open error), or None.
 
@@ -98,8 +112,10 @@ def sqlite_problem(path: Path) -> str | None:
     """
     if not safepath.prepare_db(path, create=False):  # SQLite follows links: lstat its files first
         return None
+    if os.lstat(path).st_size == 0:  # an empty database, not a damaged one (and SQLite would delete its -wal)
+        return None
     try:
-        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=10.0)
+        conn = sqlite3.connect(readonly_uri(path), uri=True, timeout=10.0)
         try:
             conn.execute("PRAGMA busy_timeout=10000")
             rows = [r[0] for r in conn.execute("PRAGMA quick_check")]
@@ -111,7 +127,19 @@ def sqlite_problem(path: Path) -> str | None:
         raise
     if rows == ["ok"]:
         return None
-    return "quick_check: " + "; ".join(str(r) for r in rows[:3])
+    return "quick_check: " + summarise_check(rows)
+
+
+def summarise_check(rows: list) -> str:
+    """One line from the rows of ``PRAGMA quick_check`` / ``integrity_check``: the first problem and
+    "(and N more problems)". A truncated file yields one line per damaged page (hundreds), and
+    SQLite packs several into one row, so rows are split into lines first."""
+    lines = [line.strip() for row in rows for line in str(row).splitlines()
+             if line.strip() and not line.startswith("*** in database")]
+    if not lines:
+        return "unknown problem"
+    more = len(lines) - 1
+    return lines[0] + (f" (and {more} more problem{'s' * (more != 1)})" if more else "")
 
 
 # ---- moving aside ------------------------------------------------------------------------
@@ -310,7 +338,7 @@ def ledger_counts(path: Path) -> dict:
     """
     safepath.prepare_db(path, create=False)
     counts = {"bytes": os.lstat(path).st_size, "events": 0, "deliveries": 0, "tombstones": 0}
-    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=10.0)
+    conn = sqlite3.connect(readonly_uri(path), uri=True, timeout=10.0)
     try:
         conn.execute("PRAGMA busy_timeout=10000")
         names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
@@ -387,7 +415,7 @@ def classify_ledger(cogd_dir: Path) -> LedgerReport:
     before = {k: mark.get(k) for k in ("events", "deliveries", "tombstones", "bytes", "at")} if mark else {}
     report = LedgerReport("ok", before=before, memory_records=records, at=time.time())
     try:
-        exists = safepath.check_file(state_db, tighten=False)
+        exists = safepath.check_identity(state_db)  # a mode too open is the permissions check's (start tightens it)
     except safepath.UnsafePath as exc:  # a link, a directory, another user's file: not ours to move
         raise StoreRefused("state.db", f"{state_db} {exc.problem}",
                            f"{exc.fix} (cogd never moves or deletes a ledger it cannot read), then `cogd start`") from exc
@@ -435,6 +463,18 @@ def check_ledger(cogd_dir: Path) -> LedgerReport:
             moved = move_aside(state_db, report.at)
             report.moved_to = moved.name if moved else None
     return report
+
+
+PENDING_LOSS_FIX = ("if you have a backup of .cogd/state.db, put it back now; otherwise `cogd start`: it moves "
+                    "the file aside (never deletes it), restores tombstones from the memory files and says what "
+                    "is lost")
+
+
+def pending_loss(report: LedgerReport) -> str:
+    """The sentence for a ``lost`` ledger that no start has handled yet (doctor, and status without a daemon)."""
+    had = (f" (the marker says it held {report.before.get('events', 0)} events and "
+           f"{report.before.get('deliveries', 0)} deliveries)") if report.before else ""
+    return f"ledger state.db {report.problem}{had}; {report.memory_records} memory files"
 
 
 def restore_tombstones(memory_dir: Path, ledger) -> int:

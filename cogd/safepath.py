@@ -45,6 +45,10 @@ class UnsafePath(PermissionError):
         self.fix = fix
         super().__init__(f"{path} {problem}; fix: {fix}")
 
+    def refusal(self) -> str:
+        """The sentence a command prints when it refuses: ``refusing PATH: it PROBLEM; fix: FIX``."""
+        return f"refusing {self.path}: it {self.problem}; fix: {self.fix}"
+
 
 def _link_target(path: str) -> str:
     try:
@@ -283,18 +287,23 @@ def prepare_db(path: "str | os.PathLike[str]", *, create: bool = True) -> bool:
     :func:`check_file`), and the directories from ``.cogd`` down to its folder
     with :func:`check_chain`. ``create``: make missing folders and an empty
     database file with mode 0600 (SQLite gives the side files the database
-    file's mode), for a writer; a reader passes False. Returns True when the
-    database file exists afterwards. Raises :class:`UnsafePath`.
+    file's mode), for a writer; a reader passes False and only has links and
+    other users' files refused (modes are left alone: the reader changes
+    nothing). Returns True when the database file exists afterwards. Raises :class:`UnsafePath`.
     """
     path = os.fspath(path)
+    if not create:  # a reader changes nothing: links and other owners are refused, modes left alone
+        if not check_chain(os.path.dirname(path) or ".", any_mode=True):
+            return False
+        for suffix in SQLITE_SIDE_FILES:
+            check_identity(path + suffix)
+        return check_identity(path)
     if not check_chain(os.path.dirname(path) or ".", create=create):
         return False
     for suffix in SQLITE_SIDE_FILES:
         check_file(path + suffix)
     if check_file(path):
         return True
-    if not create:
-        return False
     try:
         os.close(open_file(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL))
     except FileExistsError:
@@ -307,7 +316,8 @@ def audit(cogd_dir: "str | os.PathLike[str]", *, tighten: bool) -> list[UnsafePa
 
     ``tighten``: fix what is only too open (chmod 700 / 600) rather than
     report it; the rest is reported, never changed. Links are reported and not
-    entered; directories that fail are not entered. Returns the problems (empty
+    entered; directories that fail are not entered, except one of ours that is
+    only too open (its contents are reported too). Returns the problems (empty
     when all is well, or when ``cogd_dir`` does not exist).
     """
     cogd_dir = os.fspath(cogd_dir)
@@ -340,7 +350,10 @@ def audit(cogd_dir: "str | os.PathLike[str]", *, tighten: bool) -> list[UnsafePa
                 _too_open(entry.path, st, is_dir, tighten)
             except UnsafePath as exc:
                 problems.append(exc)
-                continue
+                if not (is_dir and exc.problem.startswith("has mode")):
+                    continue
+                # A folder of ours that is only too open (a fresh clone's 0755) is entered:
+                # what lies inside has its own problems, each named.
             except FileNotFoundError:
                 continue  # removed meanwhile (a daemon's temporary file)
             if is_dir:

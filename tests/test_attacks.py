@@ -95,7 +95,7 @@ def test_linked_run_dir_never_reaches_another_repositorys_daemon(tmp_path, daemo
     # The CLI refuses the same way rather than asking the other repository's daemon.
     status = run_cogd(hostile, "status", check=False)
     assert status.returncode != 0 and "perimeter_of_square" not in status.stdout
-    assert f"{link} is a symbolic link" in status.stdout + status.stderr
+    assert f"refusing {link}: it is a symbolic link" in status.stdout + status.stderr
 
 
 # ---- a memory record of nested YAML aliases ----------------------------------------------------------
@@ -311,7 +311,7 @@ def test_a_root_every_user_may_write_is_refused(tmp_path):
         started = run_cogd(root, "start", check=False)
         assert started.returncode != 0
         said = started.stdout + started.stderr
-        assert f"{root} is writable by every user (mode 0777)" in said and f"chmod o-w {root}" in said
+        assert f"refusing {root}: it is writable by every user (mode 0777)" in said and f"chmod o-w {root}" in said
         report = json.loads(run_cogd(root, "doctor", "--json", check=False).stdout)
         assert [c["status"] for c in report["checks"] if c["name"] == "committed state"] == ["fail"]
         os.chmod(root, 0o1777)  # sticky, as /tmp: entries can only be renamed by their owner

@@ -73,7 +73,9 @@ def test_corrupt_database_fails_and_reset_repairs_it(repo):
     db.write_bytes(bytes(data))
     code, checks = doctor(repo)
     assert code == 1
-    assert checks["db index.db"]["status"] == FAIL and "cogd reset" in checks["db index.db"]["fix"]
+    assert checks["db index.db"]["status"] == FAIL
+    assert checks["db index.db"]["fix"] == ("nothing to do: the next start moves it aside and rebuilds it from the "
+                                            "work tree (and memory files); `cogd stop; cogd start` does it now")
     assert checks["db state.db"]["status"] == OK
     run_cogd(repo, "reset")
     code, checks = doctor(repo)
@@ -176,3 +178,33 @@ def test_memory_checks(repo):
     anchors = checks["memory anchors"]
     assert anchors["status"] == WARN
     assert anchors["details"]["dangling"] == [{"memory": kept["id"], "entity": "json/tool.py::main"}]
+
+
+def _snapshot(folder: Path) -> dict[str, tuple[int, int, int]]:
+    """relative path → (size, mode, mtime_ns) of everything under ``folder``."""
+    found = {}
+    for dirpath, dirs, files in os.walk(folder):
+        for name in dirs + files:
+            st = os.lstat(os.path.join(dirpath, name))
+            found[os.path.relpath(os.path.join(dirpath, name), folder)] = (st.st_size, st.st_mode, st.st_mtime_ns)
+    return found
+
+
+def test_an_empty_index_db_is_reported_plainly_and_doctor_changes_nothing(repo):
+    index_db = repo / ".cogd" / "index" / "index.db"
+    assert not Path(f"{index_db}-wal").exists()  # `cogd index` closed cleanly: WAL folded in
+    wal_bytes = b"\0" * 100_000
+    os.truncate(index_db, 0)
+    Path(f"{index_db}-wal").write_bytes(wal_bytes)  # what a copy of a live index can leave
+    os.chmod(f"{index_db}-wal", 0o600)
+    before = _snapshot(repo / ".cogd")
+    code, checks = doctor(repo, "--no-model-load")
+    assert _snapshot(repo / ".cogd") == before  # read-only: no side file made, none deleted
+    assert Path(f"{index_db}-wal").read_bytes() == wal_bytes
+    assert code == 0, [c for c in checks.values() if c["status"] == FAIL]
+    assert checks["db index.db"]["status"] == WARN
+    assert checks["db index.db"]["finding"] == "index.db is empty (0 bytes): the next start rebuilds it"
+    assert checks["index drift"]["status"] == WARN
+    assert checks["index drift"]["finding"] == \
+        "not checked: index.db is empty (0 bytes): the next start rebuilds it"
+    assert checks["db memory.db"]["status"] == OK and checks["db state.db"]["status"] == OK

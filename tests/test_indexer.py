@@ -254,7 +254,7 @@ def test_first_refresh_parses_every_source_file(repo, indexer):
         "web/c.js", "web/c.js::renderSidebar",
         "web/d.ts", "web/d.ts::Grid", "web/d.ts::Grid.cell", "web/d.ts::Point",
     ])
-    assert store.counts(conn) == {"files": 6, "entities": 11, "edges": 11}
+    assert store.counts(conn) == {"files": 6, "entities": 11, "file_entities": 6, "edges": 11}
     row = conn.execute("SELECT * FROM entities WHERE id = 'a.py::Account.deposit'").fetchone()
     assert (row["kind"], row["start_line"], row["end_line"], row["parent_id"], row["language"]) == (
         "method", 17, 18, "a.py::Account", "python")
@@ -362,7 +362,7 @@ def test_deleting_a_file_removes_entities_fts_rows_and_edges(repo, indexer):
                         "OR dst LIKE 'web/c.js%'").fetchone()[0] == 0
     assert conn.execute("SELECT count(*) FROM entities_fts WHERE entities_fts MATCH 'sidebar'").fetchone()[0] == 0
     assert bm25_search(conn, "sidebar") == []
-    assert store.counts(conn) == {"files": 5, "entities": 10, "edges": 10}
+    assert store.counts(conn) == {"files": 5, "entities": 10, "file_entities": 5, "edges": 10}
     assert_consistent(conn)
 
 
@@ -550,7 +550,7 @@ def test_store_connect_schema_and_readonly(tmp_path):
     db = tmp_path / "deep" / "dir" / "index.db"
     conn = store.connect(db)
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-    assert store.counts(conn) == {"files": 0, "entities": 0, "edges": 0}
+    assert store.counts(conn) == {"files": 0, "entities": 0, "file_entities": 0, "edges": 0}
     store.set_meta(conn, "k", "v1")
     store.set_meta(conn, "k", "v2")
     conn.commit()

@@ -89,6 +89,8 @@ class Service:
         self._errors_lock = threading.Lock()
         self.requests = 0
         self._local = threading.local()
+        self._readers: list[sqlite3.Connection] = []  # every thread's index reader, closed at close()
+        self._readers_lock = threading.Lock()
         # Damaged stores: the ledger is checked (never replaced) before anything opens it; a
         # damaged projection is moved aside and rebuilt (cogd/recovery.py, docs/architecture.md).
         self.ledger_report = recovery.check_ledger(layout.cogd_dir)  # StoreRefused: the daemon does not start
@@ -151,9 +153,18 @@ class Service:
             self.consolidator.join(timeout=30)  # a consolidation in flight finishes its write
         if self.watcher is not None:
             self.watcher.stop()
-        self.worker.stop()
         if self.embedder is not None:
             self.embedder.stop()
+        # Readers first, then the writer: the index worker's close checkpoints the WAL, and as
+        # the last connection on index.db it removes index.db-wal (a reader left open keeps it).
+        with self._readers_lock:
+            readers, self._readers = self._readers, []
+        for conn in readers:
+            try:
+                conn.close()
+            except sqlite3.Error:
+                pass
+        self.worker.stop()
         # What the ledger holds at stop, read before the last connection closes: that close
         # checkpoints the WAL and removes it (a reader opened afterwards would leave one behind).
         recovery.write_mark(self.layout.cogd_dir, self.layout.state_db)
@@ -270,8 +281,13 @@ class Service:
         conn = getattr(self._local, "conn", None)
         if conn is None or getattr(self._local, "generation", -1) != self._generation:
             if conn is not None:
+                with self._readers_lock:
+                    if conn in self._readers:
+                        self._readers.remove(conn)
                 conn.close()
-            conn = store.connect(self.layout.index_db, readonly=True)
+            conn = store.connect(self.layout.index_db, readonly=True, check_same_thread=False)
+            with self._readers_lock:
+                self._readers.append(conn)
             self._local.conn = conn
             self._local.generation = self._generation
         return conn

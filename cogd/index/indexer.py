@@ -316,7 +316,8 @@ class Indexer:
         )
 
     def close(self) -> None:
-        self.conn.close()
+        """Checkpoint the WAL and close the writer connection (see :func:`cogd.index.store.close_writer`)."""
+        store.close_writer(self.conn)
 
     def _limits(self) -> tuple[int, int, int, int]:
         return (self.max_file_bytes, self.parse_timeout_ms, self.minified_line_bytes, self.minified_mean_line_bytes)

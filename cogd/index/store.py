@@ -110,15 +110,18 @@ def _drop_if_outdated(conn: sqlite3.Connection) -> None:
     conn.commit()
 
 
-def connect(path: Path, *, readonly: bool = False) -> sqlite3.Connection:
+def connect(path: Path, *, readonly: bool = False, check_same_thread: bool = True) -> sqlite3.Connection:
     """Open the index database in WAL mode (creating the schema unless ``readonly``).
 
-    ``check_same_thread`` stays on: give each thread its own connection.
-    Raises sqlite3.Error when the file is not a database.
+    ``check_same_thread``: leave it on and give each thread its own connection;
+    off only for a per-thread reader that another thread closes at shutdown
+    (see :meth:`cogd.daemon.service.Service.close`). Raises sqlite3.Error when
+    the file is not a database.
     """
     if readonly:
         safepath.prepare_db(path, create=False)  # SQLite follows links: lstat its files first
-        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5.0)
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5.0,
+                               check_same_thread=check_same_thread)
     else:
         safepath.prepare_db(path)  # folders 0700, files 0600, no links (raises UnsafePath)
         conn = sqlite3.connect(path, timeout=5.0)
@@ -131,6 +134,22 @@ def connect(path: Path, *, readonly: bool = False) -> sqlite3.Connection:
     conn.row_factory = sqlite3.Row
     conn.execute("PRAGMA busy_timeout=5000")
     return conn
+
+
+def close_writer(conn: sqlite3.Connection) -> None:
+    """Fold the WAL into ``index.db`` (``PRAGMA wal_checkpoint(TRUNCATE)``) and close the connection.
+
+    At a clean stop, so that no multi-MB ``index.db-wal`` is left behind: the
+    last connection to close removes the (now empty) WAL file. A checkpoint
+    that fails (a reader still busy) only leaves the WAL for the next open.
+    """
+    try:
+        conn.commit()
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    except sqlite3.Error:
+        pass
+    finally:
+        conn.close()
 
 
 def get_meta(conn: sqlite3.Connection, key: str, default: str | None = None) -> str | None:
@@ -207,9 +226,11 @@ def update_file_stat(conn: sqlite3.Connection, path: str, size: int, mtime_ns: i
 
 
 def counts(conn: sqlite3.Connection) -> dict[str, int]:
-    """``files``, ``entities`` and ``edges`` row counts."""
+    """``files``, ``entities`` (code entities), ``file_entities`` (one per indexed file, embedded
+    too: the embedding total is their sum) and ``edges`` row counts."""
     return {
         "files": conn.execute("SELECT count(*) FROM files").fetchone()[0],
         "entities": conn.execute("SELECT count(*) FROM entities WHERE kind != 'file'").fetchone()[0],
+        "file_entities": conn.execute("SELECT count(*) FROM entities WHERE kind = 'file'").fetchone()[0],
         "edges": conn.execute("SELECT count(*) FROM edges").fetchone()[0],
     }
