@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import COGD_HOOK, git, make_repo, run_cogd
+from conftest import COGD_HOOK, git, make_repo, run_cogd, wait_for
 
 CODE = {
     "shapes.py": (
@@ -42,19 +42,6 @@ CODE = {
     ),
 }
 LEXICAL = "[embed]\nenabled = false\n"
-WAIT_S = 120.0  # generous: two cores shared by several test runs
-
-
-def wait_for(condition, what: str, timeout: float = WAIT_S, interval: float = 0.1):
-    """Poll ``condition()`` until it returns a truthy value (returned); fail after ``timeout`` s."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(interval)
 
 
 def daemon_pids(root: Path) -> list[int]:
@@ -217,7 +204,7 @@ def test_damaged_vectors_and_embedding_cache_are_rebuilt(repos):
         return e if e["state"] == "idle" and e["entities"] and e["coverage"] == 1.0 and not e["queued"] else None
 
     start_indexed(root)
-    first = wait_for(embedded, "the first embedding pass", timeout=300)
+    first = wait_for(embedded, what="the first embedding pass", timeout=300)
     assert first["entities"] == 7  # five definitions and two file entities
     run_cogd(root, "stop")
     index_dir = root / ".cogd" / "index"
@@ -226,7 +213,7 @@ def test_damaged_vectors_and_embedding_cache_are_rebuilt(repos):
             path.write_bytes(b"\x00not lance\x00" * max(1, path.stat().st_size // 11))
     garble(index_dir / "embed_cache.db")
     run_cogd(root, "start")
-    after = wait_for(embedded, "embedding after the damage", timeout=300)
+    after = wait_for(embedded, what="embedding after the damage", timeout=300)
     assert (after["entities"], after["embedded_entities"]) == (7, 7)
     assert after["computed"] == 7  # the cache was damaged too: every vector came from the model again
     assert len(moved_copies(index_dir, "vectors")) == 1
@@ -262,7 +249,7 @@ def test_a_daemon_that_cannot_start_is_started_once_per_backoff_window(repos):
         assert spawned == 1, f"{spawned} daemons started by ten hooks"
         return marker.exists() and not daemon_pids(root)
 
-    wait_for(settled, "the failed daemon to leave its marker and exit")
+    wait_for(settled, what="the failed daemon to leave its marker and exit")
     # Ten more after the failure: every one backs off.
     logged = hook_log.read_text(encoding="utf-8")
     ten_hooks()
@@ -387,7 +374,7 @@ def test_a_fresh_clone_starts_a_new_ledger_without_a_failure(repos, tmp_path):
     assert result["recovery"]["ledger"]["loss"] is None
     assert result["recovery"]["ledger"]["started_fresh_records"] == 2
     assert "ledger     started on " in run_cogd(clone, "status").stdout
-    wait_for(lambda: status(clone)["memory"]["total"] == 2, "the memory files to be projected")
+    wait_for(lambda: status(clone)["memory"]["total"] == 2, what="the memory files to be projected")
     proc = run_cogd(clone, "memory", "add", "observation", "Circle.area rounds pi to two places", check=False)
     assert proc.returncode == 1 and "tombstoned" in proc.stderr and rejected in proc.stderr
     run_cogd(clone, "stop")

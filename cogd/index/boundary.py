@@ -168,16 +168,24 @@ def read_tree_file(root: str | os.PathLike[str], rel: str, limit: int, *, follow
     """
     fd = open_tree_file(root, rel, follow_inside=follow_inside, root_real=root_real)
     try:
-        chunks, size = [], 0
-        while size < limit:
-            chunk = os.read(fd, min(READ_CHUNK, limit - size))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-        return b"".join(chunks)
+        return read_fd(fd, limit)
     finally:
         os.close(fd)
+
+
+def read_fd(fd: int, limit: int) -> bytes:
+    """Up to ``limit`` bytes from open descriptor ``fd``, read in chunks of READ_CHUNK bytes.
+
+    Stops at end of file; does not close ``fd``. Raises OSError when a read fails.
+    """
+    chunks, size = [], 0
+    while size < limit:
+        chunk = os.read(fd, min(READ_CHUNK, limit - size))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+    return b"".join(chunks)
 
 
 def exists_in_tree(root: str | os.PathLike[str], rel: str) -> bool:

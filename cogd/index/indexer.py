@@ -58,7 +58,7 @@ from pathlib import Path
 
 from cogd.config import IndexConfig
 from cogd.index import languages, resolve, store
-from cogd.index.boundary import SYMLINK_OUTSIDE, OutsideTree, read_tree_file
+from cogd.index.boundary import SYMLINK_OUTSIDE, OutsideTree, read_fd, read_tree_file
 from cogd.index.extract import Entity, ParsedFile, content_hash, extract, line_count
 from cogd.index.languages import LanguageUnavailable, grammar, language_for_path
 from cogd.index.parsepool import ParsePool
@@ -166,14 +166,7 @@ def read_source(path: Path | str, max_file_bytes: int, *, root: Path | None = No
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise OSError(f"{path} is not a regular file")
-        chunks, size = [], 0
-        while size < limit:
-            chunk = os.read(fd, min(1 << 20, limit - size))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-        return b"".join(chunks)
+        return read_fd(fd, limit)
     finally:
         os.close(fd)
 
