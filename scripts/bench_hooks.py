@@ -38,7 +38,7 @@ print nothing (that event injects no context); any line the runs add to
 The daemon is stopped and the temporary directory removed at the end, also on
 Ctrl-C or an error (``--keep`` keeps the directory and leaves the daemon up).
 
-Goals (issue 6, "Latency"): p95 of ``prompt-submit`` <= 40 ms and of
+Latency goals: p95 of ``prompt-submit`` <= 40 ms and of
 ``post-tool-use`` <= 25 ms, each printed with the same run's floor
 (``python -c pass``) beside it; the exit status is 0 only when both are met
 with no failures.

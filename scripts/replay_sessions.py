@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Replay agent sessions over pallets/click's history and measure whether cogd's packs learn.
 
-Issue 6's evaluation. For every task of the development set
+The learning evaluation. For every task of the development set
 (``../shared/eval-data/commits/pallets__click.jsonl``: a commit message as the
 prompt, the parent commit, the files and functions the commit changed),
 oldest first, the script

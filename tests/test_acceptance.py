@@ -1,4 +1,4 @@
-"""Issue 8's acceptance, end to end, with the real processes: ``cogd mcp`` (driven by the MCP SDK's own
+"""The MCP, consolidation and doctor acceptance, end to end, with the real processes: ``cogd mcp`` (driven by the MCP SDK's own
 stdio client), the daemon with the real MiniLM encoder, the real ``cogd-hook session-end``, a person's
 hand edit of a record file, ``cogd doctor`` and ``cogd reset``.
 

@@ -24,7 +24,7 @@ HEAVY = {"sqlite3", "asyncio", "tree_sitter", "rich", "click", "xxhash", "datacl
          "subprocess", "concurrent", "logging", "tomllib", "pathlib", "cogd.paths",
          "cogd.daemon.service", "cogd.index"}
 # Light by most standards, but together about 12 ms of a hook whose whole budget is 25 ms
-# (issue 6): json and re (+ enum, functools, collections), socket (+ selectors), signal, runpy.
+# (the hook diet): json and re (+ enum, functools, collections), socket (+ selectors), signal, runpy.
 SLOW_FOR_A_HOOK = {"json", "re", "enum", "functools", "collections", "socket", "selectors", "signal", "runpy",
                    "cogd.daemon.protocol", "cogd.daemon.control"}
 # Everything the hook process may import beyond the interpreter's own start-up, on its happy path.

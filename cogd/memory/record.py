@@ -43,7 +43,7 @@ TITLE_MAX = 200
 MAX_FILE_BYTES = 1 << 20
 
 # In the order they are written. ``tombstone`` (normalised-content hash, on rejected
-# and pruned records) and ``rejected_reason`` are cogd's additions to the list.
+# and pruned records) and ``rejected_reason`` are cogd's additions to the design card's list.
 KNOWN_KEYS = (
     "id", "type", "title", "status", "created_at", "updated_at", "valid_from_commit", "source",
     "creation_reason", "session_id", "anchors", "supersedes", "superseded_by", "tags",

@@ -10,7 +10,7 @@ accounting resolves it (:mod:`cogd.usage.outcomes` matches touches to items).
   weighted by the item's rank (:func:`cogd.usage.outcomes.miss_weight`). A prompt pack closes at
   the session's next prompt pack; a session-start pack stays in context for
   the whole session and closes at the session's end or when the context is
-  replaced (a ``clear``/``compact``/``startup`` session start). The issue's
+  replaced (a ``clear``/``compact``/``startup`` session start). The first
   rule closed every pack at the next delivery; that would count the
   overview as ignored before the agent ever acted on it.
 
