@@ -22,10 +22,11 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from cogd import locate, safepath
+from cogd import safepath
+from cogd.rpc import locate
 from cogd.config import ConfigError, load_config
-from cogd.daemon import control
-from cogd.daemon.client import DaemonUnavailable, RemoteError, call
+from cogd.rpc import control
+from cogd.rpc.client import DaemonUnavailable, RemoteError, call
 from cogd.paths import Layout, find_root
 
 console = Console(highlight=False)
@@ -55,7 +56,7 @@ class LocalBackend:
             raise
 
     def call(self, method: str, params: dict | None = None, timeout: float = 0) -> object:
-        from cogd.daemon.protocol import RpcError
+        from cogd.rpc.protocol import RpcError
 
         try:
             return self.service.call(method, params or {})

@@ -31,9 +31,10 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from cogd import committed, locate, safepath
+from cogd import committed, safepath
+from cogd.rpc import locate
 from cogd.config import Config, ConfigError, load_config
-from cogd.daemon import control
+from cogd.rpc import control
 from cogd.paths import Layout
 
 OK, WARN, FAIL = "ok", "warn", "fail"
@@ -95,7 +96,7 @@ def check_config(ctx: DoctorContext) -> Check:
 
 def check_daemon(ctx: DoctorContext) -> Check:
     """Daemon alive and answering ``status``; the round-trip time in ms."""
-    from cogd.daemon.client import DaemonUnavailable, RemoteError, call
+    from cogd.rpc.client import DaemonUnavailable, RemoteError, call
 
     if not control.is_running(ctx.layout):
         return Check("daemon", OK, "no daemon running (commands work in-process; hooks start one on demand)",

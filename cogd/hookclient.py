@@ -20,8 +20,8 @@ appended to ``.cogd/run/tool-uses.spool`` for the daemon to ingest.
 
 Standard library only, and only light modules: this is the hot path. Its
 start-up is its latency, so it imports nothing the interpreter has not loaded
-already but ``_json`` and ``_socket`` (C), through :mod:`cogd.fastjson` and
-:mod:`cogd.daemon.client`; ``json``, ``socket``, ``signal`` (all three pull in
+already but ``_json`` and ``_socket`` (C), through :mod:`cogd.rpc.fastjson` and
+:mod:`cogd.rpc.client`; ``json``, ``socket``, ``signal`` (all three pull in
 ``re`` or ``enum``) and ``from __future__`` are avoided on purpose, and what
 only failures need is imported where it is used. tests/test_wiring.py guards
 the list.
@@ -33,9 +33,9 @@ import time
 
 import _signal
 
-from cogd.daemon.client import DaemonUnavailable, RemoteError, acknowledge, call, decode_answer, encode_request, receive, send
-from cogd.fastjson import loads, quote
-from cogd.locate import cogd_file, find_root, socket_path
+from cogd.rpc.client import DaemonUnavailable, RemoteError, acknowledge, call, decode_answer, encode_request, receive, send
+from cogd.rpc.fastjson import loads, quote
+from cogd.rpc.locate import cogd_file, find_root, socket_path
 from cogd.safepath import UnsafePath, check_chain, open_file, read_bytes
 
 DEFAULT_DEADLINE_MS = 1500
@@ -369,7 +369,7 @@ def _call_held(path: str, method: str, params: dict, timeout: float) -> object:
 
     Asks for the acknowledgement (``params["ack"]``) and keeps the connection
     open in :class:`_Pending` for :func:`_acknowledge`. Raises like
-    :func:`cogd.daemon.client.call`.
+    :func:`cogd.rpc.client.call`.
     """
     end = time.monotonic() + timeout
     sock = send(path, encode_request(method, {**params, "ack": True}), timeout)
@@ -403,14 +403,14 @@ def _acknowledge(printed: bool) -> None:
 
 
 START_FAILED_MAX_BYTES = 65536
-MAX_BACKOFF_S = 3600.0  # as cogd.daemon.control.MAX_BACKOFF_S: a marker beyond it is ignored
+MAX_BACKOFF_S = 3600.0  # as cogd.rpc.control.MAX_BACKOFF_S: a marker beyond it is ignored
 
 
 def _backed_off(root: str) -> str | None:
     """Why no daemon may be started now (its last start failed within the back-off), or None.
 
     Reads ``.cogd/run/start-failed.json`` with the light JSON decoder rather
-    than importing :mod:`cogd.daemon.control` (``subprocess``, ``pathlib``):
+    than importing :mod:`cogd.rpc.control` (``subprocess``, ``pathlib``):
     while a repository's daemon cannot start, every prompt comes this way.
     """
     try:
@@ -433,7 +433,7 @@ def _spawn_daemon(root: str) -> None:
         if why is not None:
             log(f"no daemon: {why} (see `cogd status`)")
             return
-        from cogd.daemon.control import spawn
+        from cogd.rpc.control import spawn
         from cogd.paths import Layout
 
         if spawn(Layout(root)):

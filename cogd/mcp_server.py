@@ -1,7 +1,7 @@
 """``cogd mcp``: a stdio MCP server over the repository's daemon (official MCP SDK, ``mcp`` 2.x).
 
 Every tool is one JSON-RPC call to the repository's daemon through
-:mod:`cogd.daemon.client`; the daemon is started on the first call if none
+:mod:`cogd.rpc.client`; the daemon is started on the first call if none
 runs (as ``cogd start`` does), and once more if it went away. The SDK is
 imported only here (it costs about 0.7 s of start-up), so nothing else in cogd
 pays for it.
@@ -45,8 +45,8 @@ from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import Field
 
 from cogd import __version__
-from cogd.daemon import control
-from cogd.daemon.client import DaemonUnavailable, RemoteError, call
+from cogd.rpc import control
+from cogd.rpc.client import DaemonUnavailable, RemoteError, call
 from cogd.paths import Layout
 
 log = logging.getLogger("cogd.mcp")

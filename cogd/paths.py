@@ -1,6 +1,6 @@
 """Where a repository's cogd files live (DESIGN.md §1, §2), as ``pathlib`` paths.
 
-The path rules themselves are in :mod:`cogd.locate` (plain strings, for the
+The path rules themselves are in :mod:`cogd.rpc.locate` (plain strings, for the
 hook client's start-up time); this module gives the rest of cogd ``Path``s.
 """
 
@@ -9,8 +9,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from cogd import committed, locate, safepath
-from cogd.locate import AF_UNIX_PATH_MAX, COGD_DIR  # noqa: F401 (re-exported)
+from cogd import committed, safepath
+from cogd.rpc import locate
+from cogd.rpc.locate import AF_UNIX_PATH_MAX, COGD_DIR  # noqa: F401 (re-exported)
 
 GITIGNORE_TEXT = """\
 # cogd: only the memory records and the config are meant for git; the rest is rebuilt locally.
@@ -23,13 +24,13 @@ GITIGNORE_TEXT = """\
 
 
 def find_root(start: str | os.PathLike[str]) -> Path | None:
-    """The repository root that contains ``start``, or None (see :func:`cogd.locate.find_root`)."""
+    """The repository root that contains ``start``, or None (see :func:`cogd.rpc.locate.find_root`)."""
     found = locate.find_root(start)
     return Path(found) if found is not None else None
 
 
 def runtime_dir(create: bool = True) -> Path:
-    """The private per-user socket directory (see :func:`cogd.locate.runtime_dir`)."""
+    """The private per-user socket directory (see :func:`cogd.rpc.locate.runtime_dir`)."""
     return Path(locate.runtime_dir(create))
 
 

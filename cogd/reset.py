@@ -29,7 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from cogd.config import Config
-from cogd.daemon import control
+from cogd.rpc import control
 from cogd.paths import Layout
 
 log = logging.getLogger("cogd.reset")

@@ -201,8 +201,8 @@ class Daemon:
         try:
             import importlib
 
-            importlib.import_module("cogd.daemon.client")  # the client rpc() uses
-            from cogd.locate import socket_path
+            importlib.import_module("cogd.rpc.client")  # the client rpc() uses
+            from cogd.rpc.locate import socket_path
 
             self._socket = socket_path(str(root))
         except Exception:  # noqa: BLE001 — an older or broken cogd: use the CLI
@@ -224,7 +224,7 @@ class Daemon:
         """Call one daemon method; raises :class:`ReplayError` when it cannot."""
         if self._socket is None:
             raise ReplayError("cogd's client is not importable")
-        from cogd.daemon.client import DaemonUnavailable, RemoteError, call
+        from cogd.rpc.client import DaemonUnavailable, RemoteError, call
 
         try:
             return call(self._socket, method, params or {}, timeout=timeout)

@@ -129,7 +129,7 @@ class Daemon:
         self.socket = Layout(repo).socket_path
 
     def call(self, method: str, params: dict | None = None):
-        from cogd.daemon.client import call
+        from cogd.rpc.client import call
 
         return call(self.socket, method, params or {}, timeout=60)
 

@@ -175,7 +175,7 @@ def daemon_processes(under: Path | None = None) -> dict[int, str]:
     """pid → ``--root`` of every live ``cogd.daemon`` process of this user, optionally only
     those whose root is ``under`` (or below) that folder.
 
-    Found from ``/proc/*/cmdline`` the way ``cogd.daemon.control.is_daemon_process`` checks one
+    Found from ``/proc/*/cmdline`` the way ``cogd.rpc.control.is_daemon_process`` checks one
     pid (``cogd.daemon`` in argv, the root after ``--root``), so a daemon is found even when its
     pid file is missing or stale. Zombies and other users' processes are left out.
     """

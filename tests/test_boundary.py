@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 import cogd.index.indexer as indexer_module
-from cogd.daemon.client import RemoteError, call
+from cogd.rpc.client import RemoteError, call
 from cogd.index.boundary import OutsideTree, open_tree_file, read_tree_file, tree_relpath
 from cogd.index.indexer import Indexer
 from cogd.index.sources import scan_source_files

@@ -356,7 +356,7 @@ def test_config_section(tmp_path):
 # ---- in the daemon's service ----------------------------------------------------------------------------------------
 def test_session_end_hands_off_and_memory_consolidate_runs_it(root):
     from cogd.config import Config
-    from cogd.daemon.protocol import RpcError
+    from cogd.rpc.protocol import RpcError
     from cogd.daemon.service import Service
     from cogd.paths import Layout
 

@@ -14,8 +14,8 @@ import pytest
 
 from conftest import (HOOK_DEADLINE_MS, WAIT_S, Daemon, daemon_processes, hook_log_lines, lexical_only, make_repo,
                       payload, run_cogd, run_hook, wait_for)
-from cogd.daemon import control
-from cogd.daemon.client import call
+from cogd.rpc import control
+from cogd.rpc.client import call
 from cogd.paths import AF_UNIX_PATH_MAX, Layout
 
 SAMPLE = {

@@ -1,4 +1,4 @@
-"""cogd.fastjson (the hook path's JSON, straight through ``_json``) agrees with :mod:`json`."""
+"""cogd.rpc.fastjson (the hook path's JSON, straight through ``_json``) agrees with :mod:`json`."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cogd import fastjson
-from cogd.daemon.protocol import encode
+from cogd.rpc import fastjson
+from cogd.rpc.protocol import encode
 
 scalars = st.none() | st.booleans() | st.integers() | st.floats() | st.text()
 documents = st.recursive(scalars, lambda inner: st.lists(inner, max_size=5) | st.dictionaries(st.text(), inner, max_size=5),
@@ -58,7 +58,7 @@ def test_dumps_refuses_what_json_refuses():
 def test_malformed_object_is_a_value_error_before_json_is_imported():
     """In a fresh interpreter (json.decoder not imported, as in the hook) a malformed object
     or array raises ValueError with the scanner's message, not SystemError."""
-    code = ("import sys\nfrom cogd.fastjson import loads\nassert 'json.decoder' not in sys.modules\n"
+    code = ("import sys\nfrom cogd.rpc.fastjson import loads\nassert 'json.decoder' not in sys.modules\n"
             "for text in ('{not json', '[1 2]', '{\"a\" 1}'):\n"
             "    try:\n        loads(text)\n    except ValueError as exc:\n        print(type(exc).__name__, exc)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True).stdout

@@ -11,8 +11,8 @@ import pytest
 
 from conftest import HOOK_EXIT_SLACK_S, WAIT_S, Daemon, lexical_only, make_repo, payload, run_cogd, run_hook, wait_for
 from cogd.hookclient import MAX_DEADLINE_MS
-from cogd.daemon import control
-from cogd.daemon.client import call
+from cogd.rpc import control
+from cogd.rpc.client import call
 from cogd.index.indexer import read_source
 from cogd.paths import Layout
 from cogd.usage.touches import touches_from_tool_use

@@ -22,7 +22,7 @@ import pytest
 from conftest import lexical_only, make_repo, payload, run_cogd, run_hook
 from cogd.config import Config
 from cogd.daemon import server as server_module
-from cogd.daemon.client import call
+from cogd.rpc.client import call
 from cogd.daemon.server import Daemon
 from cogd.paths import Layout
 
@@ -270,7 +270,7 @@ def test_tool_uses_sent_to_a_stalled_daemon_are_recorded_after_their_hooks_left(
 
 
 def _line(root: Path, i: int) -> bytes:
-    from cogd.daemon.client import encode_request
+    from cogd.rpc.client import encode_request
     from cogd.hookclient import _slim_tool_payload
 
     return encode_request("usage.tool_use", {"payload": _slim_tool_payload(_read_hook(root, i))}).rstrip(b"\n")

@@ -42,7 +42,7 @@ from pathlib import Path
 import pytest
 
 from conftest import COGD_HOOK, copy_stdlib, lexical_only, make_repo, payload, run_cogd, run_hook
-from cogd.daemon.client import DaemonUnavailable, call
+from cogd.rpc.client import DaemonUnavailable, call
 from cogd.index.indexer import Indexer
 
 DEADLINE_S = 1.5  # the hook's default deadline (cogd.hookclient.DEFAULT_DEADLINE_MS)

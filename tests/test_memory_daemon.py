@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from cogd.daemon.client import RemoteError, call
+from cogd.rpc.client import RemoteError, call
 from cogd.paths import Layout
 from conftest import COGD, WAIT_S, lexical_only, make_repo, run_cogd, running_daemon
 

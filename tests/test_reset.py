@@ -11,8 +11,8 @@ import pytest
 
 from cogd import reset as reset_module
 from cogd.config import load_config
-from cogd.daemon import control
-from cogd.daemon.client import call
+from cogd.rpc import control
+from cogd.rpc.client import call
 from cogd.paths import Layout
 from conftest import copy_stdlib, lexical_only, make_repo, run_cogd
 

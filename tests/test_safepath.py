@@ -26,8 +26,9 @@ from pathlib import Path
 import pytest
 
 from conftest import HOOK_EXIT_SLACK_S, git, lexical_only, make_repo, payload, run_cogd, run_hook
-from cogd import locate, safepath
-from cogd.daemon.client import UntrustedListener, call, encode_request, exchange
+from cogd import safepath
+from cogd.rpc import locate
+from cogd.rpc.client import UntrustedListener, call, encode_request, exchange
 from cogd.paths import AF_UNIX_PATH_MAX, Layout
 
 SAMPLE = {
@@ -448,7 +449,7 @@ def test_hijacked_run_dir_gets_no_prompt(shared_base, stop_daemons, user_state):
     assert received == []
     assert proc.returncode == 0 and proc.stdout == b"" and seconds < HOOK_DEADLINE_MS / 1000 + HOOK_EXIT_SLACK_S
     log = (root / ".cogd" / "logs" / "hook.log").read_text()
-    # Refused at the linked folder, before the socket in it is even looked at (cogd.locate.socket_path).
+    # Refused at the linked folder, before the socket in it is even looked at (cogd.rpc.locate.socket_path).
     assert f"no context: UnsafePath: {root / '.cogd' / 'run'} is a symbolic link (to {evil})" in log
     assert sorted(os.listdir(evil)) == ["cogd.sock"]  # no lock, no pid file, no log of the victim's
 

@@ -20,7 +20,7 @@ import pytest
 import yaml
 from mcp import Client, StdioServerParameters
 
-from cogd.daemon.client import RemoteError, call
+from cogd.rpc.client import RemoteError, call
 from cogd.memory.record import new_id
 from cogd.paths import Layout
 from conftest import COGD, lexical_only, make_repo, payload, run_cogd, run_hook

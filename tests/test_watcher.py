@@ -17,7 +17,7 @@ import pytest
 
 from conftest import LEXICAL_ONLY, WAIT_S, Daemon, git, lexical_only, make_repo, run_cogd
 from cogd.config import WatchConfig
-from cogd.daemon.client import RemoteError, call
+from cogd.rpc.client import RemoteError, call
 from cogd.daemon.watcher import SYSCTL_FIX, Watcher
 from cogd.index.indexer import Indexer
 from cogd.paths import Layout

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from cogd.daemon.protocol import encode, request
+from cogd.rpc.protocol import encode, request
 from cogd.install import merged_settings
-from cogd.locate import socket_path
+from cogd.rpc.locate import socket_path
 
 PROJECT = Path(__file__).resolve().parent.parent
 COGD_HOOK = Path(sys.executable).parent / "cogd-hook"
@@ -26,9 +26,9 @@ HEAVY = {"sqlite3", "asyncio", "tree_sitter", "rich", "click", "xxhash", "datacl
 # Light by most standards, but together about 12 ms of a hook whose whole budget is 25 ms
 # (the hook diet): json and re (+ enum, functools, collections), socket (+ selectors), signal, runpy.
 SLOW_FOR_A_HOOK = {"json", "re", "enum", "functools", "collections", "socket", "selectors", "signal", "runpy",
-                   "cogd.daemon.protocol", "cogd.daemon.control"}
+                   "cogd.rpc.protocol", "cogd.rpc.control"}
 # Everything the hook process may import beyond the interpreter's own start-up, on its happy path.
-HOT_PATH_ALLOWED = {"cogd", "cogd.hookclient", "cogd.daemon", "cogd.daemon.client", "cogd.fastjson", "cogd.locate",
+HOT_PATH_ALLOWED = {"cogd", "cogd.hookclient", "cogd.rpc", "cogd.rpc.client", "cogd.rpc.fastjson", "cogd.rpc.locate",
                     "cogd.safepath",
                     "_json", "_socket", "__future__"}
 
@@ -39,6 +39,10 @@ def test_hook_client_imports_nothing_heavy():
     assert "cogd.hookclient" in loaded
     assert HEAVY & loaded == set()
     assert SLOW_FOR_A_HOOK & loaded == set()
+    # The hook's share of cogd is the wire package and the standard-library safe-path layer.
+    ours = {name for name in loaded if name == "cogd" or name.startswith("cogd.")}
+    allowed = {"cogd", "cogd.hookclient", "cogd.safepath"}
+    assert {name for name in ours - allowed if not name.startswith("cogd.rpc")} == set()
 
 
 def test_plugin_hooks_json_matches_the_installer():
@@ -127,7 +131,7 @@ def test_prompt_submit_hot_path_imports_and_output(repo):
     assert json.loads(proc.stdout) == {"hookSpecificOutput": {"hookEventName": "UserPromptSubmit", "additionalContext": text}}
     assert proc.stdout == (json.dumps({"hookSpecificOutput": {"hookEventName": "UserPromptSubmit",
                                                               "additionalContext": text}}) + "\n").encode()
-    # the request is byte for byte what cogd.daemon.protocol would write
+    # the request is byte for byte what cogd.rpc.protocol would write
     assert daemon.received == [encode(request("context.prompt", {"session_id": "s1", "prompt": "why \u00e9?", "ack": True}))]
     baseline = _imported(subprocess.run([sys.executable, "-X", "importtime", "-c", "pass"],
                                         capture_output=True, text=True).stderr)

@@ -1,5 +1,6 @@
-"""The per-repository daemon: socket server, service, index worker, lifecycle.
+"""The daemon process: socket server, service and its method modules, index worker, watcher.
 
-Empty on purpose: the hook client imports ``cogd.daemon.client`` and
-``cogd.daemon.control`` and must not pay for the server's imports.
+Nothing light lives here: the wire that clients share with the daemon is
+:mod:`cogd.rpc`. Empty on purpose, so importing one module of the process
+does not import the rest.
 """

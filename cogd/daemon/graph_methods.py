@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from cogd.daemon.protocol import INVALID_PARAMS, RpcError
+from cogd.rpc.protocol import INVALID_PARAMS, RpcError
 from cogd.retrieve import graph
 
 

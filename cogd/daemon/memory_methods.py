@@ -13,7 +13,7 @@ import logging
 import time
 from typing import Callable
 
-from cogd.daemon.protocol import INVALID_PARAMS, RpcError
+from cogd.rpc.protocol import INVALID_PARAMS, RpcError
 from cogd.memory.errors import MemoryError_
 
 log = logging.getLogger("cogd.memory")

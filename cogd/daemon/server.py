@@ -20,11 +20,13 @@ import sys
 import time
 from pathlib import Path
 
-from cogd import locate, safepath
+from cogd import safepath
+from cogd.rpc import locate
 from cogd.config import Config, ConfigError, load_config
-from cogd.daemon import control, spool
-from cogd.daemon.client import peer_uid
-from cogd.daemon.protocol import (
+from cogd.daemon import spool
+from cogd.rpc import control
+from cogd.rpc.client import peer_uid
+from cogd.rpc.protocol import (
     INVALID_REQUEST,
     MAX_LINE_BYTES,
     PARSE_ERROR,
@@ -324,7 +326,7 @@ class Daemon:
                     self.request_stop(f"idle for {idle} s")
 
     def _write_pid(self) -> None:
-        # Clients of a deep root read the socket from here (cogd.locate.recorded_socket).
+        # Clients of a deep root read the socket from here (cogd.rpc.locate.recorded_socket).
         info = {"pid": os.getpid(), "started_at": time.time(), "socket": str(self.socket_path),
                 "root": str(self.layout.root), "runtime": self.runtime}
         safepath.check_chain(self.layout.run_dir)
@@ -390,7 +392,7 @@ def run(root: Path, lock_fd: int | None = None, foreground: bool = False) -> int
     """Run the daemon for ``root`` until stopped. Returns a process exit code.
 
     ``lock_fd``: an already-locked descriptor of the daemon lock handed over
-    by :func:`cogd.daemon.control.spawn`; None takes the lock here. Returns 3
+    by :func:`cogd.rpc.control.spawn`; None takes the lock here. Returns 3
     when another daemon holds the lock, 2 when ``.cogd/`` fails the safe-path
     checks or no private runtime directory exists (the reason on stderr, and
     in the log when the log itself is safe).

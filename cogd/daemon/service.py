@@ -19,7 +19,7 @@ from pathlib import Path
 
 from cogd import __version__, faults, recovery
 from cogd.config import Config
-from cogd.daemon.protocol import INVALID_PARAMS, METHOD_NOT_FOUND, PROTOCOL_VERSION, RpcError
+from cogd.rpc.protocol import INVALID_PARAMS, METHOD_NOT_FOUND, PROTOCOL_VERSION, RpcError
 from cogd.daemon.watcher import Watcher, off_status
 from cogd.daemon.worker import IndexWorker
 from cogd.index import store

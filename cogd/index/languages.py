@@ -48,7 +48,7 @@ from pathlib import Path
 import tree_sitter
 
 from cogd.index.boundary import OutsideTree, read_tree_file
-from cogd.locate import COGD_DIR
+from cogd.rpc.locate import COGD_DIR
 
 
 @dataclass(frozen=True)

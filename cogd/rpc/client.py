@@ -4,8 +4,8 @@ Used by the hook client (on its hot path, once per hook process) and by the
 CLI. It imports neither :mod:`socket` nor :mod:`json`: ``socket`` pulls in
 ``selectors`` and ``enum``, ``json`` pulls in ``re``, together about 7 ms of a
 hook's start-up. The C modules underneath (``_socket``, ``_json`` through
-:mod:`cogd.fastjson`) do the same work. The wire format is
-:mod:`cogd.daemon.protocol`'s: one compact ASCII JSON object per line.
+:mod:`cogd.rpc.fastjson`) do the same work. The wire format is
+:mod:`cogd.rpc.protocol`'s: one compact ASCII JSON object per line.
 """
 
 import os
@@ -15,7 +15,7 @@ import time
 
 import _socket
 
-from cogd.fastjson import dumps, loads
+from cogd.rpc.fastjson import dumps, loads
 
 
 class DaemonUnavailable(ConnectionError):
@@ -63,7 +63,7 @@ class RemoteError(RuntimeError):
 
 
 def encode_request(method: str, params: dict | None = None, request_id: int | str = 1) -> bytes:
-    """One request line, as :func:`cogd.daemon.protocol.encode` of :func:`~cogd.daemon.protocol.request` writes it."""
+    """One request line, as :func:`cogd.rpc.protocol.encode` of :func:`~cogd.rpc.protocol.request` writes it."""
     return (dumps({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params or {}}) + "\n").encode("ascii")
 
 

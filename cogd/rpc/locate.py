@@ -183,7 +183,7 @@ def recorded_socket(root: str) -> str | None:
         raw = read_bytes(os.path.join(run_dir, "daemon.pid"), 64 * 1024)
         if raw is None:
             return None
-        from cogd.fastjson import loads
+        from cogd.rpc.fastjson import loads
 
         info = loads(raw.decode("utf-8"))
     except (OSError, ValueError, UnicodeDecodeError):

@@ -20,7 +20,8 @@ import subprocess
 import sys
 import time
 
-from cogd import locate, safepath
+from cogd import safepath
+from cogd.rpc import locate
 from cogd.paths import Layout
 
 
@@ -139,7 +140,7 @@ def spawn(layout: Layout, python: str | None = None, *, force: bool = False) -> 
     The child runs in its own session with stdio on /dev/null, so it survives
     the hook or terminal that started it. Raises :class:`cogd.safepath.UnsafePath`
     when ``.cogd/`` fails its checks (:meth:`Layout.ensure`), and
-    :class:`cogd.locate.RuntimeDirError` when a deep root has no private
+    :class:`cogd.rpc.locate.RuntimeDirError` when a deep root has no private
     runtime directory for its socket, both before anything is spawned. Unless
     ``force`` (a person asked: ``cogd start``), nothing is started while the
     back-off of a failed start runs (:func:`start_failure`): automatic starters
@@ -170,7 +171,7 @@ def spawn(layout: Layout, python: str | None = None, *, force: bool = False) -> 
 
 def wait_ready(layout: Layout, timeout: float = 30.0) -> bool:
     """Wait until the daemon answers ``status`` (True) or ``timeout`` seconds pass."""
-    from cogd.daemon.client import DaemonUnavailable, RemoteError, call
+    from cogd.rpc.client import DaemonUnavailable, RemoteError, call
 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

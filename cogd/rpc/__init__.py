@@ -1,0 +1,15 @@
+"""The wire: what the hook, the CLI and the MCP server share with the daemon.
+
+Standard library only, and kept light on purpose: the hook process imports
+``cogd.rpc.client``, ``cogd.rpc.fastjson`` and ``cogd.rpc.locate`` on every
+hook call, and every millisecond spent importing is paid on the agent's
+critical path (``tests/test_wiring.py`` lists what the hook may load).
+
+- ``protocol`` — JSON-RPC 2.0 framing and error codes (the daemon's side).
+- ``client`` — one request over the Unix socket, without ``socket`` or ``json``.
+- ``fastjson`` — JSON through the C accelerator, without importing ``json``.
+- ``locate`` — repository root, socket path and runtime directory as strings.
+- ``control`` — lifecycle: the lock, spawning, readiness, stopping.
+
+Nothing here imports the daemon, the index or any third-party package.
+"""
