@@ -590,7 +590,7 @@ def check_memory_files(ctx: DoctorContext) -> Check:
     import json
 
     from cogd.memory import lattice
-    from cogd.memory.errors import MemoryError_
+    from cogd.memory.errors import MemoryRefused
     from cogd.memory.record import RecordError, read
     from cogd.memory.sync import record_files
 
@@ -620,7 +620,7 @@ def check_memory_files(ctx: DoctorContext) -> Check:
         if row is not None and row["status"] != record.status:
             try:
                 lattice.transition(row["status"], record.status, entity_id=record.id)
-            except MemoryError_ as exc:
+            except MemoryRefused as exc:
                 allowed = exc.data.get("allowed") or []
                 problems.append({"path": rel, "kind": "illegal_transition", "message": str(exc),
                                  "fix": f"set `status:` back to {row['status']!r}"

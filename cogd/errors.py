@@ -24,6 +24,7 @@ CODES: dict[str, int] = {
     "store_refused": -32010,
     "config": -32011,
     "unavailable": -32012,
+    "internal": -32603,  # JSON-RPC's own "Internal error"
 }
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from cogd.memory.api import MemoryStore
-from cogd.memory.errors import MemoryError_
+from cogd.memory.errors import MemoryRefused
 
 
 @pytest.fixture
@@ -24,9 +24,9 @@ def store(root: Path):
     s.close()
 
 
-def refused(kind: str, fn, *args, **kwargs) -> MemoryError_:
-    """Call ``fn`` and assert it raises a MemoryError_ of ``kind``; returns the error."""
-    with pytest.raises(MemoryError_) as info:
+def refused(kind: str, fn, *args, **kwargs) -> MemoryRefused:
+    """Call ``fn`` and assert it raises a MemoryRefused of ``kind``; returns the error."""
+    with pytest.raises(MemoryRefused) as info:
         fn(*args, **kwargs)
     assert info.value.kind == kind, (info.value.kind, str(info.value))
     return info.value

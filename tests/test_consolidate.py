@@ -16,7 +16,7 @@ import pytest
 from cogd.config import ConfigError, ConsolidateConfig, load_config
 from cogd.memory import lattice
 from cogd.memory.consolidate import STEPS, consolidate, contradiction, resolve_survivor
-from cogd.memory.errors import MemoryError_
+from cogd.memory.errors import MemoryRefused
 from cogd.memory.api import MemoryStore
 from cogd.memory.normalise import content_hash
 from cogd.memory.record import Anchor, Record, new_id, parse, serialise
@@ -154,7 +154,7 @@ def test_exact_duplicate_merges_into_the_active_one_with_union_of_anchors_and_ev
 def test_a_candidate_cannot_be_superseded_by_hand_only_by_a_merge():
     assert not lattice.allowed("candidate", "superseded")
     assert lattice.transition("candidate", "superseded", merge=True) == "supersede"
-    with pytest.raises(MemoryError_):
+    with pytest.raises(MemoryRefused):
         lattice.transition("stale", "superseded", merge=True)
 
 
@@ -300,7 +300,7 @@ def test_retention_prunes_old_rejected_and_superseded_records(store, root):
         record = parse((store.memory_dir / f"observations/{mid}.md").read_text(encoding="utf-8"))
         assert record.status == "pruned" and record.body == ""
     # the rejected claim stays refused; the merged duplicate left no tombstone (its claim lives on)
-    with pytest.raises(MemoryError_) as info:
+    with pytest.raises(MemoryRefused) as info:
         store.record("observation", CLAIM.upper())
     assert info.value.kind == "tombstoned" and info.value.data["id"] == rejected
     assert store.ledger.tombstone(content_hash("Never commit .cogd/index")) is None
@@ -333,7 +333,7 @@ def test_a_file_with_a_problem_is_skipped_and_the_rest_goes_on(store, root):
     report = run(store, root).as_dict()
     assert report["actions"] == [] and status(store, b) == "candidate"  # its pending problem protects it
     assert status(store, a) == "candidate"
-    with pytest.raises(MemoryError_) as info:
+    with pytest.raises(MemoryRefused) as info:
         run(store, root, steps=("dedup", "tidy"))
     assert info.value.kind == "bad_request" and "tidy" in str(info.value)
     assert STEPS == ("dedup", "promote", "decay", "retention")

@@ -22,7 +22,7 @@ from pathlib import Path
 from cogd.memory.api import MemoryStore
 from cogd.config import ConsolidateConfig
 from cogd.memory.consolidate import consolidate
-from cogd.memory.errors import MemoryError_
+from cogd.memory.errors import MemoryRefused
 
 root = Path(sys.argv[1])
 store = MemoryStore(root, root / ".cogd" / "state.db", root / ".cogd" / "index")
@@ -43,7 +43,7 @@ for n in itertools.count():
         store.record("observation", f"{sys.argv[2]} {n}: parse_date returns naive datetimes without a zone given",
                      session_id="s2")
         consolidate(store, root / ".cogd" / "state.db", ConsolidateConfig(retention_days=0))
-    except MemoryError_ as exc:
+    except MemoryRefused as exc:
         print("refused", exc.kind, exc, file=sys.stderr, flush=True)
 '''
 

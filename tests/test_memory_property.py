@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from cogd.memory import lattice
 from cogd.memory.api import MemoryStore
-from cogd.memory.errors import MemoryError_
+from cogd.memory.errors import MemoryRefused
 
 TEXTS = [
     "parse_date returns naive datetimes",
@@ -157,7 +157,7 @@ def test_random_operations_never_break_the_lattice_or_rewrite_events(prelude, mo
                         for suffix in ("", "-wal", "-shm"):
                             (workdir / ".cogd" / "index" / f"memory.db{suffix}").unlink(missing_ok=True)
                         store = MemoryStore(workdir, state_db, workdir / ".cogd" / "index")
-                except MemoryError_ as exc:
+                except MemoryRefused as exc:
                     assert exc.kind in ("illegal_transition", "tombstoned", "secret_detected", "duplicate",
                                         "not_found", "bad_request")
                 store.sync()

@@ -29,7 +29,7 @@ SLOW_FOR_A_HOOK = {"json", "re", "enum", "functools", "collections", "socket", "
                    "cogd.rpc.protocol", "cogd.rpc.control"}
 # Everything the hook process may import beyond the interpreter's own start-up, on its happy path.
 HOT_PATH_ALLOWED = {"cogd", "cogd.hookclient", "cogd.rpc", "cogd.rpc.client", "cogd.rpc.fastjson", "cogd.rpc.locate",
-                    "cogd.safepath",
+                    "cogd.safepath", "cogd.errors",
                     "_json", "_socket", "__future__"}
 
 
@@ -41,7 +41,7 @@ def test_hook_client_imports_nothing_heavy():
     assert SLOW_FOR_A_HOOK & loaded == set()
     # The hook's share of cogd is the wire package and the standard-library safe-path layer.
     ours = {name for name in loaded if name == "cogd" or name.startswith("cogd.")}
-    allowed = {"cogd", "cogd.hookclient", "cogd.safepath"}
+    allowed = {"cogd", "cogd.hookclient", "cogd.safepath", "cogd.errors"}
     assert {name for name in ours - allowed if not name.startswith("cogd.rpc")} == set()
 
 

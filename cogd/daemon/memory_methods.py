@@ -1,7 +1,7 @@
 """The daemon's ``memory.*`` JSON-RPC methods: thin, validating wrappers over :class:`MemoryStore`.
 
 Every client payload is untrusted: shapes are checked here and turned into
-``bad_request``; the store's :class:`~cogd.memory.errors.MemoryError_` becomes an
+``bad_request``; the store's :class:`~cogd.memory.errors.MemoryRefused` becomes an
 :class:`RpcError` with the same ``kind`` and ``data`` (``illegal_transition``,
 ``tombstoned``, ``secret_detected``, ``duplicate``, ``not_found``, ``bad_request``).
 See docs/protocol.md for one example per method.
@@ -14,7 +14,7 @@ import time
 from typing import Callable
 
 from cogd.rpc.protocol import INVALID_PARAMS, RpcError
-from cogd.memory.errors import MemoryError_
+from cogd.memory.errors import MemoryRefused
 
 log = logging.getLogger("cogd.memory")
 
@@ -63,7 +63,7 @@ def memory_methods(service) -> dict[str, Callable[[dict], object]]:
         def handler(params: dict) -> object:
             try:
                 return fn(params)
-            except MemoryError_ as exc:
+            except MemoryRefused as exc:
                 raise RpcError(exc.kind, str(exc), data=exc.data) from exc
         return handler
 
@@ -208,7 +208,7 @@ class Consolidator:
             try:
                 report = consolidate(self.service.memory, self.service.layout.state_db, self.config,
                                      dry_run=dry_run, trigger=trigger).as_dict()
-            except MemoryError_ as exc:
+            except MemoryRefused as exc:
                 raise RpcError(exc.kind, str(exc), data=exc.data) from exc
             if not dry_run:
                 self.runs += 1

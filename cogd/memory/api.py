@@ -24,7 +24,7 @@ For packs (read-only, thread-safe, never raise on an empty store):
 - ``MemoryStore.config.show_stale`` — whether packs show stale memories (with their
   age and a "may be outdated" mark) or leave them out.
 
-Errors: every refused operation raises :class:`~cogd.memory.errors.MemoryError_`
+Errors: every refused operation raises :class:`~cogd.memory.errors.MemoryRefused`
 with a stable ``kind`` (``illegal_transition``, ``tombstoned``,
 ``secret_detected``, ``duplicate``, ``not_found``, ``bad_request``) and JSON-safe ``data``.
 """
@@ -50,7 +50,7 @@ from cogd.index.boundary import exists_in_tree
 from cogd.memory import lattice
 from cogd.memory.anchors import CodeIndex, entity_path
 from cogd.memory.dedup import Existing, find_duplicate, nearest
-from cogd.memory.errors import MemoryError_, bad_request, not_found
+from cogd.memory.errors import MemoryRefused, bad_request, not_found
 from cogd.memory.events import MemoryLedger, owner_alive, process_token
 from cogd.memory.gitstate import UncommittedMemory
 from cogd.memory.normalise import content_hash
@@ -464,7 +464,7 @@ class MemoryStore:
         if findings:
             kinds = sorted({f.kind for f in findings})
             first = findings[0]
-            raise MemoryError_(
+            raise MemoryRefused(
                 "secret_detected",
                 f"refused: the text looks like it holds a secret ({', '.join(kinds)}; line {first.line}, "
                 f"starts {first.preview!r}). Remove it, or wrap what must not be stored in <private>…</private>.",
@@ -473,7 +473,7 @@ class MemoryStore:
     def _check_tombstone(self, chash: str, entity_id: str = "") -> None:
         stone = self.ledger.tombstone(chash)
         if stone is not None and stone.entity_id != entity_id:
-            raise MemoryError_(
+            raise MemoryRefused(
                 "tombstoned",
                 f"refused: this claim was rejected on {_when(stone.at)} as {stone.entity_id}"
                 + (f" (reason: {stone.reason})" if stone.reason else "")
@@ -494,7 +494,7 @@ class MemoryStore:
         ``source``: agent | human | consolidation | import. ``status``: default
         ``active`` for ``human``, ``candidate`` otherwise (imports are always candidates).
 
-        Raises MemoryError_: ``bad_request`` (bad type/source/text, an id in use),
+        Raises MemoryRefused: ``bad_request`` (bad type/source/text, an id in use),
         ``secret_detected``, ``tombstoned`` (the same normalised claim was rejected;
         data: id, date, reason), ``duplicate`` (data: id, how, score — exact content or
         title over memories of the type that are live, embedding over active ones),
@@ -556,7 +556,7 @@ class MemoryStore:
                 duplicate = find_duplicate(head, chash, vector[1], self._existing(active, model),
                                            similarity=self.config.duplicate_similarity)
             if duplicate is not None:
-                raise MemoryError_("duplicate", f"refused: a {type} like this exists already: {duplicate.id} "
+                raise MemoryRefused("duplicate", f"refused: a {type} like this exists already: {duplicate.id} "
                                    f"({duplicate.how} match, {duplicate.score:.2f})", **duplicate.as_dict())
             anchor_list = self._anchor(anchors)
             entity_id = entity_id or new_id()
@@ -585,7 +585,7 @@ class MemoryStore:
         hashes = self.code.hashes(entity_ids)
         missing = [e for e in entity_ids if e not in hashes]
         if missing:
-            raise MemoryError_("not_found", f"the code index holds no entity {missing[0]!r} (ids look like "
+            raise MemoryRefused("not_found", f"the code index holds no entity {missing[0]!r} (ids look like "
                                "'path/to/file.py::Class.method'; see `cogd search`)", id=missing[0], entities=missing)
         return [Anchor(e, hashes[e]) for e in dict.fromkeys(entity_ids)]
 
@@ -595,7 +595,7 @@ class MemoryStore:
         ``reject`` needs a ``reason`` (kept with the tombstone). ``rejected`` records
         the normalised-content tombstone; ``pruned`` removes the body, keeps the
         tombstone. Supersession needs the successor: use :meth:`supersede`.
-        Raises MemoryError_ ``not_found``, ``bad_request``, ``illegal_transition``.
+        Raises MemoryRefused ``not_found``, ``bad_request``, ``illegal_transition``.
         """
         if to not in lattice.STATUSES:
             raise bad_request(f"status must be one of {', '.join(lattice.STATUSES)}, got {to!r}")
@@ -634,7 +634,7 @@ class MemoryStore:
     def supersede(self, old_id: str, new_id: str, *, actor: str = "agent") -> dict:
         """``old_id`` (active) becomes ``superseded`` by ``new_id`` (candidate or active), both files updated.
 
-        Returns ``{"old": {...}, "new": {...}}``. Raises MemoryError_ ``not_found``,
+        Returns ``{"old": {...}, "new": {...}}``. Raises MemoryRefused ``not_found``,
         ``bad_request`` (same id, successor not live, different types), ``illegal_transition``.
         """
         if old_id == new_id:
@@ -648,7 +648,7 @@ class MemoryStore:
             if new.type != old.type:
                 raise bad_request(f"{new_id} is a {new.type}, {old_id} a {old.type}: supersede within one type")
             if old_row["status"] == "superseded":
-                raise MemoryError_("illegal_transition", f"{old_id} is already superseded (by {old.superseded_by or '?'})",
+                raise MemoryRefused("illegal_transition", f"{old_id} is already superseded (by {old.superseded_by or '?'})",
                                    id=old_id, **{"from": "superseded", "to": "superseded", "allowed": ["pruned"]})
             action = lattice.transition(old_row["status"], "superseded", entity_id=old_id)
             lattice.transition(new_row["status"], new_row["status"], entity_id=new_id)
@@ -666,7 +666,7 @@ class MemoryStore:
         """Re-anchor a memory to the code as it is now; a ``stale`` one becomes ``active`` again.
 
         Returns ``{"record": {...}, "anchors": [{"entity", "was", "now"}]}``. Raises
-        MemoryError_ ``not_found`` (the memory, or an anchored entity that is gone:
+        MemoryRefused ``not_found`` (the memory, or an anchored entity that is gone:
         edit the anchors or reject the memory), ``illegal_transition``.
         """
         with self._lock:
@@ -678,7 +678,7 @@ class MemoryStore:
             hashes = self.code.hashes([a.entity for a in record.anchors])
             gone = [a.entity for a in record.anchors if a.entity not in hashes]
             if gone:
-                raise MemoryError_("not_found", f"cannot re-anchor {entity_id}: the code index no longer holds "
+                raise MemoryRefused("not_found", f"cannot re-anchor {entity_id}: the code index no longer holds "
                                    f"{', '.join(gone)}; edit its anchors (`cogd memory edit`) or reject it",
                                    id=entity_id, entities=gone)
             changes = [{"entity": a.entity, "was": a.hash, "now": hashes[a.entity]} for a in record.anchors]
@@ -696,7 +696,7 @@ class MemoryStore:
         The edit goes through exactly what a hand edit of the file goes through
         (:meth:`apply_file_state`): parse, lattice, secrets, tombstones. On success
         the file holds ``text`` as given. Returns ``{"record": {...}, "action": str}``.
-        Raises MemoryError_ ``bad_request`` (unparsable text — message has line and
+        Raises MemoryRefused ``bad_request`` (unparsable text — message has line and
         column — or another id), ``illegal_transition``, ``secret_detected``, ``tombstoned``;
         on any error the file is untouched.
         """
@@ -762,7 +762,7 @@ class MemoryStore:
         """One memory: ``{"record": {...}, "text": file text, "path", "problem", "events": [...]}``.
 
         The record is the projection's (the last legal state); ``text`` is the
-        file as it is now. Raises MemoryError_ ``not_found``.
+        file as it is now. Raises MemoryRefused ``not_found``.
         """
         if not isinstance(entity_id, str) or not entity_id:
             raise bad_request("id must be a non-empty string")
@@ -904,7 +904,7 @@ class MemoryStore:
                 if warnings:
                     refused.append({"index": index, "kind": "warning", "id": result["record"]["id"],
                                     "message": f"anchors dropped (not in this index): {', '.join(warnings)}"})
-            except MemoryError_ as exc:
+            except MemoryRefused as exc:
                 refused.append({"index": index, "kind": exc.kind, "message": str(exc), **exc.data})
         return {"imported": imported, "refused": refused}
 
@@ -991,7 +991,7 @@ class MemoryStore:
                 continue
             try:
                 record, _ = self._load(row["id"])
-            except MemoryError_:
+            except MemoryRefused:
                 continue  # a file with a pending problem is left to its owner
             action = lattice.transition("active", "stale", entity_id=row["id"])
             record.status = "stale"
@@ -1059,14 +1059,14 @@ class MemoryStore:
         On refusal the file is never rewritten: an event (``illegal_transition``
         or ``refused``) is appended, the problem is stored against the file (shown
         by ``cogd status``), and the projection keeps the last legal state; with
-        ``raise_errors`` the MemoryError_ is raised instead of being recorded
+        ``raise_errors`` the MemoryRefused is raised instead of being recorded
         as a file problem (nothing is written). Returns the action name
         (``create``, ``edit``, ``reject`` … or ``unchanged``).
         """
         relpath = relpath or record.relpath()
         try:
             if old_status == "purged":
-                raise MemoryError_("illegal_transition", f"{record.id} was purged (erased) here: it cannot come back",
+                raise MemoryRefused("illegal_transition", f"{record.id} was purged (erased) here: it cannot come back",
                                    id=record.id, **{"from": "purged", "to": record.status, "allowed": []})
             action = lattice.transition(old_status, record.status, entity_id=record.id, arrival=arrival)
             if record.status == "superseded" and old_status not in (None, "superseded"):
@@ -1081,7 +1081,7 @@ class MemoryStore:
             self._check_secrets(*(text for _, text in free_text(record)))
             if record.status in lattice.LIVE and text_changed:
                 self._check_tombstone(chash, record.id)
-        except MemoryError_ as exc:
+        except MemoryRefused as exc:
             if raise_errors:
                 raise
             problem = {"kind": exc.kind, "id": record.id, "message": str(exc),
@@ -1136,7 +1136,7 @@ class MemoryStore:
                 "`status:` back (or use `cogd memory supersede OLD_ID NEW_ID`)")
 
     @staticmethod
-    def _fix_hint(exc: MemoryError_, old_status: str | None, record: Record) -> str:
+    def _fix_hint(exc: MemoryRefused, old_status: str | None, record: Record) -> str:
         if exc.kind == "illegal_transition":
             if old_status == "purged":
                 return "delete the file (the memory was erased)"

@@ -73,7 +73,7 @@ from rapidfuzz import fuzz, process
 from cogd.memory import lattice
 from cogd.memory.api import FileChange
 from cogd.memory.dedup import TITLE_RATIO, title_score
-from cogd.memory.errors import MemoryError_, bad_request
+from cogd.memory.errors import MemoryRefused, bad_request
 from cogd.memory.normalise import content_hash, normalise
 from cogd.memory.record import Anchor, iso
 from cogd.memory.secrets import strip_private
@@ -294,7 +294,7 @@ def resolve_survivor(store: "MemoryStore", entity_id: str) -> dict:
 
     Returns ``{"id": final id, "status": its status, "chain": [ids followed, first to last]}``;
     ``id`` is ``entity_id`` itself when it is not superseded. Stops at a missing
-    record, a cycle or :data:`CHAIN_MAX` hops. Raises MemoryError_ ``not_found``
+    record, a cycle or :data:`CHAIN_MAX` hops. Raises MemoryRefused ``not_found``
     when ``entity_id`` is unknown.
     """
     from cogd.memory.errors import not_found
@@ -333,7 +333,7 @@ def _fill_vectors(store: "MemoryStore", rounds: int = 16) -> None:
 
 
 def _detail_error(step: str, entity_id: str, exc: Exception) -> dict:
-    kind = exc.kind if isinstance(exc, MemoryError_) else exc.__class__.__name__
+    kind = exc.kind if isinstance(exc, MemoryRefused) else exc.__class__.__name__
     return {"step": step, "id": entity_id, "kind": kind, "message": str(exc)}
 
 
@@ -428,7 +428,7 @@ def _judge(a: _Item, b: _Item, config) -> dict | None:
 
 
 def _merge(store: "MemoryStore", survivor_id: str, loser_id: str, match: dict, now: float) -> None:
-    """Fold ``loser_id`` into ``survivor_id`` (both files, both events, the projection). Raises MemoryError_."""
+    """Fold ``loser_id`` into ``survivor_id`` (both files, both events, the projection). Raises MemoryRefused."""
     with store._lock:
         survivor, srow = store._load(survivor_id)
         loser, lrow = store._load(loser_id)
@@ -508,7 +508,7 @@ def _plan_promote(store: "MemoryStore", ledger: LedgerView, config) -> list[tupl
                 for entry in record.extra.get("evidence") or []:
                     if isinstance(entry, dict) and entry.get("session_id", "") != row["session_id"]:
                         others.setdefault(str(entry.get("id")), str(entry.get("session_id", "")))
-            except MemoryError_:
+            except MemoryRefused:
                 pass
             independent = sorted(set(others.values()))
             evidence["corroborated_by"] = [{"id": i, "session_id": s} for i, s in sorted(others.items())]
@@ -574,7 +574,7 @@ def _plan_retention(store: "MemoryStore", config, now: float) -> list[tuple[str,
 
 
 def _set_status(store: "MemoryStore", entity_id: str, to: str, detail: dict, now: float, action_name: str = "") -> None:
-    """One status move through the lattice: file, event (actor consolidation), projection. Raises MemoryError_."""
+    """One status move through the lattice: file, event (actor consolidation), projection. Raises MemoryRefused."""
     with store._lock:
         record, row = store._load(entity_id)
         old = row["status"]
@@ -639,7 +639,7 @@ def consolidate(store: "MemoryStore", state_db: Path, config, *, dry_run: bool =
 
     A record that cannot be changed (a file with a pending problem, a status
     that moved meanwhile) is skipped and listed in ``errors``; the other items
-    and steps go on. Raises MemoryError_ ``bad_request`` for unknown steps.
+    and steps go on. Raises MemoryRefused ``bad_request`` for unknown steps.
     """
     unknown = [s for s in steps if s not in STEPS]
     if unknown:
@@ -686,7 +686,7 @@ def _run_dedup(store, ledger, config, report: Report, now: float, dry_run: bool)
             try:
                 _merge(store, survivor.id, loser.id, match, now)
                 action.applied = True
-            except (MemoryError_, OSError) as exc:
+            except (MemoryRefused, OSError) as exc:
                 report.errors.append(_detail_error("dedup", loser.id, exc))
                 continue
         report.actions.append(action)
@@ -706,7 +706,7 @@ def _run_simple(store, report: Report, step: str, to: str, planner, args: tuple,
             try:
                 _set_status(store, entity_id, to, detail, now)
                 action.applied = True
-            except (MemoryError_, OSError) as exc:
+            except (MemoryRefused, OSError) as exc:
                 report.errors.append(_detail_error(step, entity_id, exc))
                 continue
         report.actions.append(action)
@@ -727,7 +727,7 @@ def _run_retention(store, config, report: Report, now: float, dry_run: bool) -> 
                 action.detail = _prune(store, entity_id, detail, now)
                 action.applied = True
                 pruned += 1
-            except (MemoryError_, OSError) as exc:
+            except (MemoryRefused, OSError) as exc:
                 report.errors.append(_detail_error("retention", entity_id, exc))
                 continue
         report.actions.append(action)

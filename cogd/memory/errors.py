@@ -1,31 +1,35 @@
-"""The one exception type of the memory layer, with the protocol's stable kinds.
+"""The memory layer's refusals: :class:`cogd.errors.CogdError` with the memory kinds.
 
-The daemon maps :class:`MemoryError_` to a JSON-RPC error with the same
-``kind`` and ``data``; this module knows nothing of the protocol.
+The daemon maps a :class:`MemoryRefused` like any other :class:`~cogd.errors.CogdError`
+(same ``kind`` and ``data``); this module knows nothing of the protocol.
 """
 
 from __future__ import annotations
 
+from cogd.errors import CogdError
+
+#: The kinds a memory operation may be refused with (a subset of :data:`cogd.errors.CODES`).
 KINDS = ("illegal_transition", "tombstoned", "secret_detected", "duplicate", "not_found", "bad_request")
 
 
-class MemoryError_(Exception):  # noqa: N801 (trailing underscore: not the builtin MemoryError)
+class MemoryRefused(CogdError):
     """A refused memory operation.
 
     ``kind``: one of :data:`KINDS`; ``data``: JSON-safe details (ids, dates,
     reasons, a preview of at most 4 characters for a secret).
     """
 
-    def __init__(self, kind: str, message: str, **data: object):
-        super().__init__(message)
-        assert kind in KINDS, kind
-        self.kind = kind
-        self.data = data
+    def __init__(self, kind: str, message: str, fix: str | None = None, **data: object):
+        if kind not in KINDS:
+            raise ValueError(f"not a memory error kind: {kind!r}")
+        super().__init__(kind, message, fix, **data)
 
 
-def bad_request(message: str, **data: object) -> MemoryError_:
-    return MemoryError_("bad_request", message, **data)
+def bad_request(message: str, **data: object) -> MemoryRefused:
+    """A ``bad_request`` refusal (a malformed argument)."""
+    return MemoryRefused("bad_request", message, **data)
 
 
-def not_found(entity_id: str) -> MemoryError_:
-    return MemoryError_("not_found", f"no memory {entity_id!r}", id=entity_id)
+def not_found(entity_id: str) -> MemoryRefused:
+    """A ``not_found`` refusal for the memory ``entity_id``."""
+    return MemoryRefused("not_found", f"no memory {entity_id!r}", id=entity_id)

@@ -24,7 +24,7 @@ supersession without its successor would mean nothing.
 
 from __future__ import annotations
 
-from cogd.memory.errors import MemoryError_
+from cogd.memory.errors import MemoryRefused
 
 STATUSES = ("candidate", "active", "stale", "rejected", "superseded", "pruned")
 
@@ -68,7 +68,7 @@ def transition(old: str | None, new: str, *, entity_id: str = "", arrival: bool 
     Names: ``create``, ``edit`` (same status), ``activate``, ``stale``,
     ``reject``, ``supersede``, ``prune``, ``reactivate`` (stale → active).
     ``merge``: see :func:`allowed`.
-    Raises :class:`MemoryError_` ``illegal_transition`` (data: ``id``,
+    Raises :class:`MemoryRefused` ``illegal_transition`` (data: ``id``,
     ``from``, ``to``, ``allowed`` — the legal targets) when the table forbids it.
     """
     if not allowed(old, new, arrival=arrival, merge=merge):
@@ -80,7 +80,7 @@ def transition(old: str | None, new: str, *, entity_id: str = "", arrival: bool 
         else:
             reach = ", ".join(targets) if targets else "nothing (terminal)"
             message = f"{entity_id or 'this memory'} cannot go from {old} to {new}; from {old} it can go to {reach}"
-        raise MemoryError_("illegal_transition", message, id=entity_id, **{"from": old, "to": new, "allowed": targets})
+        raise MemoryRefused("illegal_transition", message, id=entity_id, **{"from": old, "to": new, "allowed": targets})
     if old is None:
         return "create"
     if old == new:

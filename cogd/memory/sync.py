@@ -28,7 +28,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
-from cogd.memory.errors import MemoryError_
+from cogd.memory.errors import MemoryRefused
 from cogd.memory.record import FOLDERS, RecordError, read
 
 if TYPE_CHECKING:
@@ -128,7 +128,7 @@ def scan(store: "MemoryStore") -> dict:
         try:
             action = store.apply_file_state(record, old_status, row, actor="human" if row is not None else "sync",
                                             relpath=rel, arrival=row is None)
-        except (MemoryError_, OSError) as exc:  # defensive: apply_file_state records problems itself
+        except (MemoryRefused, OSError) as exc:  # defensive: apply_file_state records problems itself
             projection.set_file(rel, st.st_mtime_ns, st.st_size, record.id,
                                 _problem("error", str(exc), "see the daemon log"))
             counts["refused"] += 1

@@ -17,6 +17,8 @@ from __future__ import annotations
 import sqlite3
 from collections import deque
 
+from cogd.errors import CogdError
+
 #: Bounds for :func:`impact` (and the defaults the daemon methods use).
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 1000
@@ -26,12 +28,8 @@ MAX_DEPTH = 10
 _ENTITY_COLUMNS = "id, kind, path, qualname, start_line, end_line, signature"
 
 
-class GraphError(ValueError):
+class GraphError(CogdError, ValueError):
     """A graph query cannot run. ``kind`` is ``not_found`` or ``bad_request``."""
-
-    def __init__(self, kind: str, message: str):
-        super().__init__(message)
-        self.kind = kind
 
 
 def _check_int(value: object, name: str, low: int, high: int) -> int:
@@ -44,7 +42,7 @@ def _require(conn: sqlite3.Connection, entity_id: str) -> None:
     if not isinstance(entity_id, str) or not entity_id:
         raise GraphError("bad_request", "id must be a non-empty entity id such as 'json/decoder.py::JSONDecoder.decode'")
     if conn.execute("SELECT 1 FROM entities WHERE id = ?", (entity_id,)).fetchone() is None:
-        raise GraphError("not_found", f"no entity {entity_id!r} (ids come from search results)")
+        raise GraphError("not_found", f"no entity {entity_id!r} (ids come from search results)", id=entity_id)
 
 
 def _neighbours(conn: sqlite3.Connection, entity_id: str, direction: str, limit: int) -> tuple[list[dict], int]:
