@@ -14,25 +14,23 @@ keeps its kind; anything else is ``internal``.
 from __future__ import annotations
 
 import logging
-import os
 import sqlite3
 import time
 from pathlib import Path
 
-from cogd import __version__, recovery
+from cogd import recovery
 from cogd.config import Config
 from cogd.daemon import context_methods
-from cogd.daemon.context_methods import context_methods as _context_methods
 from cogd.daemon.graph_methods import graph_methods
 from cogd.daemon.index_methods import index_methods
 from cogd.daemon.memory_methods import memory_methods
 from cogd.daemon.parts import build_parts
+from cogd.daemon import status_methods
 from cogd.daemon.session_methods import session_methods
-from cogd.daemon.watcher import off_status
 from cogd.errors import CogdError
 from cogd.index import store
 from cogd.paths import Layout
-from cogd.rpc.protocol import INVALID_PARAMS, METHOD_NOT_FOUND, PROTOCOL_VERSION, RpcError
+from cogd.rpc.protocol import INVALID_PARAMS, METHOD_NOT_FOUND, RpcError
 
 log = logging.getLogger("cogd.service")
 
@@ -62,15 +60,23 @@ class Service:
         self._mark_written_at = 0.0
         self.parts = parts = build_parts(layout, config, start_index=start_index, start_embedder=start_embedder)
         self._index_inode = layout.index_db.stat().st_ino
+        # The collaborators the server, the spool and the CLI reach for, by their usual names.
         self.ledger, self.memory, self.consolidator = parts.ledger, parts.memory, parts.consolidator
         self.utility, self.embedder, self.worker, self.watcher = parts.utility, parts.embedder, parts.worker, parts.watcher
-        self._methods = {"status": self.status, **_context_methods(parts), **session_methods(parts),
-                         **index_methods(parts), **graph_methods(parts), **memory_methods(parts)}
+        self._methods = {
+            "status": lambda params: status_methods.status(parts, self.lifecycle()),
+            **context_methods.context_methods(parts), **session_methods(parts), **index_methods(parts),
+            **graph_methods(parts), **memory_methods(parts),
+        }
         self._settle_ledger()
         if start_index:
             self.worker.request(None)
         if self.watcher is not None:
             self.watcher.start()
+
+    def lifecycle(self) -> status_methods.Lifecycle:
+        """This service's own state, for ``status``: uptime, requests served, the ledger's check at start."""
+        return status_methods.Lifecycle(round(time.time() - self.started_at, 3), self.requests, self.ledger_report)
 
     @property
     def last_error(self) -> str | None:
@@ -107,29 +113,6 @@ class Service:
                      "started_fresh_tombstones": report.restored_tombstones}
         recovery.write_mark(self.layout.cogd_dir, self.layout.state_db, force=True, **extra)
         self._mark_written_at = time.monotonic()
-
-    def recovery_status(self) -> dict:
-        """For ``cogd status``: the newest move of each damaged projection, and the ledger's story.
-
-        ``projections``: ``[{store, moved_to, at, reason, rebuild}]``; ``ledger``:
-        ``{state, statement, loss (the unacknowledged loss or None), fix, started_fresh_at,
-        started_fresh_records}``.
-        """
-        cogd_dir = self.layout.cogd_dir
-        loss = recovery.ledger_loss(cogd_dir)
-        mark = recovery.read_mark(cogd_dir) or {}
-        report = self.ledger_report
-        return {
-            "projections": recovery.latest_recoveries(cogd_dir),
-            "ledger": {
-                "state": "lost" if loss else report.state,
-                "statement": loss.get("statement") if loss else report.statement(),
-                "loss": loss,
-                "fix": recovery.loss_fix(loss) if loss else "",
-                "started_fresh_at": mark.get("started_fresh_at"),
-                "started_fresh_records": mark.get("started_fresh_records"),
-            },
-        }
 
     # ---- dispatch ---------------------------------------------------------
     def call(self, method: str, params: dict) -> object:
@@ -220,73 +203,6 @@ class Service:
         self._index_inode = self.layout.index_db.stat().st_ino
         self.parts.readers.renew()
         self.worker.reopen()
-
-    # ---- status ---------------------------------------------------------
-    def status(self, params: dict) -> dict:
-        # Read the ticket before the counts: a caller that sees ticket N served
-        # must also see the rows that refresh committed.
-        completed = self.worker.completed
-        result = self.worker.last_result
-        conn = self.parts.reader()
-        counts = store.counts(conn)
-        return {
-            "version": __version__,
-            "protocol": PROTOCOL_VERSION,
-            "pid": os.getpid(),
-            "root": str(self.layout.root),
-            "socket": str(self.layout.socket_path),
-            "uptime_s": round(time.time() - self.started_at, 3),
-            "requests": self.requests,
-            "last_error": self.last_error or self.worker.last_error,
-            **self._problems_status(),
-            "languages": self._languages_status(),
-            "index": {
-                **counts,
-                "skipped": dict(conn.execute(
-                    "SELECT status, count(*) FROM files WHERE status != 'ok' GROUP BY status ORDER BY status")),
-                "commit": store.get_meta(conn, "commit") or None,
-                "indexed_at": float(store.get_meta(conn, "indexed_at") or 0) or None,
-                "state": self.worker.state,
-                "progress": dict(self.worker.progress),
-                "queue_depth": self.worker.queue_depth,
-                "completed_ticket": completed,
-                "refreshes": self.worker.refreshes,
-                "last_refresh": result.as_dict() if result else None,
-            },
-            "embedding": self._embedding_status(),
-            "watch": self.watcher.status() if self.watcher is not None else off_status(
-                "disabled by [watch] enabled = false" if not self.config.watch.enabled else "not started"),
-            "memory": self.memory.status(),
-            "consolidation": self.consolidator.status(),
-            "recovery": self.recovery_status(),
-        }
-
-    def _problems_status(self) -> dict:
-        """``errors``: the current problems (each until its method, or the index worker, next
-        succeeds); ``last_resolved``: the newest problem that cleared, with ``resolved_at``."""
-        errors = self.parts.problems.current()
-        resolved = [r for r in (self.parts.problems.last_resolved, self.worker.last_resolved) if r]
-        if self.worker.last_error:
-            errors.append({"kind": "index.refresh", "error": self.worker.last_error})
-        return {"errors": errors, "last_resolved": max(resolved, key=lambda r: r["resolved_at"], default=None)}
-
-    def _languages_status(self) -> dict:
-        """``disabled``: language → why it is off (its grammar did not load or a query did not
-        compile; see cogd.index.languages); ``checked``: languages checked so far (those of the
-        tree's files, at the first refresh)."""
-        from cogd.index import languages
-
-        return {"checked": languages.checked(), "disabled": languages.problems()}
-
-    def _embedding_status(self) -> dict:
-        if self.embedder is None:
-            return {"state": "disabled", "phase": "disabled", "model": None, "coverage": 0.0}
-        status = self.embedder.status()
-        if self.worker.refreshes == 0 and status["phase"] == "current":
-            # The index is not listed yet: whatever the embedder counted is not the tree's entities.
-            status["phase"] = "counting"
-        return status
-
 
 
 def open_service(root: Path, config: Config, *, start_index: bool = True) -> Service:
