@@ -15,6 +15,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from cogd import recovery
 from cogd.config import Config
@@ -27,6 +28,10 @@ from cogd.paths import Layout
 from cogd.retrieve.repomap import RankedGraph, pagerank
 from cogd.usage.ledger import Ledger
 from cogd.usage.utility import UtilityModel
+
+if TYPE_CHECKING:  # heavy (onnxruntime, lancedb) or only for the annotations
+    from cogd.daemon.embedder import EmbeddingWorker
+    from cogd.memory.api import MemoryStore
 
 log = logging.getLogger("cogd.service")
 
@@ -174,9 +179,9 @@ class Parts:
     config: Config
     utility: UtilityModel
     ledger: Ledger
-    embedder: object | None  # cogd.daemon.embedder.EmbeddingWorker, or None when embedding is off
+    embedder: EmbeddingWorker | None  # None when embedding is off (or not started)
     worker: IndexWorker
-    memory: object  # cogd.memory.api.MemoryStore
+    memory: MemoryStore
     consolidator: Consolidator
     readers: IndexReaders
     held: HeldDeliveries
@@ -222,7 +227,7 @@ class RepoMap:
             return graph
 
 
-def memory_store(layout: Layout, config: Config, embedder):
+def memory_store(layout: Layout, config: Config, embedder: EmbeddingWorker | None) -> MemoryStore:
     """The daemon's :class:`~cogd.memory.api.MemoryStore`, embedding through ``embedder`` when a model is loaded."""
     from cogd.memory.api import MemoryStore
 

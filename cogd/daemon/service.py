@@ -5,8 +5,8 @@ The collaborators (ledger, index worker and readers, memory store,
 consolidator, …) are created once, in :func:`cogd.daemon.parts.build_parts`;
 the methods live in thin modules over them — ``context_methods`` (packs and
 their deliveries), ``session_methods`` (tool uses, compaction, session end),
-``index_methods`` (index, search, entities, stats), ``graph_methods`` and
-``memory_methods`` — with their parameters checked by :mod:`cogd.daemon.params`.
+``index_methods`` (index, search, entities, stats), ``graph_methods``,
+``memory_methods`` and ``status_methods`` — with their parameters checked by :mod:`cogd.daemon.params`.
 Errors are mapped to JSON-RPC once, here: a :class:`~cogd.errors.CogdError`
 keeps its kind; anything else is ``internal``.
 """
