@@ -45,6 +45,8 @@ from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import Field
 
 from cogd import __version__
+from cogd.memory.lattice import STATUSES
+from cogd.memory.record import TYPES
 from cogd.rpc import control
 from cogd.rpc.client import DaemonUnavailable, RemoteError, call
 from cogd.paths import Layout
@@ -130,7 +132,16 @@ def build_server(layout: Layout, session_id: str | None = None) -> MCPServer:
     link = DaemonLink(layout)
     own_session = session_id or f"mcp-{uuid.uuid4().hex[:12]}"
     server = MCPServer("cogd", instructions=INSTRUCTIONS, version=__version__, log_level="WARNING")
+    _add_search_tools(server, link, own_session)
+    _add_graph_tools(server, link)
+    _add_status_tool(server, link)
+    _add_recording_tools(server, link, own_session)
+    _add_review_tools(server, link)
+    return server
 
+
+def _add_search_tools(server: MCPServer, link: DaemonLink, own_session: str) -> None:
+    """``search`` and ``get_context``."""
     @server.tool(structured_output=True)
     async def search(
         query: Annotated[str, Field(min_length=1, max_length=4000, description="words, names or a question")],
@@ -162,6 +173,9 @@ def build_server(layout: Layout, session_id: str | None = None) -> MCPServer:
                  for i in pack.get("items", [])]
         return {"text": pack.get("text", ""), "delivery_id": pack.get("delivery_id"), "items": items}
 
+
+def _add_graph_tools(server: MCPServer, link: DaemonLink) -> None:
+    """``get_entity``, ``get_callers``, ``get_callees`` and ``get_impact``."""
     @server.tool(structured_output=True)
     async def get_entity(
         id: EntityId,
@@ -200,6 +214,9 @@ def build_server(layout: Layout, session_id: str | None = None) -> MCPServer:
         result = await link.acall("graph.impact", {"id": id, "depth": depth, "limit": limit})
         return {**result, "impacted": [_entity_summary(r) for r in result["impacted"]]}
 
+
+def _add_status_tool(server: MCPServer, link: DaemonLink) -> None:
+    """``status``."""
     @server.tool(structured_output=True)
     async def status() -> dict[str, Any]:
         """The daemon's status: root, index counts, embedding coverage, watcher, last error."""
@@ -207,7 +224,9 @@ def build_server(layout: Layout, session_id: str | None = None) -> MCPServer:
         return {k: result.get(k) for k in ("version", "protocol", "pid", "root", "uptime_s", "last_error",
                                            "index", "embedding", "watch")}
 
-    # ---- memory (the daemon's memory.* methods; records under .cogd/memory/) ----
+
+def _add_recording_tools(server: MCPServer, link: DaemonLink, own_session: str) -> None:
+    """``record_observation``, ``create_rule`` and ``create_knowledge`` (the daemon's ``memory.record``)."""
     async def _record(type_: str, text: str, title: str | None, anchors: list[str], reason: str,
                       tags: list[str], session_id: str | None) -> dict[str, Any]:
         return await link.acall("memory.record", {
@@ -249,6 +268,9 @@ def build_server(layout: Layout, session_id: str | None = None) -> MCPServer:
         """
         return await _record("knowledge", text, title, anchors, reason, tags, session_id)
 
+
+def _add_review_tools(server: MCPServer, link: DaemonLink) -> None:
+    """``reject``, ``supersede``, ``verify`` and ``list_memories`` (records under .cogd/memory/)."""
     @server.tool(structured_output=True)
     async def reject(id: MemoryId, reason: Reason = "") -> dict[str, Any]:
         """Reject a memory as wrong; its claim is tombstoned so it cannot be recorded again.
@@ -271,15 +293,12 @@ def build_server(layout: Layout, session_id: str | None = None) -> MCPServer:
 
     @server.tool(structured_output=True)
     async def list_memories(
-        type: Annotated[Literal["observation", "rule", "knowledge"] | None, Field(description="only this type")] = None,
-        status: Annotated[Literal["candidate", "active", "stale", "rejected", "superseded", "pruned"] | None,
-                          Field(description="only this status")] = None,
+        type: Annotated[Literal[TYPES] | None, Field(description="only this type")] = None,
+        status: Annotated[Literal[STATUSES] | None, Field(description="only this status")] = None,
         limit: Annotated[int, Field(ge=1, le=1000)] = 50,
     ) -> dict[str, Any]:
         """List memories, newest first. Example: {"type": "rule", "status": "active"}."""
         return await link.acall("memory.list", {"type": type, "status": status, "limit": limit})
-
-    return server
 
 
 def run(root: Path) -> None:

@@ -36,6 +36,7 @@ from cogd.rpc.protocol import (
     response,
 )
 from cogd.daemon.service import Service
+from cogd.errors import CogdError
 from cogd.paths import Layout
 from cogd.secrets import MaskingLogFilter, warm_secret_scan
 
@@ -275,7 +276,7 @@ class Daemon:
                             log.exception("could not retract delivery %s", delivery_id)
                     log.info("%s: the client hung up while its pack was built; delivery %s retracted", method, delivery_id)
                     return None
-        except RpcError as exc:
+        except CogdError as exc:  # Service.call raises RpcError only; a CogdError answers the same way
             if "id" not in message:  # JSON-RPC 2.0: a notification is never answered, not even with an error
                 log.warning("notification %s refused (%s): %s", method, exc.kind, exc)
                 return None
@@ -318,9 +319,8 @@ class Daemon:
                 except Exception:
                     log.exception("projection check failed")
                 await asyncio.get_running_loop().run_in_executor(self.pool, self._ingest_spool)
-                consolidator = getattr(self.service, "consolidator", None)
-                if consolidator is not None:  # once per idle stretch, on its own thread
-                    consolidator.on_idle(self.service.last_request_at, time.monotonic())
+                # once per idle stretch, on its own thread
+                self.service.consolidator.on_idle(self.service.last_request_at, time.monotonic())
             if idle and self.service and time.monotonic() - self.service.last_request_at > idle:
                 if self.service.worker.state == "idle":
                     self.request_stop(f"idle for {idle} s")

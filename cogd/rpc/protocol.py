@@ -1,13 +1,17 @@
-"""cogd's wire protocol: JSON-RPC 2.0, one UTF-8 JSON object per line (DESIGN.md §3).
+"""cogd's wire protocol: JSON-RPC 2.0, one UTF-8 JSON object per line (docs/protocol.md).
 
-Standard library only. Error codes: JSON-RPC's own (-32700 … -32603) plus
-cogd's in the -32000 range, each with a stable ``data.kind`` that clients
-match on instead of the message.
+Standard library only. Error codes: cogd's, by kind, come from the one table
+:data:`cogd.errors.CODES` (the -32000 range, each with a stable ``data.kind``
+that clients match on instead of the message); this module adds only JSON-RPC's
+own protocol-level codes (-32700 … -32603), which :class:`RpcError` may carry.
 """
 
 from __future__ import annotations
 
 import json
+
+from cogd.errors import CogdError
+
 PROTOCOL_VERSION = 1
 
 PARSE_ERROR = -32700
@@ -16,36 +20,36 @@ METHOD_NOT_FOUND = -32601
 INVALID_PARAMS = -32602
 INTERNAL_ERROR = -32603
 
-# cogd's own codes, by data.kind
-COGD_CODES = {
-    "bad_request": -32001,
-    "not_found": -32002,
-    "illegal_transition": -32003,
-    "tombstoned": -32004,
-    "secret_detected": -32005,
-    "duplicate": -32006,
-    "busy": -32007,
-    "shutting_down": -32008,
-}
-
 MAX_LINE_BYTES = 64 * 1024 * 1024  # one request; large PostToolUse payloads fit
 
 
-class RpcError(Exception):
-    """An error to send back as a JSON-RPC error object.
+class RpcError(CogdError):
+    """A :class:`~cogd.errors.CogdError` as the daemon answers it, optionally with a JSON-RPC
+    protocol-level code in place of its kind's code.
 
-    ``kind`` is the stable machine-readable reason (``bad_request``,
-    ``not_found`` …); ``code`` defaults to cogd's code for that kind.
+    ``kind``: one of :data:`cogd.errors.CODES` (``bad_request``, ``not_found`` …);
+    ``code``: one of this module's JSON-RPC codes (``INVALID_PARAMS`` for a parameter
+    that fails validation, ``METHOD_NOT_FOUND``, ``PARSE_ERROR``, ``INVALID_REQUEST``),
+    or None for ``CODES[kind]``; ``data``: JSON-safe details, sent beside ``kind``.
+    Raises ValueError for an unknown kind.
     """
 
-    def __init__(self, kind: str, message: str, code: int | None = None, data: dict | None = None):
-        super().__init__(message)
-        self.kind = kind
-        self.code = code if code is not None else COGD_CODES.get(kind, INTERNAL_ERROR)
-        self.data = {"kind": kind, **(data or {})}
+    def __init__(self, kind: str, message: str, code: int | None = None, data: dict | None = None,
+                 fix: str | None = None):
+        super().__init__(kind, message, fix, **(data or {}))
+        self._protocol_code = code
 
-    def to_json(self) -> dict:
-        return {"code": self.code, "message": str(self), "data": self.data}
+    @property
+    def code(self) -> int:
+        """The protocol-level code when one was given, else the code of this error's kind."""
+        return self._protocol_code if self._protocol_code is not None else super().code
+
+    @classmethod
+    def of(cls, error: CogdError) -> "RpcError":
+        """``error`` as an RpcError (the same object when it is one): same kind, message, fix and data."""
+        if isinstance(error, RpcError):
+            return error
+        return cls(error.kind, error.message, data=dict(error.data), fix=error.fix)
 
 
 def encode(message: dict) -> bytes:

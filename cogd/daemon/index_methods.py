@@ -1,0 +1,164 @@
+"""The daemon's index methods: ``index.touch``, ``index.refresh``, ``search``, ``entity.get``, ``stats``.
+
+Reads run on the calling thread's read-only index connection (:meth:`Parts.reader`);
+writes are queued to the index worker. An editor's saves reported by
+``index.touch`` are attributed to recent sessions as ``edit`` touches once the
+files are re-indexed (:func:`attribute_saves`). See docs/protocol.md.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+
+from cogd.daemon import params as p
+from cogd.daemon.parts import Parts
+from cogd.daemon.session_methods import associate
+from cogd.errors import not_found
+from cogd.index import store
+from cogd.index.boundary import tree_relpath
+from cogd.retrieve.hybrid import retrieve
+from cogd.usage.touches import Touch
+
+log = logging.getLogger("cogd.service")
+
+SAVE_SESSION_WINDOW_S = 1800.0  # an editor's save counts for sessions with a pack this recent
+MAX_TOUCHED_PATHS = 10_000
+
+
+def touch(parts: Parts, params: dict) -> dict:
+    """Queue ``paths`` for re-indexing (``wait``: until done); attribute the saves unless ``attribute`` is false."""
+    paths = p.str_list(params, "paths", MAX_TOUCHED_PATHS, required=True)
+    # Relative to the root; `..`, absolute paths and symlinks that lead out of the tree are dropped.
+    root = parts.layout.root
+    rel = list(dict.fromkeys(path for path in (tree_relpath(root, raw) for raw in paths) if path))
+    timeout = p.seconds(params, 60.0)
+    before = _entity_hashes(parts, rel) if rel and params.get("attribute", True) is not False else None
+    ticket = parts.worker.request(rel)
+    if before is not None:
+        now = p.event_time(params, parts.config.usage.trust_client_clock)
+        threading.Thread(target=attribute_saves, args=(parts, rel, before, ticket, now),
+                         name="cogd-save-touches", daemon=True).start()
+    if params.get("wait"):
+        parts.worker.wait(ticket, timeout=timeout)
+    return {"queued": rel, "ticket": ticket}
+
+
+def _entity_hashes(parts: Parts, paths: list[str]) -> dict[str, str]:
+    conn = parts.reader()
+    found: dict[str, str] = {}
+    for start in range(0, len(paths), 500):
+        chunk = paths[start:start + 500]
+        found.update(conn.execute(
+            f"SELECT id, hash FROM entities WHERE path IN ({','.join('?' * len(chunk))}) AND kind != 'file'",
+            chunk).fetchall())
+    return found
+
+
+def attribute_saves(parts: Parts, paths: list[str], before: dict[str, str], ticket: int, now: float) -> None:
+    """An editor's saves count as touches: once the saved files are re-indexed, each entity
+    whose content hash changed (or that is new) is an ``edit`` touch of its lines, recorded
+    for every session with a pack delivered in the last SAVE_SESSION_WINDOW_S."""
+    try:
+        if not parts.worker.wait(ticket, timeout=30.0):
+            return
+        conn = store.connect(parts.layout.index_db, readonly=True)
+        try:
+            rows = []
+            for start in range(0, len(paths), 500):
+                chunk = paths[start:start + 500]
+                rows += conn.execute(
+                    f"SELECT id, hash, path, start_line, end_line FROM entities WHERE path IN "
+                    f"({','.join('?' * len(chunk))}) AND kind != 'file'", chunk).fetchall()
+        finally:
+            conn.close()
+        touches = [Touch(path, "edit", start, end) for entity_id, digest, path, start, end in rows
+                   if before.get(entity_id) != digest]
+        if not touches:
+            # The watcher may have re-indexed the file before this request saw the old
+            # hashes: fall back to a file-level touch of each saved file.
+            touches = [Touch(path, "write") for path in paths]
+        for session in parts.ledger.open_sessions(since=now - SAVE_SESSION_WINDOW_S):
+            parts.ledger.record_tool_use(session, "FileSave", "", touches, now=now)
+            associate(parts, session, touches, now)
+    except Exception:
+        log.exception("could not attribute saved files %s", paths[:5])
+
+
+def refresh(parts: Parts, params: dict) -> dict:
+    """A stat-scan refresh (``full``: re-parse everything); waits for it unless ``wait`` is false."""
+    timeout = p.seconds(params, 3600.0, limit=86400.0)
+    ticket = parts.worker.request(None, full=params.get("full") is True)
+    if params.get("wait", True):
+        done = parts.worker.wait(ticket, timeout=timeout)
+        result = parts.worker.last_result
+        return {"ticket": ticket, "done": done, "result": result.as_dict() if result else None}
+    return {"ticket": ticket, "done": False, "result": None}
+
+
+def search(parts: Parts, params: dict) -> dict:
+    """Entities ranked for ``query`` (``kind``, ``limit`` 1..1000, ``mode``)."""
+    query = p.text(params, "query", required=True)
+    kind = p.text(params, "kind", limit=40)
+    limit = p.integer(params, "limit", 20, 1, 1000)
+    mode = p.choice(params, "mode", p.MODES, parts.config.retrieve.mode)
+    vector, dense = parts.query_vector(query, mode)
+    hits = retrieve(parts.reader(), query, parts.config.retrieve, mode=mode, query_vector=vector, dense=dense,
+                    kinds=(kind,) if kind else None, limit=limit)
+    return {"mode": mode, "vectors": vector is not None,
+            "hits": [{**h.__dict__, "score": round(h.score, 6)} for h in hits]}
+
+
+def entity_get(parts: Parts, params: dict) -> dict:
+    """One entity with its edges both ways, its body and its delivery counts; ``not_found`` for an unknown id."""
+    entity_id = p.text(params, "id", required=True)
+    conn = parts.reader()
+    row = conn.execute("SELECT * FROM entities WHERE id = ?", (entity_id,)).fetchone()
+    if row is None:
+        raise not_found(f"no entity {entity_id!r}", id=entity_id)
+    entity = {k: row[k] for k in row.keys() if k != "rowid"}
+    outgoing = [dict(r) for r in conn.execute(
+        "SELECT dst AS id, kind, resolution FROM edges WHERE src = ? ORDER BY kind, dst", (entity_id,))]
+    incoming = [dict(r) for r in conn.execute(
+        "SELECT src AS id, kind, resolution FROM edges WHERE dst = ? ORDER BY kind, src", (entity_id,))]
+    body = conn.execute("SELECT body FROM entities_fts WHERE rowid = ?", (row["rowid"],)).fetchone()
+    return {
+        "entity": entity,
+        "edges": {"out": outgoing, "in": incoming},
+        "body": body[0] if body else "",
+        "usage": parts.ledger.entity_usage(entity_id, row["path"]),
+    }
+
+
+def stats(parts: Parts, params: dict) -> dict:
+    """Counts of the index (by language and kind, edges, files) and of the ledger."""
+    conn = parts.reader()
+    by_lang_kind = [dict(r) for r in conn.execute(
+        "SELECT language, kind, count(*) AS n FROM entities GROUP BY language, kind ORDER BY language, kind")]
+    edges = [dict(r) for r in conn.execute(
+        "SELECT kind, resolution, count(*) AS n FROM edges GROUP BY kind, resolution ORDER BY kind, resolution")]
+    files = [dict(r) for r in conn.execute(
+        "SELECT language, status, count(*) AS n FROM files GROUP BY language, status ORDER BY language, status")]
+    totals = parts.ledger.totals()
+    # Deterministic: the same index and ledger give the same answer (no clock
+    # fields; `status` carries index.indexed_at), so a reset can be checked.
+    return {
+        "index": {**store.counts(conn), "commit": store.get_meta(conn, "commit") or None},
+        "entities": by_lang_kind,
+        "edges": edges,
+        "files": files,
+        "ledger": totals,
+        **{key: totals[key] for key in ("deliveries", "hits", "misses", "hit_rate")},
+    }
+
+
+def index_methods(parts: Parts) -> dict[str, Callable[[dict], dict]]:
+    """Method name → handler(params), over ``parts``' index readers, index worker and ledger."""
+    return {
+        "index.touch": lambda params: touch(parts, params),
+        "index.refresh": lambda params: refresh(parts, params),
+        "search": lambda params: search(parts, params),
+        "entity.get": lambda params: entity_get(parts, params),
+        "stats": lambda params: stats(parts, params),
+    }
