@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from cogd import safepath
+from cogd.errors import CogdError
 
 # The pack must stay under Claude Code's 10,000-character limit on injected
 # text: beyond it the client swaps the pack for a 2 KB preview (clients.md).
@@ -21,8 +22,14 @@ PACK_HARD_CAP_CHARS = 9_500
 MAX_PARSE_TIMEOUT_MS = 60_000  # index.parse_timeout_ms is clamped to this
 
 
-class ConfigError(ValueError):
-    """The config file exists but cannot be parsed or holds a bad value."""
+class ConfigError(CogdError, ValueError):
+    """The config file exists but cannot be parsed or holds a bad value; kind ``config``.
+
+    ``message`` names the file or the key and the value; ``fix``, when given, what to change.
+    """
+
+    def __init__(self, message: str, fix: str | None = None):
+        super().__init__("config", message, fix)
 
 
 @dataclass
