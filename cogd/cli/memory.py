@@ -20,7 +20,7 @@ from rich.table import Table
 
 from cogd.cli.base import console, date, edge_message, err, rough_age, run
 from cogd.memory.lattice import STATUSES
-from cogd.memory.record import TYPES
+from cogd.memory.vocabulary import TYPES
 
 
 @click.group("memory")
