@@ -13,8 +13,8 @@ import tomllib
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
+from cogd.errors import CogdError  # the one error type (standard library)
 from cogd import safepath
-from cogd.errors import CogdError
 
 # The pack must stay under Claude Code's 10,000-character limit on injected
 # text: beyond it the client swaps the pack for a 2 KB preview (clients.md).
