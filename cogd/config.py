@@ -13,6 +13,7 @@ import tomllib
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
+from cogd.errors import CogdError  # the one error type (standard library)
 from cogd import safepath
 
 # The pack must stay under Claude Code's 10,000-character limit on injected
@@ -21,8 +22,14 @@ PACK_HARD_CAP_CHARS = 9_500
 MAX_PARSE_TIMEOUT_MS = 60_000  # index.parse_timeout_ms is clamped to this
 
 
-class ConfigError(ValueError):
-    """The config file exists but cannot be parsed or holds a bad value."""
+class ConfigError(CogdError, ValueError):
+    """The config file exists but cannot be parsed or holds a bad value; kind ``config``.
+
+    ``message`` names the file or the key and the value; ``fix``, when given, what to change.
+    """
+
+    def __init__(self, message: str, fix: str | None = None):
+        super().__init__("config", message, fix)
 
 
 @dataclass

@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Callable, TypeVar
 
 from cogd import safepath
+from cogd.errors import CogdError
 
 log = logging.getLogger("cogd.recovery")
 
@@ -55,18 +56,23 @@ MARK_INTERVAL_S = 60.0  # how often a running daemon refreshes the ledger marker
 T = TypeVar("T")
 
 
-class StoreRefused(RuntimeError):
-    """A store that cannot be opened and must not be moved aside (it is not damaged data).
+class StoreRefused(CogdError, RuntimeError):
+    """A store that cannot be opened and must not be moved aside (it is not damaged data);
+    kind ``store_refused``.
 
     ``store``: file name (``state.db``); ``reason``: what went wrong; ``fix``: what to do.
     """
 
     def __init__(self, store: str, reason: str, fix: str):
-        super().__init__(f"{store}: {reason}; fix: {fix}")
-        self.summary = f"{store}: {reason}"  # without the fix (shown on its own)
+        super().__init__("store_refused", f"{store}: {reason}", fix, store=store)
+        self.args = (f"{store}: {reason}; fix: {fix}",)
+        self.summary = self.message  # without the fix (shown on its own)
         self.store = store
         self.reason = reason
-        self.fix = fix
+
+    def line(self) -> str:
+        """For a terminal: the store and the reason, then the fix on a line of its own."""
+        return f"{self.message}\n  fix: {self.fix}"
 
 
 # ---- SQLite health ---------------------------------------------------------------------

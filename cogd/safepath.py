@@ -17,13 +17,16 @@ Something of ours that is only too open (a fresh clone) is tightened in place
 refused with :class:`UnsafePath`, whose message names the path, the problem and
 a fix the user can carry out.
 
-Standard library only, and only ``os`` and ``stat`` (both already loaded when
-the interpreter starts): the hook client imports this module on its hot path.
+Standard library only: ``os`` and ``stat`` (both already loaded when the
+interpreter starts) and :mod:`cogd.errors` (standard library itself): the hook
+client imports this module on its hot path.
 Paths are plain ``str`` (or ``os.PathLike``) for the same reason.
 """
 
 import os
 import stat
+
+from cogd.errors import CogdError
 
 COGD_DIR = ".cogd"
 DIR_MODE = 0o700
@@ -32,18 +35,23 @@ _OPEN_TO_OTHERS = 0o077
 _SEP_COGD = os.sep + COGD_DIR
 
 
-class UnsafePath(PermissionError):
-    """A path under ``.cogd/`` that cogd refuses to use.
+class UnsafePath(CogdError, PermissionError):
+    """A path under ``.cogd/`` that cogd refuses to use; kind ``unsafe_path``.
 
     ``path``: the offending path (str); ``problem``: what is wrong with it
     ("is a symbolic link to /x"); ``fix``: what the user can run or do.
+    A PermissionError too, so code that handles OS errors refuses it as one.
     """
 
     def __init__(self, path: str, problem: str, fix: str):
+        super().__init__("unsafe_path", f"refusing {path}: it {problem}", fix, path=path)
         self.path = path
         self.problem = problem
-        self.fix = fix
-        super().__init__(f"{path} {problem}; fix: {fix}")
+        self.args = (f"{path} {problem}; fix: {fix}",)  # str(): the path first, as in a log line
+
+    def line(self) -> str:
+        """One line for a terminal: :meth:`refusal`."""
+        return self.refusal()
 
     def refusal(self) -> str:
         """The sentence a command prints when it refuses: ``refusing PATH: it PROBLEM; fix: FIX``."""

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from cogd.config import Config, EmbedConfig
-from cogd.doctor import FAIL, OK, RTT_WARN_SHARE, WARN, DoctorContext, check_model, run_checks
+from cogd.cli.doctor_checks import FAIL, OK, RTT_WARN_SHARE, WARN, DoctorContext, check_model, run_checks
 from cogd.paths import Layout
 from conftest import copy_stdlib, lexical_only, run_cogd, write
 

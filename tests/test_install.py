@@ -1,4 +1,4 @@
-"""Tests for cogd.install: merging cogd's hooks into .claude/settings.json."""
+"""Tests for cogd.cli.install: merging cogd's hooks into .claude/settings.json."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from cogd.install import CLAUDE_EVENTS, SettingsError, hook_command, install_claude_hooks, merged_settings
+from cogd.cli.install import CLAUDE_EVENTS, SettingsError, hook_command, install_claude_hooks, merged_settings
 
 CMD = "/opt/cogd/bin/cogd-hook"
 

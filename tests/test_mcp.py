@@ -15,7 +15,7 @@ import pytest
 from mcp import Client, StdioServerParameters
 
 from cogd.index import store
-from cogd.install import SettingsError, install_mcp_server
+from cogd.cli.install import SettingsError, install_mcp_server
 from cogd.retrieve import graph
 from conftest import COGD, WAIT_S, Daemon, copy_stdlib, lexical_only, run_cogd
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from cogd import reset as reset_module
+from cogd.cli import reset as reset_module
 from cogd.config import load_config
 from cogd.rpc import control
 from cogd.rpc.client import call

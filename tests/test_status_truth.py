@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from conftest import COGD, COGD_HOOK, make_repo, payload
-from cogd.cli import _embedding_line
+from cogd.cli.progress import embedding_line as _embedding_line
 from cogd.config import EmbedConfig
 from cogd.daemon.embedder import EmbeddingWorker
 from cogd.index.indexer import Indexer

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from cogd.rpc.protocol import encode, request
-from cogd.install import merged_settings
+from cogd.cli.install import merged_settings
 from cogd.rpc.locate import socket_path
 
 PROJECT = Path(__file__).resolve().parent.parent

@@ -32,9 +32,8 @@ import yaml
 from ulid import ULID
 
 from cogd import safepath
+from cogd.memory.vocabulary import FOLDERS, TYPES  # noqa: F401 (re-exported for the record's users)
 
-TYPES = ("observation", "rule", "knowledge")
-FOLDERS = {"observation": "observations", "rule": "rules", "knowledge": "knowledge"}
 SOURCES = ("agent", "human", "consolidation", "import")
 TITLE_MAX = 200
 # A record file larger than this is not read at all (a body holds at most 100,000 characters:

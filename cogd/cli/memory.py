@@ -12,42 +12,15 @@ import json
 import os
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import click
 from rich.markup import escape
 from rich.table import Table
 
-from cogd.memory.gitstate import COMMIT_HINT
-
-TYPES = ("observation", "rule", "knowledge")
-STATUSES = ("candidate", "active", "stale", "rejected", "superseded", "pruned")
-
-
-def _cli():
-    from cogd import cli  # late: cogd.cli imports this module to register the commands
-
-    return cli
-
-
-def _run(ctx: click.Context, method: str, params: dict | None = None, *, fresh: bool = True, timeout: float = 60.0):
-    """Call ``method`` on the repository's backend; a refusal becomes a ClickException with its kind.
-
-    ``fresh``: without a daemon, bring the code index up to date first (anchors are judged against it).
-    """
-    cli = _cli()
-    with cli.backend(cli._layout_from(ctx), fresh=fresh) as be:
-        return cli._call(be, method, params or {}, timeout=timeout)
-
-
-def _date(ts: float | None) -> str:
-    return time.strftime("%Y-%m-%d %H:%M", time.localtime(ts)) if ts else "-"
-
-
-def _age(ts: float) -> str:
-    days = max(0.0, time.time() - ts) / 86400
-    return f"{days:.0f} d" if days >= 1 else f"{days * 24:.0f} h"
+from cogd.cli.base import console, date, edge_message, err, rough_age, run
+from cogd.memory.lattice import STATUSES
+from cogd.memory.vocabulary import TYPES
 
 
 @click.group("memory")
@@ -72,16 +45,16 @@ def add(ctx, type_: str, text: str, title: str | None, anchors: tuple, tags: tup
     """Record a memory. Written by you, it starts active; TEXT '-' reads it from stdin."""
     if text == "-":
         text = sys.stdin.read()
-    result = _run(ctx, "memory.record", {
+    result = run(ctx, "memory.record", {
         "type": type_, "text": text, "title": title, "anchors": list(anchors), "tags": list(tags),
         "source": "human", "actor": "human", "creation_reason": creation_reason, "allow_duplicate": allow_duplicate})
     if as_json:
         click.echo(json.dumps(result, indent=2))
         return
     rec = result["record"]
-    _cli().console.print(f"recorded {rec['type']} [bold]{rec['id']}[/] ({rec['status']}) → {escape(result['path'])}")
+    console.print(f"recorded {rec['type']} [bold]{rec['id']}[/] ({rec['status']}) → {escape(result['path'])}")
     for warning in result.get("warnings", []):
-        _cli().err.print(f"[yellow]warning:[/] {escape(warning)}")
+        err.print(f"[yellow]warning:[/] {escape(warning)}")
 
 
 @memory_group.command("list")
@@ -92,21 +65,21 @@ def add(ctx, type_: str, text: str, title: str | None, anchors: tuple, tags: tup
 @click.pass_context
 def list_(ctx, status: str | None, type_: str | None, limit: int | None, as_json: bool) -> None:
     """List memories, newest first."""
-    result = _run(ctx, "memory.list", {"status": status, "type": type_, "limit": limit})
+    result = run(ctx, "memory.list", {"status": status, "type": type_, "limit": limit})
     memories = result["memories"]
     if as_json:
         click.echo(json.dumps(memories, indent=2))
         return
     if not memories:  # the message alone: an empty table frame says nothing more
-        _cli().console.print("no memories" + (" with these filters" if status or type_ else " yet"))
+        console.print("no memories" + (" with these filters" if status or type_ else " yet"))
         return
     table = Table("id", "type", "status", "updated", "title")
     table.columns[0].no_wrap = True  # a ULID (26 characters) stays on one line: it is meant to be copied
     table.columns[0].min_width = 26
     for m in memories:
-        status_text = m["status"] + (f" ({_age(m['updated_at'])})" if m["status"] == "stale" else "")
-        table.add_row(m["id"], m["type"], status_text, _date(m["updated_at"]), m["title"])
-    _cli().console.print(table)
+        status_text = m["status"] + (f" ({rough_age(m['updated_at'])})" if m["status"] == "stale" else "")
+        table.add_row(m["id"], m["type"], status_text, date(m["updated_at"]), m["title"])
+    console.print(table)
 
 
 @memory_group.command("show")
@@ -115,15 +88,14 @@ def list_(ctx, status: str | None, type_: str | None, limit: int | None, as_json
 @click.pass_context
 def show(ctx, entity_id: str, as_json: bool) -> None:
     """Show one memory: its record, its file, any problem with the file, and its events."""
-    result = _run(ctx, "memory.get", {"id": entity_id})
+    result = run(ctx, "memory.get", {"id": entity_id})
     if as_json:
         click.echo(json.dumps(result, indent=2))
         return
-    console = _cli().console
     rec = result["record"]
     console.print(f"[bold]{rec['id']}[/]  {rec['type']}  [bold]{rec['status']}[/]  ({rec['source']})")
     console.print(rec["title"], markup=False)
-    console.print(f"{result['path']}  created {_date(rec['created_at'])}, updated {_date(rec['updated_at'])}",
+    console.print(f"{result['path']}  created {date(rec['created_at'])}, updated {date(rec['updated_at'])}",
                   style="dim", markup=False)
     if rec["status"] == "rejected":
         verdicts = [e for e in result["events"] if e.get("new_status") == "rejected"]
@@ -131,7 +103,7 @@ def show(ctx, entity_id: str, as_json: bool) -> None:
         if reason:
             console.print(f"rejected: {escape(str(reason))}")
     if rec["status"] == "stale":
-        console.print(f"[yellow]may be outdated[/]: an anchored entity changed {_age(rec['updated_at'])} ago; "
+        console.print(f"[yellow]may be outdated[/]: an anchored entity changed {rough_age(rec['updated_at'])} ago; "
                       f"`cogd memory verify {rec['id']}` re-anchors it")
     for anchor in rec["anchors"]:
         console.print(f"  ⚓ {anchor['entity']} ({anchor.get('hash', '')[:12]})", markup=False)
@@ -161,25 +133,36 @@ def edit(ctx, entity_id: str) -> None:
     frontmatter) leaves the file as it was; your edited text is kept in a file
     whose path is printed.
     """
-    current = _run(ctx, "memory.get", {"id": entity_id})
+    current = run(ctx, "memory.get", {"id": entity_id})
     edited = click.edit(current["text"], extension=".md", require_save=True)
     if edited is None or edited == current["text"]:
-        _cli().console.print("no change")
+        console.print("no change")
         return
-    cli = _cli()
     try:
-        result = _run(ctx, "memory.edit", {"id": entity_id, "text": edited, "actor": "human"})
-    except click.ClickException as exc:
-        kept, note = edited, ""
-        if getattr(exc.__cause__, "kind", None) == "secret_detected":
-            from cogd.secrets import mask  # the copy must not be the one place the secret lands in clear
+        result = run(ctx, "memory.edit", {"id": entity_id, "text": edited, "actor": "human"})
+    except Exception as exc:  # whatever refused it, the edited text survives
+        keep = _keep_edit(entity_id, edited, getattr(exc, "kind", None))
+        message = edge_message(exc)
+        if message is None:  # not a refusal but a bug: keep its traceback
+            err.print(f"the file is unchanged; your edit is kept in {keep}", markup=False)
+            raise
+        raise click.ClickException(f"{message}\nthe file is unchanged; your edit is kept in {keep}") from exc
+    console.print(f"{entity_id}: {result['action']} ({result['record']['status']})")
 
-            kept, note = mask(edited), " (the secrets in it masked)"
-        fd, keep = tempfile.mkstemp(prefix=f"cogd-edit-{entity_id}-", suffix=".md")
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(kept)
-        raise click.ClickException(f"{exc.message}\nthe file is unchanged; your edit is kept in {keep}{note}") from exc
-    cli.console.print(f"{entity_id}: {result['action']} ({result['record']['status']})")
+
+def _keep_edit(entity_id: str, edited: str, kind: str | None) -> str:
+    """Write a refused edit to a private temporary file; returns its path, and says so when the
+    secrets in it were masked (``kind`` ``secret_detected``: the copy must not be the one place
+    the secret lands in clear)."""
+    kept, note = edited, ""
+    if kind == "secret_detected":
+        from cogd.secrets import mask
+
+        kept, note = mask(edited), " (the secrets in it masked)"
+    fd, keep = tempfile.mkstemp(prefix=f"cogd-edit-{entity_id}-", suffix=".md")
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(kept)
+    return keep + note
 
 
 @memory_group.command("reject")
@@ -188,9 +171,9 @@ def edit(ctx, entity_id: str) -> None:
 @click.pass_context
 def reject(ctx, entity_id: str, reason: str) -> None:
     """Reject a memory: its claim is tombstoned, and recording it again is refused."""
-    result = _run(ctx, "memory.transition", {"id": entity_id, "status": "rejected", "reason": reason,
+    result = run(ctx, "memory.transition", {"id": entity_id, "status": "rejected", "reason": reason,
                                              "actor": "human"})
-    _cli().console.print(f"{entity_id}: rejected ({result['record']['tombstone'][:19]}… tombstoned)")
+    console.print(f"{entity_id}: rejected ({result['record']['tombstone'][:19]}… tombstoned)")
 
 
 @memory_group.command("accept")
@@ -198,8 +181,8 @@ def reject(ctx, entity_id: str, reason: str) -> None:
 @click.pass_context
 def accept(ctx, entity_id: str) -> None:
     """Make a candidate memory active."""
-    _run(ctx, "memory.transition", {"id": entity_id, "status": "active", "actor": "human"})
-    _cli().console.print(f"{entity_id}: active")
+    run(ctx, "memory.transition", {"id": entity_id, "status": "active", "actor": "human"})
+    console.print(f"{entity_id}: active")
 
 
 @memory_group.command("prune")
@@ -207,8 +190,8 @@ def accept(ctx, entity_id: str) -> None:
 @click.pass_context
 def prune(ctx, entity_id: str) -> None:
     """Prune a rejected or superseded memory: its body goes, its tombstone stays."""
-    _run(ctx, "memory.transition", {"id": entity_id, "status": "pruned", "actor": "human"})
-    _cli().console.print(f"{entity_id}: pruned")
+    run(ctx, "memory.transition", {"id": entity_id, "status": "pruned", "actor": "human"})
+    console.print(f"{entity_id}: pruned")
 
 
 @memory_group.command("supersede")
@@ -217,8 +200,8 @@ def prune(ctx, entity_id: str) -> None:
 @click.pass_context
 def supersede(ctx, old_id: str, new_id: str) -> None:
     """Mark OLD_ID (active) as superseded by NEW_ID."""
-    _run(ctx, "memory.supersede", {"old_id": old_id, "new_id": new_id, "actor": "human"})
-    _cli().console.print(f"{old_id}: superseded by {new_id}")
+    run(ctx, "memory.supersede", {"old_id": old_id, "new_id": new_id, "actor": "human"})
+    console.print(f"{old_id}: superseded by {new_id}")
 
 
 @click.command("verify")
@@ -226,9 +209,9 @@ def supersede(ctx, old_id: str, new_id: str) -> None:
 @click.pass_context
 def verify(ctx, entity_id: str) -> None:
     """Re-anchor a memory to the code as it is now; a stale memory becomes active again."""
-    result = _run(ctx, "memory.verify", {"id": entity_id, "actor": "human"}, fresh=True)
+    result = run(ctx, "memory.verify", {"id": entity_id, "actor": "human"}, fresh=True)
     changed = sum(1 for a in result["anchors"] if a["was"] != a["now"])
-    _cli().console.print(f"{entity_id}: {result['record']['status']}, {len(result['anchors'])} anchors "
+    console.print(f"{entity_id}: {result['record']['status']}, {len(result['anchors'])} anchors "
                          f"({changed} re-anchored)")
 
 
@@ -252,14 +235,13 @@ other machines), and anything already sent to an agent in a context pack.
 def purge(ctx, entity_id: str, yes: bool) -> None:
     if not yes and sys.stdin.isatty():
         click.confirm(f"erase {entity_id} (file, projection, vector, event text)?", abort=True)
-    result = _run(ctx, "memory.purge", {"id": entity_id, "actor": "human"})
-    _cli().console.print(f"{entity_id}: purged (file {'removed' if result['removed_file'] else 'already gone'}, "
+    result = run(ctx, "memory.purge", {"id": entity_id, "actor": "human"})
+    console.print(f"{entity_id}: purged (file {'removed' if result['removed_file'] else 'already gone'}, "
                          f"{result['events_redacted']} events redacted). Not erased: git history, backups, copies.")
 
 
 def _print_events(events: list[dict], title: str = "") -> None:
     """A table of events; with a ``title`` (one entity's events) the entity column is left out."""
-    console = _cli().console
     columns = ["#", "time", "actor"] + ([] if title else ["entity"]) + ["action", "status", "detail"]
     table = Table(*columns, title=title or None)
     if not title:
@@ -269,7 +251,7 @@ def _print_events(events: list[dict], title: str = "") -> None:
         move = f"{e['old_status'] or '∅'} → {e['new_status'] or '∅'}"
         detail = {k: v for k, v in (e.get("detail") or {}).items() if v not in ("", [], {}, None)}
         text = (json.dumps(detail, ensure_ascii=False)[:80] if detail else "") + (" (redacted)" if e.get("redacted") else "")
-        row = [str(e["id"]), _date(e["at"]), e["actor"]] + ([] if title else [e["entity_id"]])
+        row = [str(e["id"]), date(e["at"]), e["actor"]] + ([] if title else [e["entity_id"]])
         table.add_row(*row, e["action"], move, escape(text))
     console.print(table)
 
@@ -281,7 +263,7 @@ def _print_events(events: list[dict], title: str = "") -> None:
 @click.pass_context
 def events(ctx, entity: str | None, limit: int | None, as_json: bool) -> None:
     """The append-only event log of memory mutations (oldest first)."""
-    result = _run(ctx, "memory.events", {"entity": entity, "limit": limit})
+    result = run(ctx, "memory.events", {"entity": entity, "limit": limit})
     if as_json:
         click.echo(json.dumps(result["events"], indent=2))
         return
@@ -293,13 +275,13 @@ def events(ctx, entity: str | None, limit: int | None, as_json: bool) -> None:
 @click.pass_context
 def export(ctx, path: str) -> None:
     """Write every memory (but pruned ones) as JSON lines to PATH (default: stdout)."""
-    memories = _run(ctx, "memory.export")["memories"]
+    memories = run(ctx, "memory.export")["memories"]
     lines = "".join(json.dumps(m, ensure_ascii=False) + "\n" for m in memories)
     if path == "-":
         click.echo(lines, nl=False)
     else:
         Path(path).write_text(lines, encoding="utf-8")
-        _cli().err.print(f"{len(memories)} memories written to {path}")
+        err.print(f"{len(memories)} memories written to {path}")
 
 
 @click.command("import")
@@ -320,53 +302,16 @@ def import_(ctx, path: str, as_json: bool) -> None:
             items.append(json.loads(line))
         except ValueError as exc:
             bad.append({"line": number, "kind": "bad_request", "message": f"not JSON: {exc}"})
-    result = _run(ctx, "memory.import", {"memories": items}, fresh=True, timeout=600)
+    result = run(ctx, "memory.import", {"memories": items}, fresh=True, timeout=600)
     result["refused"] = bad + result["refused"]
     if as_json:
         click.echo(json.dumps(result, indent=2))
         return
-    console = _cli().console
     console.print(f"{len(result['imported'])} imported as candidates, "
                   f"{sum(1 for r in result['refused'] if r['kind'] != 'warning')} refused")
     for item in result["refused"]:
         where = f"line {item['line']}" if "line" in item else f"item {item.get('index', 0) + 1}"
         console.print(f"  {where}: {item['kind']}: {item['message']}", markup=False)
-
-
-def print_memory_status(result: dict) -> None:
-    """The ``memory`` block of ``cogd status``: counts, and each file problem with its fix."""
-    memory = result.get("memory")
-    if not memory:
-        return
-    console = _cli().console
-    counts: dict[str, int] = {}
-    for by_status in (memory.get("by_type") or {}).values():
-        for status, n in by_status.items():
-            counts[status] = counts.get(status, 0) + n
-    summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "none"
-    if memory.get("last_sync_at") is None and not memory.get("total"):  # the first sync has not finished
-        console.print("[bold]memory[/]     projection building (the memory files are being read)")
-    else:
-        console.print(f"[bold]memory[/]     {memory.get('total', 0)} memories ({summary})")
-    git = memory.get("uncommitted") or {}
-    if git.get("count"):  # memory lives in this checkout only until it is committed (a removed worktree loses it)
-        example = f" (e.g. {escape(git['paths'][0])})" if git.get("paths") else ""
-        console.print(f"  [yellow]{git['count']} memory files not committed to git[/]{example}; "
-                      f"lost if this worktree is removed; commit them: {escape(COMMIT_HINT)}", soft_wrap=True)
-    for p in memory.get("problems") or []:
-        where = f":{p['line']}:{p['column']}" if p.get("line") else ""
-        move = f" (attempted {p['from']} → {p['to']})" if p.get("from") or p.get("to") else ""
-        path = escape(f".cogd/memory/{p['path']}{where}")
-        console.print(f"  [red]{p['kind']}[/] {path}{escape(move)}: {escape(str(p['message']))}", soft_wrap=True)
-        if p.get("fix"):
-            console.print(f"    fix: {p['fix']}", markup=False, style="dim")
-    run = result.get("consolidation")
-    if run and run.get("runs"):
-        counts = ", ".join(f"{n} {step}" for step, n in (run.get("last_counts") or {}).items() if n) or "nothing to do"
-        console.print(f"  consolidation: {run['runs']} runs; last ({run.get('last_trigger')}, "
-                      f"{_age(run['last_finished_at'])} ago): {counts}", markup=False)
-    if run and run.get("last_error"):
-        console.print(f"  [red]consolidation failed[/]: {escape(str(run['last_error']))}")
 
 
 _STEP_STYLE = {"dedup": "cyan", "promote": "green", "decay": "yellow", "retention": "magenta"}
@@ -404,11 +349,10 @@ def consolidate(ctx, dry_run: bool, as_json: bool) -> None:
     """Consolidate memories now: merge duplicates, promote candidates on evidence, let dead weight go
     stale, prune old rejected and superseded records. The daemon also does this at every session end
     and once per idle stretch; see docs/memory.md#consolidation."""
-    report = _run(ctx, "memory.consolidate", {"dry_run": dry_run}, fresh=False, timeout=300)
+    report = run(ctx, "memory.consolidate", {"dry_run": dry_run}, fresh=False, timeout=300)
     if as_json:
         click.echo(json.dumps(report, indent=2))
         return
-    console = _cli().console
     title = "consolidation" + (" (dry run: nothing changed)" if dry_run else "")
     table = Table("step", "id", "type", "change", "title", "why", title=title)
     table.columns[1].no_wrap = True
@@ -428,5 +372,5 @@ def consolidate(ctx, dry_run: bool, as_json: bool) -> None:
         console.print(f"  kept apart: {pair['ids'][0]} and {pair['ids'][1]} ({pair['how']} {pair['score']}) — "
                       f"{pair['reason']}", markup=False, style="dim")
     for error in report.get("errors") or []:
-        _cli().err.print(f"[yellow]skipped[/] {error['step']} {escape(error.get('id') or '')}: "
+        err.print(f"[yellow]skipped[/] {error['step']} {escape(error.get('id') or '')}: "
                          f"{escape(error['message'])} ({error['kind']})")

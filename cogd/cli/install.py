@@ -15,6 +15,12 @@ import sys
 import time
 from pathlib import Path
 
+import click
+
+from cogd.cli.base import console, layout_from
+from cogd.errors import CogdError
+from cogd.paths import Layout
+
 # Claude Code event → (cogd-hook event, matcher or None, timeout in seconds)
 CLAUDE_EVENTS: dict[str, tuple[str, str | None, int]] = {
     "SessionStart": ("session-start", None, 10),
@@ -26,8 +32,11 @@ CLAUDE_EVENTS: dict[str, tuple[str, str | None, int]] = {
 _MARKERS = ("cogd-hook", "cogd.hookclient")
 
 
-class SettingsError(ValueError):
-    """The existing settings file cannot be merged safely (left untouched)."""
+class SettingsError(CogdError, ValueError):
+    """The existing settings file cannot be merged safely (left untouched); kind ``config``."""
+
+    def __init__(self, message: str):
+        super().__init__("config", message)
 
 
 def hook_command() -> str:
@@ -206,3 +215,36 @@ def install_mcp_server(root: Path, command: str | None = None, args: list[str] |
     except OSError as exc:
         raise SettingsError(f"cannot update {link}: {exc}") from exc
     return {"path": str(link), "changed": True, "backup": str(backup) if backup else None}
+
+
+# ---- the commands' half: what `cogd up` and `cogd install-hooks` print ----
+
+LOCAL_HELP = "Write the hooks to .claude/settings.local.json (private, not committed) instead of settings.json."
+
+
+def install_hooks_for(layout: Layout, local: bool = False) -> None:
+    """Install cogd's hooks (to ``settings.local.json`` when ``local``) and, unless ``local``, the
+    MCP server for ``layout``'s repository, printing one line per file. Raises SettingsError."""
+
+    def report(install, written: str, already: str, **kwargs) -> None:
+        result = install(layout.root, **kwargs)
+        backup = f" (backup: {result['backup']})" if result["backup"] else ""
+        console.print(f"{written} {result['path']}{backup}" if result["changed"] else f"{already} {result['path']}")
+
+    report(install_claude_hooks, "hooks written to", "hooks already in", local=local)
+    if local:
+        # .mcp.json is project-scoped and usually committed: an absolute path of this machine
+        # does not belong there when the hooks went to the private settings file.
+        command, args = mcp_command()
+        console.print("MCP server not registered in .mcp.json (--local); to add it for yourself:")
+        console.print(f"  claude mcp add cogd -- {' '.join([command, *args])}", markup=False, soft_wrap=True)
+        return
+    report(install_mcp_server, "MCP server `cogd mcp` registered in", "MCP server already in")
+
+
+@click.command("install-hooks")
+@click.option("--local", "local_hooks", is_flag=True, help=LOCAL_HELP)
+@click.pass_context
+def install_hooks_command(ctx: click.Context, local_hooks: bool) -> None:
+    """Merge cogd's hooks into .claude/settings.json (backup first; idempotent)."""
+    install_hooks_for(layout_from(ctx), local_hooks)

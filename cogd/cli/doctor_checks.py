@@ -34,6 +34,7 @@ from pathlib import Path
 from cogd import committed, safepath
 from cogd.rpc import locate
 from cogd.config import Config, ConfigError, load_config
+from cogd.memory.lattice import LIVE
 from cogd.rpc import control
 from cogd.paths import Layout
 
@@ -568,7 +569,7 @@ def check_memory(ctx: DoctorContext) -> Check:
 
 
 DEAD_WEIGHT_DELIVERIES = 10  # a memory delivered this often without one hit is dead weight
-LIVE_MEMORY = ("candidate", "active", "stale")
+LIVE_MEMORY = tuple(sorted(LIVE))  # the lattice's live statuses, as SQL parameters
 
 
 def _memory_rows(ctx: DoctorContext, sql: str, args: tuple = ()) -> list[sqlite3.Row] | None:

@@ -28,7 +28,11 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from cogd.config import Config
+import click
+
+from cogd.cli.base import err, layout_from
+from cogd.config import Config, load_config
+from cogd.errors import CogdError
 from cogd.rpc import control
 from cogd.paths import Layout
 
@@ -46,8 +50,15 @@ OLD_INDEX = "index.reset-old"  # where the old projection waits until the new on
 REBUILD_HOOKS: list[Callable[[Layout, Config], dict]] = []
 
 
-class ResetError(RuntimeError):
-    """The reset could not run (lock held by another process, daemon would not stop or restart)."""
+class ResetError(CogdError, RuntimeError):
+    """The reset could not run (lock held by another process, daemon would not stop or restart).
+
+    ``kind``: ``busy`` (another process holds the lock), ``unavailable`` (the daemon did not
+    come back), ``internal`` (the rebuild did not finish).
+    """
+
+    def __init__(self, message: str, kind: str = "busy"):
+        super().__init__(kind, message)
 
 
 def _say(progress: Callable[[str], None] | None, message: str) -> None:
@@ -70,7 +81,8 @@ def _rebuild_index(layout: Layout, config: Config) -> dict:
     finally:
         service.close()
     if not answer.get("done"):
-        raise ResetError(f"the index rebuild did not finish: {status.get('last_error') or 'unknown reason'}")
+        raise ResetError(f"the index rebuild did not finish: {status.get('last_error') or 'unknown reason'}",
+                         "internal")
     counts = {k: status["index"][k] for k in ("files", "entities", "edges")}
     return {"refresh": answer.get("result"), "memory": memory, **counts}
 
@@ -124,64 +136,25 @@ def reset(layout: Layout, config: Config, *, wipe_ledger: bool = False, restart:
     """
     started = time.monotonic()
     layout.ensure()
-    was_running = control.is_running(layout)
-    if was_running:
-        _say(progress, "stopping the daemon")
-        if not control.stop(layout):
-            raise ResetError("the daemon lock is held by a process that is not this repository's daemon "
-                             "(a cogd command working in-process?); try again when it has finished")
+    was_running = _stop_daemon(layout, progress)
     fd = control.try_lock(layout)
     if fd is None:
         raise ResetError("another cogd process took the daemon lock meanwhile; try again")
     result: dict = {"was_running": was_running, "restarted": False, "hooks": [], "vectors": None,
                     "embed_cache_kept": False, "ledger_wiped": False}
     try:
-        index_dir, old = layout.index_dir, layout.cogd_dir / OLD_INDEX
-        if old.exists():
-            shutil.rmtree(old)  # left by a reset that was killed half-way: the live index is index/
-        if index_dir.exists():
-            os.replace(index_dir, old)
-        index_dir.mkdir(parents=True)
-        for name in CACHE_FILES:
-            _move(old / name, index_dir / name)
-        result["embed_cache_kept"] = (index_dir / CACHE_FILES[0]).exists()
+        old = _set_aside(layout)
+        result["embed_cache_kept"] = (layout.index_dir / CACHE_FILES[0]).exists()
         try:
-            _say(progress, "rebuilding the code index from the work tree")
-            result["index"] = _rebuild_index(layout, config)
-            for hook in REBUILD_HOOKS:
-                _say(progress, f"rebuilding: {getattr(hook, '__name__', 'hook')}")
-                result["hooks"].append(hook(layout, config))
-            if config.embed.enabled:
-                _say(progress, "rebuilding vectors from the embedding cache")
-                result["vectors"] = _rebuild_vectors(layout, config, wait_embed_s, progress)
+            result.update(_rebuild(layout, config, wait_embed_s, progress))
         except BaseException:
             log.exception("reset failed: restoring the previous projection")
-            for name in CACHE_FILES:  # the cache goes back with the old projection
-                _move(index_dir / name, old / name)
-            shutil.rmtree(index_dir, ignore_errors=True)
-            if old.exists():
-                os.replace(old, index_dir)
+            _put_back(layout, old)
             raise
         shutil.rmtree(old, ignore_errors=True)
         if wipe_ledger:
             _say(progress, "wiping the local ledger (.cogd/state.db)")
-            # The ledger holds the memory tombstones too. Drop memory.db first, so the next sync
-            # rebuilds it from the record files — and re-reads each rejected or pruned file's
-            # `tombstone` — instead of skipping files it has already seen (a kill between the two
-            # steps leaves the ledger intact and memory.db to rebuild: nothing is lost).
-            for name in MEMORY_DB_FILES:
-                try:
-                    (index_dir / name).unlink()
-                except FileNotFoundError:
-                    pass
-            for name in LEDGER_FILES:
-                try:
-                    (layout.cogd_dir / name).unlink()
-                except FileNotFoundError:
-                    pass
-            from cogd.recovery import forget_ledger
-
-            forget_ledger(layout.cogd_dir)  # a wipe on request is not a loss: drop the marker of what it held
+            _wipe_ledger(layout)
             result["ledger_wiped"] = True
     finally:
         os.close(fd)
@@ -189,7 +162,108 @@ def reset(layout: Layout, config: Config, *, wipe_ledger: bool = False, restart:
         _say(progress, "restarting the daemon")
         control.spawn(layout, force=True)
         if not control.wait_ready(layout, timeout=60):
-            raise ResetError("the projection was rebuilt but the daemon did not come back; see `cogd logs`")
+            raise ResetError("the projection was rebuilt but the daemon did not come back; see `cogd logs`",
+                             "unavailable")
         result["restarted"] = True
     result["duration_s"] = round(time.monotonic() - started, 2)
     return result
+
+
+def _stop_daemon(layout: Layout, progress: Callable[[str], None] | None) -> bool:
+    """Stop ``layout``'s daemon if it runs; returns whether it ran. Raises ResetError when the
+    lock is held by a process that is not the daemon (it cannot be stopped from here)."""
+    if not control.is_running(layout):
+        return False
+    _say(progress, "stopping the daemon")
+    if not control.stop(layout):
+        raise ResetError("the daemon lock is held by a process that is not this repository's daemon "
+                         "(a cogd command working in-process?); try again when it has finished")
+    return True
+
+
+def _set_aside(layout: Layout) -> Path:
+    """Move ``.cogd/index/`` to :data:`OLD_INDEX` and start an empty one holding only the
+    embedding cache; returns the old folder's path."""
+    index_dir, old = layout.index_dir, layout.cogd_dir / OLD_INDEX
+    if old.exists():
+        shutil.rmtree(old)  # left by a reset that was killed half-way: the live index is index/
+    if index_dir.exists():
+        os.replace(index_dir, old)
+    index_dir.mkdir(parents=True)
+    for name in CACHE_FILES:
+        _move(old / name, index_dir / name)
+    return old
+
+
+def _rebuild(layout: Layout, config: Config, wait_embed_s: float,
+             progress: Callable[[str], None] | None) -> dict:
+    """Rebuild the index (and ``memory.db``), then each of :data:`REBUILD_HOOKS`, then the vectors;
+    returns ``{"index", "hooks", "vectors"}`` for :func:`reset`'s result."""
+    _say(progress, "rebuilding the code index from the work tree")
+    out: dict = {"index": _rebuild_index(layout, config), "hooks": [], "vectors": None}
+    for hook in REBUILD_HOOKS:
+        _say(progress, f"rebuilding: {getattr(hook, '__name__', 'hook')}")
+        out["hooks"].append(hook(layout, config))
+    if config.embed.enabled:
+        _say(progress, "rebuilding vectors from the embedding cache")
+        out["vectors"] = _rebuild_vectors(layout, config, wait_embed_s, progress)
+    return out
+
+
+def _put_back(layout: Layout, old: Path) -> None:
+    """Undo :func:`_set_aside` after a failed rebuild: the old projection, cache included, is live again."""
+    index_dir = layout.index_dir
+    for name in CACHE_FILES:  # the cache goes back with the old projection
+        _move(index_dir / name, old / name)
+    shutil.rmtree(index_dir, ignore_errors=True)
+    if old.exists():
+        os.replace(old, index_dir)
+
+
+def _wipe_ledger(layout: Layout) -> None:
+    """Delete the ledger (``state.db``) on request, and ``memory.db`` before it.
+
+    The ledger holds the memory tombstones too. ``memory.db`` goes first, so the next sync
+    rebuilds it from the record files — and re-reads each rejected or pruned file's
+    ``tombstone`` — instead of skipping files it has already seen (a kill between the two
+    steps leaves the ledger intact and ``memory.db`` to rebuild: nothing is lost).
+    """
+    from cogd.recovery import forget_ledger
+
+    for name in MEMORY_DB_FILES:
+        (layout.index_dir / name).unlink(missing_ok=True)
+    for name in LEDGER_FILES:
+        (layout.cogd_dir / name).unlink(missing_ok=True)
+    forget_ledger(layout.cogd_dir)  # a wipe on request is not a loss: drop the marker of what it held
+
+
+@click.command("reset")
+@click.option("--all", "wipe_all", is_flag=True, help="Also wipe the local ledger (.cogd/state.db): deliveries, tool uses, sessions.")
+@click.option("--yes", is_flag=True, help="Do not ask before wiping the ledger.")
+@click.option("--wait-embed", default=600, show_default=True, type=click.FloatRange(min=0),
+              help="Seconds to spend rebuilding vectors (from the embedding cache) before leaving the rest to the daemon.")
+@click.pass_context
+def reset_command(ctx: click.Context, wipe_all: bool, yes: bool, wait_embed: float) -> None:
+    """Drop and rebuild the projection (.cogd/index/) from the work tree; the embedding cache is kept.
+
+    Stops the daemon if it runs and starts it again afterwards.
+    """
+    layout = layout_from(ctx)
+    config = load_config(layout.config_file)
+    if wipe_all and not yes:
+        click.confirm(f"Wipe the local ledger {layout.state_db} (deliveries, tool uses, sessions)? "
+                      "It cannot be rebuilt", abort=True, err=True)
+    result = reset(layout, config, wipe_ledger=wipe_all, wait_embed_s=wait_embed,
+                   progress=lambda line: err.print(f"[dim]{line}[/]"))
+    index = result["index"]
+    click.echo(f"projection rebuilt: {index['files']} files, {index['entities']} code entities, "
+               f"{index['edges']} edges ({result['duration_s']:.1f} s)")
+    v = result["vectors"]
+    if v is not None:
+        click.echo(f"vectors: {v.get('embedded_entities')} of {v.get('entities')}, "
+                   f"{v.get('computed')} computed by the model (the rest from the cache)"
+                   + (f"; error: {v['error']}" if v.get("error") else ""))
+    if result["ledger_wiped"]:
+        click.echo("ledger wiped")
+    if result["restarted"]:
+        click.echo(f"daemon restarted (pid {(control.read_pid(layout) or {}).get('pid')})")
