@@ -76,7 +76,7 @@ def _rebuild_index(layout: Layout, config: Config) -> dict:
         answer = service.call("index.refresh", {"wait": True, "full": True})
         # memory.db (part of the projection) is rebuilt from .cogd/memory/*.md by a sync
         # after the code index, so anchors are judged against the rebuilt index.
-        memory = service.call("memory.sync", {}) if "memory.sync" in service._methods else None
+        memory = service.call("memory.sync", {}) if "memory.sync" in service.methods else None
         status = service.call("status", {})
     finally:
         service.close()

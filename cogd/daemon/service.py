@@ -79,6 +79,11 @@ class Service:
         return status_methods.Lifecycle(round(time.time() - self.started_at, 3), self.requests, self.ledger_report)
 
     @property
+    def methods(self) -> frozenset[str]:
+        """The names of the methods this service answers (``docs/protocol.md`` has a section for each)."""
+        return frozenset(self._methods)
+
+    @property
     def last_error(self) -> str | None:
         """The newest current problem's message (None when there is none)."""
         return self.parts.problems.last_error
