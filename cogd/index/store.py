@@ -167,8 +167,13 @@ def set_meta(conn: sqlite3.Connection, key: str, value: str) -> None:
 
 
 def known_files(conn: sqlite3.Connection) -> dict[str, sqlite3.Row]:
-    """Every indexed file's row, keyed by path."""
-    return {row["path"]: row for row in conn.execute("SELECT * FROM files")}
+    """Every indexed file's row (``path, language, hash, size, mtime_ns, status, indexed_at`` by name), keyed by path.
+
+    Rows are :class:`sqlite3.Row` whatever the connection's row factory.
+    """
+    cursor = conn.cursor()
+    cursor.row_factory = sqlite3.Row
+    return {row["path"]: row for row in cursor.execute("SELECT * FROM files")}
 
 
 def delete_file(conn: sqlite3.Connection, path: str) -> None:
@@ -556,6 +561,11 @@ def file_languages(conn: sqlite3.Connection, paths: Iterable[str] | None = None)
 def indexed_paths(conn: sqlite3.Connection, paths: Iterable[str]) -> set[str]:
     """Those of ``paths`` (root-relative) that the ``files`` table holds, whatever their status (chunked)."""
     return set(file_languages(conn, paths))
+
+
+def holds_index(conn: sqlite3.Connection) -> bool:
+    """Whether the database has the index's ``files`` table (a foreign or half-made file has not)."""
+    return conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'files'").fetchone() is not None
 
 
 def has_files(conn: sqlite3.Connection) -> bool:
