@@ -415,13 +415,14 @@ def entity_states(conn: sqlite3.Connection) -> dict[str, tuple[str, str, str]]:
 def embedding_rows(conn: sqlite3.Connection, ids: Iterable[str]) -> list[tuple]:
     """``(id, kind, qualname, signature, doc, path, hash, body)`` of those of ``ids`` held (chunked).
 
-    ``body`` is the source text stored for search ('' when the FTS row is missing).
+    ``body`` is the source text stored for search; an entity without its FTS
+    row (never written that way) is left out rather than embedded without a body.
     """
     rows: list[tuple] = []
     for chunk in chunked(_distinct(ids)):
         rows.extend((*r[:7], r[7] or "") for r in conn.execute(
             "SELECT e.id, e.kind, e.qualname, e.signature, e.doc, e.path, e.hash, f.body "
-            f"FROM entities e LEFT JOIN entities_fts f ON f.rowid = e.rowid WHERE e.id IN ({_marks(len(chunk))})",
+            f"FROM entities e JOIN entities_fts f ON f.rowid = e.rowid WHERE e.id IN ({_marks(len(chunk))})",
             chunk))
     return rows
 
