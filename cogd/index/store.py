@@ -286,6 +286,14 @@ def _marks(n: int) -> str:
     return ",".join("?" * n)
 
 
+def _query(conn: sqlite3.Connection, sql: str, args: Sequence[object] = ()) -> sqlite3.Cursor:
+    """``conn.execute(sql, args)`` on a cursor that yields plain tuples whatever ``conn.row_factory``
+    (no per-row conversion: the whole-index scans read tens of thousands of rows)."""
+    cursor = conn.cursor()
+    cursor.row_factory = None
+    return cursor.execute(sql, args)
+
+
 def _select(columns: Sequence[str], prefix: str = "") -> str:
     """``columns`` as a SELECT list; each must be an entity column (ValueError otherwise: no SQL from callers)."""
     unknown = [c for c in columns if c not in ENTITY_COLUMNS]
@@ -311,8 +319,8 @@ def entities_by_ids(
     select = _select(columns)
     found: dict[str, tuple] = {}
     for chunk in chunked(_distinct(ids)):
-        for row in conn.execute(f"SELECT id, {select} FROM entities WHERE id IN ({_marks(len(chunk))})", chunk):
-            found[row[0]] = tuple(row)[1:]
+        for row in _query(conn, f"SELECT id, {select} FROM entities WHERE id IN ({_marks(len(chunk))})", chunk):
+            found[row[0]] = row[1:]
     return found
 
 
@@ -320,13 +328,13 @@ def existing_ids(conn: sqlite3.Connection, ids: Iterable[str]) -> set[str]:
     """Those of ``ids`` that name an entity in the index (any number, chunked)."""
     found: set[str] = set()
     for chunk in chunked(_distinct(ids)):
-        found.update(r[0] for r in conn.execute(f"SELECT id FROM entities WHERE id IN ({_marks(len(chunk))})", chunk))
+        found.update(r[0] for r in _query(conn, f"SELECT id FROM entities WHERE id IN ({_marks(len(chunk))})", chunk))
     return found
 
 
 def entity_exists(conn: sqlite3.Connection, entity_id: str) -> bool:
     """Whether ``entity_id`` names an entity in the index."""
-    return conn.execute("SELECT 1 FROM entities WHERE id = ?", (entity_id,)).fetchone() is not None
+    return _query(conn, "SELECT 1 FROM entities WHERE id = ?", (entity_id,)).fetchone() is not None
 
 
 def entity_hashes(conn: sqlite3.Connection, ids: Iterable[str]) -> dict[str, str]:
@@ -351,8 +359,8 @@ def entities_in_paths(
         return []
     rows: list[tuple] = []
     for chunk in chunked(_distinct(paths), MAX_PARAMS - len(kind_args)):
-        rows.extend(tuple(r) for r in conn.execute(
-            f"SELECT {select} FROM entities WHERE path IN ({_marks(len(chunk))}) AND {kind_sql} ORDER BY rowid",
+        rows.extend(_query(
+            conn, f"SELECT {select} FROM entities WHERE path IN ({_marks(len(chunk))}) AND {kind_sql} ORDER BY rowid",
             [*chunk, *kind_args]))
     return rows
 
@@ -361,8 +369,8 @@ def entities_named(conn: sqlite3.Connection, names: Iterable[str]) -> list[tuple
     """``(id, kind, path, parent_id, name)`` of every non-file entity whose name is one of ``names`` (chunked)."""
     rows: list[tuple[str, str, str, str | None, str]] = []
     for chunk in chunked(_distinct(names)):
-        rows.extend(tuple(r) for r in conn.execute(
-            f"SELECT id, kind, path, parent_id, name FROM entities WHERE name IN ({_marks(len(chunk))}) "
+        rows.extend(_query(
+            conn, f"SELECT id, kind, path, parent_id, name FROM entities WHERE name IN ({_marks(len(chunk))}) "
             "AND kind != 'file'", chunk))
     return rows
 
@@ -370,8 +378,8 @@ def entities_named(conn: sqlite3.Connection, names: Iterable[str]) -> list[tuple
 def members(conn: sqlite3.Connection, parent_id: str) -> list[tuple[str, str]]:
     """``(id, name)`` of the entities directly inside ``parent_id``, last defined first (so that, put
     in a dict by name, the first definition of a repeated name wins)."""
-    return [tuple(r) for r in conn.execute(
-        "SELECT id, name FROM entities WHERE parent_id = ? ORDER BY start_line DESC", (parent_id,))]
+    return list(_query(
+        conn, "SELECT id, name FROM entities WHERE parent_id = ? ORDER BY start_line DESC", (parent_id,)))
 
 
 def child_names(conn: sqlite3.Connection, parent_ids: Iterable[str], per_parent: int) -> dict[str, list[str]]:
@@ -381,8 +389,8 @@ def child_names(conn: sqlite3.Connection, parent_ids: Iterable[str], per_parent:
     """
     found: dict[str, list[str]] = {}
     for chunk in chunked(_distinct(parent_ids), MAX_PARAMS - 1):
-        for parent, name in conn.execute(
-                "SELECT parent_id, name FROM (SELECT parent_id, name, start_line, row_number() OVER "
+        for parent, name in _query(
+                conn, "SELECT parent_id, name FROM (SELECT parent_id, name, start_line, row_number() OVER "
                 "(PARTITION BY parent_id ORDER BY start_line) AS n FROM entities "
                 f"WHERE parent_id IN ({_marks(len(chunk))})) WHERE n <= ? ORDER BY parent_id, n", [*chunk, per_parent]):
             found.setdefault(parent, []).append(name)
@@ -396,20 +404,20 @@ def definitions_at(
     ``start_line``..``end_line`` (1-based, inclusive), narrowest span first."""
     if not kinds:
         return []
-    return [tuple(r) for r in conn.execute(
-        f"SELECT id, start_line, end_line FROM entities WHERE path = ? AND kind IN ({_marks(len(kinds))}) "
+    return list(_query(
+        conn, f"SELECT id, start_line, end_line FROM entities WHERE path = ? AND kind IN ({_marks(len(kinds))}) "
         "AND start_line <= ? AND end_line >= ? ORDER BY end_line - start_line",
-        (path, *kinds, end_line, start_line))]
+        (path, *kinds, end_line, start_line)))
 
 
 def entity_paths(conn: sqlite3.Connection) -> list[tuple[str, str]]:
     """``(id, path)`` of every entity, in index order (one scan; for whole-graph computations)."""
-    return [tuple(r) for r in conn.execute("SELECT id, path FROM entities ORDER BY rowid")]
+    return list(_query(conn, "SELECT id, path FROM entities ORDER BY rowid"))
 
 
 def entity_states(conn: sqlite3.Connection) -> dict[str, tuple[str, str, str]]:
     """``{id: (content hash, kind, path)}`` of every entity (one scan; what the embedder compares against)."""
-    return {r[0]: (r[1], r[2], r[3]) for r in conn.execute("SELECT id, hash, kind, path FROM entities")}
+    return {r[0]: (r[1], r[2], r[3]) for r in _query(conn, "SELECT id, hash, kind, path FROM entities")}
 
 
 def embedding_rows(conn: sqlite3.Connection, ids: Iterable[str]) -> list[tuple]:
@@ -420,8 +428,8 @@ def embedding_rows(conn: sqlite3.Connection, ids: Iterable[str]) -> list[tuple]:
     """
     rows: list[tuple] = []
     for chunk in chunked(_distinct(ids)):
-        rows.extend((*r[:7], r[7] or "") for r in conn.execute(
-            "SELECT e.id, e.kind, e.qualname, e.signature, e.doc, e.path, e.hash, f.body "
+        rows.extend((*r[:7], r[7] or "") for r in _query(
+            conn, "SELECT e.id, e.kind, e.qualname, e.signature, e.doc, e.path, e.hash, f.body "
             f"FROM entities e JOIN entities_fts f ON f.rowid = e.rowid WHERE e.id IN ({_marks(len(chunk))})",
             chunk))
     return rows
@@ -434,16 +442,16 @@ def entity_detail(conn: sqlite3.Connection, entity_id: str) -> dict | None:
     "resolution"}], "in": [...]}, "body": str}``; ``out`` edges sorted by kind then
     destination, ``in`` by kind then source; ``body`` '' when the FTS row is missing.
     """
-    row = conn.execute(
-        f"SELECT {_select(ENTITY_COLUMNS, 'e.')}, f.body FROM entities e "
+    row = _query(
+        conn, f"SELECT {_select(ENTITY_COLUMNS, 'e.')}, f.body FROM entities e "
         "LEFT JOIN entities_fts f ON f.rowid = e.rowid WHERE e.id = ?", (entity_id,)).fetchone()
     if row is None:
         return None
     values = tuple(row)
-    outgoing = [{"id": r[0], "kind": r[1], "resolution": r[2]} for r in conn.execute(
-        "SELECT dst, kind, resolution FROM edges WHERE src = ? ORDER BY kind, dst", (entity_id,))]
-    incoming = [{"id": r[0], "kind": r[1], "resolution": r[2]} for r in conn.execute(
-        "SELECT src, kind, resolution FROM edges WHERE dst = ? ORDER BY kind, src", (entity_id,))]
+    outgoing = [{"id": r[0], "kind": r[1], "resolution": r[2]} for r in _query(
+        conn, "SELECT dst, kind, resolution FROM edges WHERE src = ? ORDER BY kind, dst", (entity_id,))]
+    incoming = [{"id": r[0], "kind": r[1], "resolution": r[2]} for r in _query(
+        conn, "SELECT src, kind, resolution FROM edges WHERE dst = ? ORDER BY kind, src", (entity_id,))]
     return {"entity": dict(zip(ENTITY_COLUMNS, values)), "edges": {"out": outgoing, "in": incoming},
             "body": values[-1] or ""}
 
@@ -472,10 +480,12 @@ def search_fts(
         params.extend(kinds)
     sql += " ORDER BY score DESC LIMIT ?"
     params.append(limit)
-    return [tuple(r) for r in conn.execute(sql, params)]
+    return list(_query(conn, sql, params))
 
 
-def edges_touching(conn: sqlite3.Connection, ids: Sequence[str], kinds: Sequence[str]) -> list[tuple[str, str, str, str]]:
+def edges_touching(
+    conn: sqlite3.Connection, ids: Sequence[str], kinds: Sequence[str],
+) -> list[tuple[str, str, str, str]]:
     """``(src, dst, kind, resolution)`` of the ``kinds`` edges with either end in ``ids``.
 
     One query for up to MAX_PARAMS/2 ids (each id is bound twice); more run in
@@ -487,17 +497,16 @@ def edges_touching(conn: sqlite3.Connection, ids: Sequence[str], kinds: Sequence
     seen: dict[tuple[str, str, str], tuple[str, str, str, str]] = {}
     for chunk in chunked(ids, max((MAX_PARAMS - len(kinds)) // 2, 1)):
         marks = _marks(len(chunk))
-        for r in conn.execute(
-                f"SELECT src, dst, kind, resolution FROM edges WHERE (src IN ({marks}) OR dst IN ({marks})) "
+        for r in _query(
+                conn, f"SELECT src, dst, kind, resolution FROM edges WHERE (src IN ({marks}) OR dst IN ({marks})) "
                 f"AND kind IN ({_marks(len(kinds))})", [*chunk, *chunk, *kinds]):
-            seen.setdefault((r[0], r[1], r[2]), tuple(r))
+            seen.setdefault(r[:3], r)
     return list(seen.values())
 
 
 def all_edges(conn: sqlite3.Connection) -> Iterator[tuple[str, str, str]]:
     """``(src, dst, kind)`` of every edge, streamed in key order (for whole-graph computations)."""
-    for r in conn.execute("SELECT src, dst, kind FROM edges"):
-        yield r[0], r[1], r[2]
+    yield from _query(conn, "SELECT src, dst, kind FROM edges")
 
 
 def call_neighbours(
@@ -512,21 +521,21 @@ def call_neighbours(
     if direction not in ("in", "out"):
         raise ValueError(f"direction must be 'in' or 'out', got {direction!r}")
     near, far = ("dst", "src") if direction == "in" else ("src", "dst")
-    total = conn.execute(
-        f"SELECT count(*) FROM edges e JOIN entities n ON n.id = e.{far} WHERE e.{near} = ? AND e.kind = 'calls'",
+    total = _query(
+        conn, f"SELECT count(*) FROM edges e JOIN entities n ON n.id = e.{far} WHERE e.{near} = ? AND e.kind = 'calls'",
         (entity_id,)).fetchone()[0]
-    rows = conn.execute(
-        f"SELECT {_select(columns, 'n.')}, e.resolution FROM edges e JOIN entities n ON n.id = e.{far} "
+    rows = _query(
+        conn, f"SELECT {_select(columns, 'n.')}, e.resolution FROM edges e JOIN entities n ON n.id = e.{far} "
         f"WHERE e.{near} = ? AND e.kind = 'calls' ORDER BY n.path, n.start_line, n.id LIMIT ?",
         (entity_id, limit)).fetchall()
     keys = (*columns, "resolution")
-    return [dict(zip(keys, tuple(r))) for r in rows], int(total)
+    return [dict(zip(keys, r)) for r in rows], int(total)
 
 
 def caller_ids(conn: sqlite3.Connection, entity_id: str) -> list[str]:
     """Distinct sources of the ``calls`` edges into ``entity_id``, sorted (ids the index may no longer hold)."""
-    return [r[0] for r in conn.execute(
-        "SELECT DISTINCT src FROM edges WHERE dst = ? AND kind = 'calls' ORDER BY src", (entity_id,))]
+    return [r[0] for r in _query(
+        conn, "SELECT DISTINCT src FROM edges WHERE dst = ? AND kind = 'calls' ORDER BY src", (entity_id,))]
 
 
 @dataclass(frozen=True)
@@ -542,8 +551,8 @@ def file_summaries(conn: sqlite3.Connection, paths: Iterable[str]) -> dict[str, 
     """``{path: FileSummary}`` for those of ``paths`` that have a ``file`` entity (chunked)."""
     found: dict[str, FileSummary] = {}
     for chunk in chunked(_distinct(paths)):
-        for entity_id, end_line, doc in conn.execute(
-                f"SELECT id, end_line, doc FROM entities WHERE id IN ({_marks(len(chunk))}) AND kind = 'file'", chunk):
+        for entity_id, end_line, doc in _query(
+            conn, f"SELECT id, end_line, doc FROM entities WHERE id IN ({_marks(len(chunk))}) AND kind = 'file'", chunk):
             found[entity_id] = FileSummary(entity_id, end_line, doc)
     return found
 
@@ -551,11 +560,11 @@ def file_summaries(conn: sqlite3.Connection, paths: Iterable[str]) -> dict[str, 
 def file_languages(conn: sqlite3.Connection, paths: Iterable[str] | None = None) -> dict[str, str]:
     """``{path: language}`` from the ``files`` table: for ``paths`` (those indexed; chunked), or every file when None."""
     if paths is None:
-        return {r[0]: r[1] for r in conn.execute("SELECT path, language FROM files")}
+        return {r[0]: r[1] for r in _query(conn, "SELECT path, language FROM files")}
     found: dict[str, str] = {}
     for chunk in chunked(_distinct(paths)):
-        found.update((r[0], r[1]) for r in conn.execute(
-            f"SELECT path, language FROM files WHERE path IN ({_marks(len(chunk))})", chunk))
+        found.update((r[0], r[1]) for r in _query(
+            conn, f"SELECT path, language FROM files WHERE path IN ({_marks(len(chunk))})", chunk))
     return found
 
 
@@ -566,26 +575,26 @@ def indexed_paths(conn: sqlite3.Connection, paths: Iterable[str]) -> set[str]:
 
 def holds_index(conn: sqlite3.Connection) -> bool:
     """Whether the database has the index's ``files`` table (a foreign or half-made file has not)."""
-    return conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'files'").fetchone() is not None
+    return _query(conn, "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'files'").fetchone() is not None
 
 
 def has_files(conn: sqlite3.Connection) -> bool:
     """Whether any file is indexed (a refresh that found no source leaves none)."""
-    return conn.execute("SELECT 1 FROM files LIMIT 1").fetchone() is not None
+    return _query(conn, "SELECT 1 FROM files LIMIT 1").fetchone() is not None
 
 
 def skipped_files(conn: sqlite3.Connection) -> dict[str, int]:
     """``{status: file count}`` of the files not indexed as ``ok`` (too_large, binary, …), by status."""
-    return {r[0]: r[1] for r in conn.execute(
-        "SELECT status, count(*) FROM files WHERE status != 'ok' GROUP BY status ORDER BY status")}
+    return {r[0]: r[1] for r in _query(
+        conn, "SELECT status, count(*) FROM files WHERE status != 'ok' GROUP BY status ORDER BY status")}
 
 
 def breakdown(conn: sqlite3.Connection) -> dict[str, list[dict]]:
     """Counts by group, sorted by the group's keys: ``{"entities": [{"language", "kind", "n"}],
     "edges": [{"kind", "resolution", "n"}], "files": [{"language", "status", "n"}]}``."""
     def grouped(table: str, a: str, b: str) -> list[dict]:
-        return [{a: r[0], b: r[1], "n": r[2]} for r in conn.execute(
-            f"SELECT {a}, {b}, count(*) FROM {table} GROUP BY {a}, {b} ORDER BY {a}, {b}")]
+        return [{a: r[0], b: r[1], "n": r[2]} for r in _query(
+            conn, f"SELECT {a}, {b}, count(*) FROM {table} GROUP BY {a}, {b} ORDER BY {a}, {b}")]
     return {"entities": grouped("entities", "language", "kind"), "edges": grouped("edges", "kind", "resolution"),
             "files": grouped("files", "language", "status")}
 
@@ -594,21 +603,21 @@ def breakdown(conn: sqlite3.Connection) -> dict[str, list[dict]]:
 
 def refs_of(conn: sqlite3.Connection, path: str) -> list[tuple[str, str, str, str, str]]:
     """``(src, kind, name, qualifier, alias)`` of the unresolved references stored for ``path``, in stored order."""
-    return [tuple(r) for r in conn.execute(
-        "SELECT src, kind, name, qualifier, alias FROM refs WHERE path = ? ORDER BY rowid", (path,))]
+    return list(_query(
+        conn, "SELECT src, kind, name, qualifier, alias FROM refs WHERE path = ? ORDER BY rowid", (path,)))
 
 
 def referenced_names(conn: sqlite3.Connection) -> set[str]:
     """Every name a ``calls`` or ``inherits`` reference mentions (what a full resolution pass loads)."""
-    return {r[0] for r in conn.execute("SELECT DISTINCT name FROM refs WHERE kind != 'imports'")}
+    return {r[0] for r in _query(conn, "SELECT DISTINCT name FROM refs WHERE kind != 'imports'")}
 
 
 def paths_referencing(conn: sqlite3.Connection, names: Iterable[str]) -> set[str]:
     """Files holding a reference to any of ``names`` (chunked)."""
     found: set[str] = set()
     for chunk in chunked(sorted(set(names))):
-        found.update(r[0] for r in conn.execute(
-            f"SELECT DISTINCT path FROM refs WHERE name IN ({_marks(len(chunk))})", chunk))
+        found.update(r[0] for r in _query(
+            conn, f"SELECT DISTINCT path FROM refs WHERE name IN ({_marks(len(chunk))})", chunk))
     return found
 
 
@@ -622,5 +631,6 @@ def delete_reference_edges(conn: sqlite3.Connection, path: str | None = None) ->
 
 
 def write_reference_edges(conn: sqlite3.Connection, edges: Iterable[tuple[str, str, str, str, str]]) -> None:
-    """Store ``(src, dst, kind, path, resolution)`` edges; an edge already stored (same src, dst, kind) is kept. No commit."""
+    """Store ``(src, dst, kind, path, resolution)`` edges; an edge already stored (same src, dst,
+    kind) is kept. No commit."""
     conn.executemany("INSERT OR IGNORE INTO edges(src, dst, kind, path, resolution) VALUES (?,?,?,?,?)", edges)

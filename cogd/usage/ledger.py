@@ -672,7 +672,8 @@ class LedgerReader:
         return self.conn.execute(sql, args).fetchall()
 
     def usage(self, ids: list[str]) -> dict[str, tuple[int, int, float | None]]:
-        """``{id: (deliveries, hits, last hit at (unix s) or None)}`` from ``entity_utility``; ids never delivered are absent."""
+        """``{id: (deliveries, hits, last hit at (unix s) or None)}`` from ``entity_utility``;
+        ids never delivered are absent."""
         out: dict[str, tuple[int, int, float | None]] = {}
         for chunk in _chunks(ids):
             for entity_id, n, hits, last in self._rows(
