@@ -214,7 +214,7 @@ def test_index_drift_on_a_database_without_the_index_tables(tmp_path):
     """A foreign SQLite file where index.db belongs is reported as no index, not as a failed check."""
     import sqlite3
 
-    from cogd.doctor import check_index_drift
+    from cogd.cli.doctor_checks import check_index_drift
 
     root = make_repo(tmp_path / "repo")
     layout = Layout(root).ensure()
@@ -231,7 +231,7 @@ def test_dead_weight_before_any_delivery_table_exists(tmp_path):
     """Memory wrote state.db (events only), no daemon ever made the ledger's tables: nothing delivered yet."""
     import sqlite3
 
-    from cogd.doctor import check_memory_dead_weight
+    from cogd.cli.doctor_checks import check_memory_dead_weight
     from cogd.memory.api import MemoryStore
 
     root = make_repo(tmp_path / "repo")
