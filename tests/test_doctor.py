@@ -11,7 +11,7 @@ import pytest
 from cogd.config import Config, EmbedConfig
 from cogd.cli.doctor_checks import FAIL, OK, RTT_WARN_SHARE, WARN, DoctorContext, check_model, run_checks
 from cogd.paths import Layout
-from conftest import copy_stdlib, lexical_only, run_cogd, write
+from conftest import copy_stdlib, lexical_only, make_repo, run_cogd, write
 
 pytestmark = pytest.mark.timeout(600)  # a hang guard, generous for a busy machine
 
@@ -208,3 +208,42 @@ def test_an_empty_index_db_is_reported_plainly_and_doctor_changes_nothing(repo):
     assert checks["index drift"]["finding"] == \
         "not checked: index.db is empty (0 bytes): the next start rebuilds it"
     assert checks["db memory.db"]["status"] == OK and checks["db state.db"]["status"] == OK
+
+
+def test_index_drift_on_a_database_without_the_index_tables(tmp_path):
+    """A foreign SQLite file where index.db belongs is reported as no index, not as a failed check."""
+    import sqlite3
+
+    from cogd.cli.doctor_checks import check_index_drift
+
+    root = make_repo(tmp_path / "repo")
+    layout = Layout(root).ensure()
+    conn = sqlite3.connect(layout.index_db)
+    conn.execute("CREATE TABLE other (x)")
+    conn.commit()
+    conn.close()
+    check = check_index_drift(DoctorContext(layout, Config()))
+    assert (check.status, check.finding) == (
+        WARN, "not checked: index.db holds no index (no files table): the next start rebuilds it")
+
+
+def test_dead_weight_before_any_delivery_table_exists(tmp_path):
+    """Memory wrote state.db (events only), no daemon ever made the ledger's tables: nothing delivered yet."""
+    import sqlite3
+
+    from cogd.cli.doctor_checks import check_memory_dead_weight
+    from cogd.memory.api import MemoryStore
+
+    root = make_repo(tmp_path / "repo")
+    layout = Layout(root).ensure()
+    store = MemoryStore(root, layout.state_db, layout.index_dir)
+    try:
+        store.record("observation", "the parser keeps a cache of compiled patterns", anchors=[])
+    finally:
+        store.close()
+    conn = sqlite3.connect(layout.state_db)
+    assert "delivery_items" not in {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
+    conn.close()
+    check = check_memory_dead_weight(DoctorContext(layout, Config()))
+    assert check.status == OK
+    assert (check.details["live"], check.details["never_delivered"], check.details["dead_count"]) == (1, 1, 0)

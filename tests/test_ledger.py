@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from cogd.retrieve.pack import PackItem
-from cogd.usage.ledger import QUERY_KEEP_CHARS, Ledger
+from cogd.usage.ledger import QUERY_KEEP_CHARS, Ledger, LedgerReader
 from cogd.usage.touches import Touch
 
 
@@ -240,3 +240,107 @@ def test_concurrent_writers_from_threads(ledger):
     assert ledger.totals() == {"deliveries": 80, "delivery_items": 80, "hits": 80, "misses": 0, "pending": 0,
                                "hit_rate": 1.0, "tool_uses": 80, "sessions": 4, "sessions_ended": 0}
     assert len(ledger.deliveries("s2")) == 20
+
+
+# ---- LedgerReader: the read-only view memory consolidation and doctor use ----------------
+
+def test_reader_answers_from_a_real_ledger(ledger, db):
+    f = ("a.py::f", "function", "a.py", 1, 2, 1.0, 10)
+    g = ("a.py::g", "function", "a.py", 4, 6, 0.5, 10)
+    ledger.record_delivery("s1", "prompt", "", "q1", "t", items(f, g), now=100.0)
+    ledger.record_tool_use("s1", "Edit", "", [Touch("a.py", "edit", 1, 2)], now=110.0)  # f: a hit
+    ledger.end_session("s1", "other", now=120.0)  # g: a miss
+    ledger.record_delivery("s2", "prompt", "", "q2", "t", items(f), now=200.0)
+    ledger.end_session("s2", "other", now=210.0)  # f: a miss
+    reader = LedgerReader.open(db)
+    try:
+        assert reader.has_usage is True
+        assert reader.usage(["a.py::f", "a.py::g", "a.py::h"]) == {"a.py::f": (2, 1, 110.0), "a.py::g": (1, 0, None)}
+        assert reader.delivery_counts(["a.py::f", "a.py::g", "a.py::h"]) == {"a.py::f": (2, 1), "a.py::g": (1, 0)}
+        assert reader.hit_sessions(["a.py::f", "a.py::g"]) == ["s1"]
+        assert reader.hit_sessions(["a.py::g"]) == []
+        assert reader.outcomes_since(["a.py::f"], 150.0) == (1, 0, 110.0)  # the hit was before, its time is not
+        assert reader.outcomes_since(["a.py::f", "a.py::g"], 0.0) == (2, 1, 110.0)
+        assert reader.outcomes_since(["a.py::g"], 0.0) == (1, 0, None)
+        assert reader.usage([]) == {} and reader.outcomes_since([], 0.0) == (0, 0, None)
+    finally:
+        reader.close()
+
+
+def test_reader_chunks_long_id_lists(ledger, db):
+    """700 delivered ids, read back with SQLite's host-parameter limit lowered to the chunk size."""
+    specs = [(f"m/{i}.md", "memory", f"m/{i}.md", 1, 1, 1.0, 10) for i in range(700)]
+    ledger.record_delivery("s", "prompt", "", "q", "t", items(*specs), now=50.0)
+    ledger.record_tool_use("s", "Edit", "", [Touch("m/699.md", "edit", 1, 1)], now=60.0)
+    ids = [s[0] for s in specs]
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    conn.setlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER, 501)  # a chunk of 500 plus `since`
+    reader = LedgerReader(conn)
+    try:
+        assert len(reader.usage(ids)) == 700
+        assert reader.delivery_counts(ids)["m/699.md"] == (1, 1)
+        assert sum(n for n, _h in reader.delivery_counts(ids).values()) == 700
+        assert reader.hit_sessions(ids) == ["s"]
+        assert reader.outcomes_since(ids, 0.0) == (0, 1, 60.0)  # the others are still pending
+    finally:
+        conn.close()
+
+
+def test_reader_on_a_state_db_without_usage_tables(tmp_path):
+    """Only memory has written to state.db so far (no daemon ran): every answer is empty, nothing is created."""
+    from cogd.memory.events import MemoryLedger
+
+    db = tmp_path / ".cogd" / "state.db"
+    MemoryLedger(db).close()
+    reader = LedgerReader.open(db)
+    try:
+        assert reader.has_usage is False
+        assert reader.usage(["x"]) == {} and reader.delivery_counts(["x"]) == {}
+        assert reader.hit_sessions(["x"]) == [] and reader.outcomes_since(["x"], 0.0) == (0, 0, None)
+    finally:
+        reader.close()
+    conn = sqlite3.connect(db)
+    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    conn.close()
+    assert not tables & {"deliveries", "delivery_items", "entity_utility"}
+
+
+def test_reader_of_a_missing_file_is_empty(tmp_path):
+    reader = LedgerReader.open(tmp_path / "state.db")
+    assert reader.has_usage is False and reader.usage(["x"]) == {}
+    reader.close()
+    assert not (tmp_path / "state.db").exists()
+
+
+def test_reader_on_a_ledger_from_before_the_migrations(tmp_path):
+    """The first release's tables (no resolved_at): a hit's time is its delivery's."""
+    from cogd.usage.ledger import MIGRATIONS, SCHEMA
+
+    db = tmp_path / "state.db"
+    conn = sqlite3.connect(db)
+    conn.executescript(SCHEMA)  # the base tables; MIGRATIONS add their columns later
+    assert ("delivery_items", "resolved_at", "REAL") in MIGRATIONS
+    assert "resolved_at" not in {r[1] for r in conn.execute("PRAGMA table_info(delivery_items)")}
+    with conn:
+        conn.execute("INSERT INTO deliveries(id, session_id, event, created_at, size_chars, item_count) "
+                     "VALUES (1, 's', 'prompt', 300.0, 10, 1)")
+        conn.execute("INSERT INTO delivery_items(delivery_id, rank, entity_id, kind, path, start_line, end_line, "
+                     "score, chars, outcome) VALUES (1, 1, 'm/1.md', 'memory', 'm/1.md', 1, 1, 1.0, 10, 'hit')")
+    conn.close()
+    reader = LedgerReader.open(db)
+    try:
+        assert reader.outcomes_since(["m/1.md"], 0.0) == (0, 1, 300.0)
+        assert reader.hit_sessions(["m/1.md"]) == ["s"]
+    finally:
+        reader.close()
+
+
+def test_reader_refuses_a_linked_state_db(tmp_path):
+    from cogd.safepath import UnsafePath
+
+    real = tmp_path / "elsewhere.db"
+    Ledger(real).close()
+    (tmp_path / ".cogd").mkdir()
+    (tmp_path / ".cogd" / "state.db").symlink_to(real)
+    with pytest.raises(UnsafePath):
+        LedgerReader.open(tmp_path / ".cogd" / "state.db")

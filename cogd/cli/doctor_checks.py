@@ -256,6 +256,7 @@ def check_inotify(ctx: DoctorContext) -> Check:
 
 def check_index_drift(ctx: DoctorContext) -> Check:
     """Files whose size/mtime (then content hash) differ from the index's ``files`` table."""
+    from cogd.index import store
     from cogd.index.extract import content_hash
     from cogd.index.indexer import read_source
     from cogd.index.sources import scan_source_files
@@ -268,15 +269,11 @@ def check_index_drift(ctx: DoctorContext) -> Check:
         return Check("index drift", WARN, f"not checked: {empty}: the next start rebuilds it",
                      "`cogd start` (or `cogd index`)")
     conn = _ro_connect(db)
-    conn.row_factory = sqlite3.Row
     try:
-        try:
-            rows = {r["path"]: r for r in conn.execute("SELECT path, hash, size, mtime_ns, status FROM files")}
-        except sqlite3.OperationalError as exc:
-            if "no such table" not in str(exc):
-                raise
-            return Check("index drift", WARN, f"not checked: {db.name} holds no index ({exc}): the next start "
-                         "rebuilds it", "`cogd start` (or `cogd index`)")
+        if not store.holds_index(conn):
+            return Check("index drift", WARN, f"not checked: {db.name} holds no index (no files table): the next "
+                         "start rebuilds it", "`cogd start` (or `cogd index`)")
+        rows = store.known_files(conn)
     finally:
         conn.close()
     listing = scan_source_files(ctx.layout.root)
@@ -650,6 +647,8 @@ def check_memory_anchors(ctx: DoctorContext) -> Check:
     """Live memories anchored to code entities the index no longer holds."""
     import json
 
+    from cogd.index import store
+
     rows = _memory_rows(ctx, "SELECT id, status, anchors, path FROM memories WHERE status IN (?, ?, ?) "
                              "AND anchors NOT IN ('', '[]')", LIVE_MEMORY)
     if rows is None:
@@ -660,11 +659,7 @@ def check_memory_anchors(ctx: DoctorContext) -> Check:
     if entities and ctx.layout.index_db.exists() and ctx.layout.index_db.stat().st_size:
         conn = _ro_connect(ctx.layout.index_db)
         try:
-            ids = sorted(entities)
-            for i in range(0, len(ids), 500):
-                chunk = ids[i:i + 500]
-                present.update(r[0] for r in conn.execute(
-                    f"SELECT id FROM entities WHERE id IN ({', '.join('?' * len(chunk))})", chunk))
+            present = store.existing_ids(conn, sorted(entities))
         finally:
             conn.close()
     dangling = [{"memory": mid, "entity": e} for mid, ids in sorted(wanted.items()) for e in ids if e not in present]
@@ -680,6 +675,8 @@ def check_memory_anchors(ctx: DoctorContext) -> Check:
 
 def check_memory_dead_weight(ctx: DoctorContext) -> Check:
     """Live memories never delivered, or delivered DEAD_WEIGHT_DELIVERIES+ times without a hit."""
+    from cogd.usage.ledger import LedgerReader
+
     rows = _memory_rows(ctx, "SELECT id, status FROM memories WHERE status IN (?, ?, ?)", LIVE_MEMORY)
     if not rows:
         return Check("memory dead weight", OK, "no live memories")
@@ -688,14 +685,7 @@ def check_memory_dead_weight(ctx: DoctorContext) -> Check:
     if ctx.layout.state_db.exists():
         conn = _ro_connect(ctx.layout.state_db)
         try:
-            for i in range(0, len(ids), 500):
-                chunk = ids[i:i + 500]
-                for entity_id, n, hits in conn.execute(
-                        f"SELECT entity_id, count(*), sum(outcome = 'hit') FROM delivery_items "
-                        f"WHERE entity_id IN ({', '.join('?' * len(chunk))}) GROUP BY entity_id", chunk):
-                    usage[entity_id] = (n, hits or 0)
-        except sqlite3.OperationalError:  # no ledger tables yet
-            pass
+            usage = LedgerReader(conn).delivery_counts(ids)  # empty when no ledger tables exist yet
         finally:
             conn.close()
     never = [i for i in ids if i not in usage]

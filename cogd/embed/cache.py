@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from cogd import safepath
+from cogd.index.store import chunked
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS embeddings (
@@ -30,7 +31,6 @@ CREATE TABLE IF NOT EXISTS embeddings (
 );
 CREATE INDEX IF NOT EXISTS embeddings_model ON embeddings(model_id);
 """
-_CHUNK = 500  # keys per SELECT ... IN (...)
 
 
 class EmbeddingCache:
@@ -68,8 +68,7 @@ class EmbeddingCache:
         """
         wanted = list(dict.fromkeys(keys))
         found: dict[str, np.ndarray] = {}
-        for start in range(0, len(wanted), _CHUNK):
-            chunk = wanted[start:start + _CHUNK]
+        for chunk in chunked(wanted):
             marks = ",".join("?" * len(chunk))
             rows = self._db.execute(f"SELECT key, dim, vector FROM embeddings WHERE key IN ({marks})", chunk)
             for key, dim, blob in rows:

@@ -28,6 +28,7 @@ import sqlite3
 from collections import defaultdict
 from collections.abc import Iterable
 
+from cogd.index import store
 from cogd.index.boundary import read_tree_file
 
 SELF_LIKE = {"self", "cls", "this", "super", "super()", "@", "base", "Self", "static"}
@@ -36,16 +37,10 @@ IMPLICIT_THIS = {"java", "c_sharp", "cpp", "kotlin", "ruby", "php", "go", "rust"
 CALLABLE = ("function", "method", "class")
 CLASS_LIKE = ("class",)
 JS_EXTENSIONS = (".ts", ".tsx", ".js", ".jsx", ".mjs", ".cjs", ".d.ts")
-CHUNK = 500  # SQLite host-parameter batch
 GO_MOD_MAX_BYTES = 1 << 20  # the module line comes first; a bigger go.mod is read up to here
 # Languages that can call each other's definitions by name; others resolve
 # only within their own language.
 FAMILY = {"typescript": "js", "tsx": "js", "javascript": "js", "c": "c", "cpp": "c"}
-
-
-def _chunks(items: list[str]) -> Iterable[list[str]]:
-    for i in range(0, len(items), CHUNK):
-        yield items[i : i + CHUNK]
 
 
 class Resolver:
@@ -59,7 +54,7 @@ class Resolver:
     def __init__(self, conn: sqlite3.Connection, root: str):
         self.conn = conn
         self.root = root
-        self.files = {r[0]: r[1] for r in conn.execute("SELECT path, language FROM files")}
+        self.files = store.file_languages(conn)
         self._by_name: dict[str, list[tuple[str, str, str, str | None]]] = {}
         self._members: dict[str, dict[str, str]] = {}
         self._parent: dict[str, tuple[str, str | None]] = {}
@@ -74,27 +69,18 @@ class Resolver:
         missing = sorted(n for n in names if n not in self._by_name)
         for name in missing:
             self._by_name[name] = []
-        for chunk in _chunks(missing):
-            marks = ",".join("?" * len(chunk))
-            for entity_id, kind, path, parent, name in self.conn.execute(
-                f"SELECT id, kind, path, parent_id, name FROM entities WHERE name IN ({marks}) AND kind != 'file'", chunk
-            ):
-                self._by_name[name].append((entity_id, kind, path, parent))
-                self._parent[entity_id] = (kind, parent)
+        for entity_id, kind, path, parent, name in store.entities_named(self.conn, missing):
+            self._by_name[name].append((entity_id, kind, path, parent))
+            self._parent[entity_id] = (kind, parent)
 
     def _members_of(self, container: str) -> dict[str, str]:
         if container not in self._members:
-            self._members[container] = {
-                name: entity_id
-                for entity_id, name in self.conn.execute(
-                    "SELECT id, name FROM entities WHERE parent_id = ? ORDER BY start_line DESC", (container,)
-                )
-            }
+            self._members[container] = {name: entity_id for entity_id, name in store.members(self.conn, container)}
         return self._members[container]
 
     def _kind_parent(self, entity_id: str) -> tuple[str, str | None] | None:
         if entity_id not in self._parent:
-            row = self.conn.execute("SELECT kind, parent_id FROM entities WHERE id = ?", (entity_id,)).fetchone()
+            row = store.entities_by_ids(self.conn, [entity_id], ("kind", "parent_id")).get(entity_id)
             self._parent[entity_id] = (row[0], row[1]) if row else ("file", None)
         return self._parent[entity_id]
 
@@ -263,9 +249,7 @@ class Resolver:
 
     def resolve_file(self, path: str) -> list[tuple[str, str, str, str, str]]:
         """Edges (src, dst, kind, path, resolution) for the stored references of ``path``."""
-        refs = self.conn.execute(
-            "SELECT src, kind, name, qualifier, alias FROM refs WHERE path = ?", (path,)
-        ).fetchall()
+        refs = store.refs_of(self.conn, path)
         language = self.files.get(path, "")
         # What this file's imports bind: local name → target files, and the files themselves.
         bound: dict[str, list[str]] = {}
@@ -365,22 +349,12 @@ def _auxiliary(path_or_id: str) -> bool:
 
 def entity_names(conn: sqlite3.Connection, paths: Iterable[str]) -> set[tuple[str, str]]:
     """(name, id) of every non-file entity defined in ``paths``."""
-    names: set[tuple[str, str]] = set()
-    for chunk in _chunks(sorted(set(paths))):
-        marks = ",".join("?" * len(chunk))
-        names.update(conn.execute(
-            f"SELECT name, id FROM entities WHERE path IN ({marks}) AND kind != 'file'", chunk).fetchall())
-    return names
+    return set(store.entities_in_paths(conn, sorted(set(paths)), ("name", "id")))
 
 
 def files_to_reresolve(conn: sqlite3.Connection, changed: set[str], affected_names: set[str]) -> set[str]:
     """Changed files plus every file that references a name whose definitions changed."""
-    result = set(changed)
-    names = sorted(affected_names)
-    for chunk in _chunks(names):
-        marks = ",".join("?" * len(chunk))
-        result.update(r[0] for r in conn.execute(f"SELECT DISTINCT path FROM refs WHERE name IN ({marks})", chunk))
-    return result
+    return set(changed) | store.paths_referencing(conn, affected_names)
 
 
 def resolve(conn: sqlite3.Connection, root: str, paths: Iterable[str] | None = None) -> int:
@@ -392,15 +366,13 @@ def resolve(conn: sqlite3.Connection, root: str, paths: Iterable[str] | None = N
     resolver = Resolver(conn, root)
     targets = sorted(resolver.files) if paths is None else sorted(p for p in set(paths) if p in resolver.files)
     if paths is None:
-        conn.execute("DELETE FROM edges WHERE kind != 'contains'")
-        resolver._load_names({r[0] for r in conn.execute("SELECT DISTINCT name FROM refs WHERE kind != 'imports'")})
+        store.delete_reference_edges(conn)
+        resolver._load_names(store.referenced_names(conn))
     written = 0
     for path in targets:
         if paths is not None:
-            conn.execute("DELETE FROM edges WHERE path = ? AND kind != 'contains'", (path,))
+            store.delete_reference_edges(conn, path)
         edges = resolver.resolve_file(path)
-        conn.executemany(
-            "INSERT OR IGNORE INTO edges(src, dst, kind, path, resolution) VALUES (?,?,?,?,?)", edges
-        )
+        store.write_reference_edges(conn, edges)
         written += len(edges)
     return written

@@ -10,10 +10,15 @@ from __future__ import annotations
 
 import re
 import sqlite3
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, TypeVar
 
 from cogd import safepath
-from cogd.index.extract import Entity, ParsedFile
+
+if TYPE_CHECKING:  # annotations only: readers of the index need no parser loaded
+    from cogd.index.extract import Entity, ParsedFile
 
 SCHEMA_VERSION = "2"  # a different stored version drops and rebuilds the projection
 
@@ -162,8 +167,13 @@ def set_meta(conn: sqlite3.Connection, key: str, value: str) -> None:
 
 
 def known_files(conn: sqlite3.Connection) -> dict[str, sqlite3.Row]:
-    """Every indexed file's row, keyed by path."""
-    return {row["path"]: row for row in conn.execute("SELECT * FROM files")}
+    """Every indexed file's row (``path, language, hash, size, mtime_ns, status, indexed_at`` by name), keyed by path.
+
+    Rows are :class:`sqlite3.Row` whatever the connection's row factory.
+    """
+    cursor = conn.cursor()
+    cursor.row_factory = sqlite3.Row
+    return {row["path"]: row for row in cursor.execute("SELECT * FROM files")}
 
 
 def delete_file(conn: sqlite3.Connection, path: str) -> None:
@@ -234,3 +244,393 @@ def counts(conn: sqlite3.Connection) -> dict[str, int]:
         "file_entities": conn.execute("SELECT count(*) FROM entities WHERE kind = 'file'").fetchone()[0],
         "edges": conn.execute("SELECT count(*) FROM edges").fetchone()[0],
     }
+
+
+# ---- reading -----------------------------------------------------------------------------
+# Every query on the index's tables (files, entities, edges, refs, entities_fts, meta) lives in
+# this module; other modules call these functions and never write SQL against the tables, so a
+# schema change is made and checked here. The functions take any connection to index.db (the
+# row factory does not matter: results are plain tuples, dicts, sets or dataclasses) and raise
+# sqlite3.Error when the database is broken or holds no index.
+
+MAX_PARAMS = 500  # host parameters per statement: well under SQLite's limit (999 before 3.32)
+
+#: The columns a ranked hit carries, in :class:`cogd.retrieve.lexical.Hit` order.
+SUMMARY_COLUMNS = (
+    "id", "kind", "subkind", "path", "name", "qualname", "start_line", "end_line", "signature", "doc", "parent_id",
+)
+
+_T = TypeVar("_T")
+
+
+def chunked(items: Iterable[_T], size: int = MAX_PARAMS) -> Iterator[list[_T]]:
+    """``items`` in consecutive lists of at most ``size`` (the last may be shorter; none when empty).
+
+    The one place a long IN-list is cut to fit SQLite's host-parameter limit
+    (and LanceDB's filter strings, which grow with the list). Raises
+    ValueError when ``size`` < 1.
+    """
+    if size < 1:
+        raise ValueError(f"chunk size must be at least 1, got {size}")
+    batch: list[_T] = []
+    for item in items:
+        batch.append(item)
+        if len(batch) == size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def _marks(n: int) -> str:
+    return ",".join("?" * n)
+
+
+def _query(conn: sqlite3.Connection, sql: str, args: Sequence[object] = ()) -> sqlite3.Cursor:
+    """``conn.execute(sql, args)`` on a cursor that yields plain tuples whatever ``conn.row_factory``
+    (no per-row conversion: the whole-index scans read tens of thousands of rows)."""
+    cursor = conn.cursor()
+    cursor.row_factory = None
+    return cursor.execute(sql, args)
+
+
+def _select(columns: Sequence[str], prefix: str = "") -> str:
+    """``columns`` as a SELECT list; each must be an entity column (ValueError otherwise: no SQL from callers)."""
+    unknown = [c for c in columns if c not in ENTITY_COLUMNS]
+    if unknown or not columns:
+        raise ValueError(f"not entity columns: {unknown or 'none given'}; columns are {', '.join(ENTITY_COLUMNS)}")
+    return ", ".join(prefix + c for c in columns)
+
+
+def _distinct(items: Iterable[str]) -> list[str]:
+    return list(dict.fromkeys(items))
+
+
+def entities_by_ids(
+    conn: sqlite3.Connection, ids: Iterable[str], columns: Sequence[str] = SUMMARY_COLUMNS,
+) -> dict[str, tuple]:
+    """``{id: row}`` for those of ``ids`` the index holds (unknown ids are absent).
+
+    ``row`` is a tuple of ``columns`` (entity columns, :data:`ENTITY_COLUMNS`;
+    default :data:`SUMMARY_COLUMNS`), in that order. Any number of ids: the
+    lookup runs in chunks of :data:`MAX_PARAMS`. Raises ValueError for an
+    unknown column.
+    """
+    select = _select(columns)
+    found: dict[str, tuple] = {}
+    for chunk in chunked(_distinct(ids)):
+        for row in _query(conn, f"SELECT id, {select} FROM entities WHERE id IN ({_marks(len(chunk))})", chunk):
+            found[row[0]] = row[1:]
+    return found
+
+
+def existing_ids(conn: sqlite3.Connection, ids: Iterable[str]) -> set[str]:
+    """Those of ``ids`` that name an entity in the index (any number, chunked)."""
+    found: set[str] = set()
+    for chunk in chunked(_distinct(ids)):
+        found.update(r[0] for r in _query(conn, f"SELECT id FROM entities WHERE id IN ({_marks(len(chunk))})", chunk))
+    return found
+
+
+def entity_exists(conn: sqlite3.Connection, entity_id: str) -> bool:
+    """Whether ``entity_id`` names an entity in the index."""
+    return _query(conn, "SELECT 1 FROM entities WHERE id = ?", (entity_id,)).fetchone() is not None
+
+
+def entity_hashes(conn: sqlite3.Connection, ids: Iterable[str]) -> dict[str, str]:
+    """``{id: content hash}`` (xxh3-64 hex, as :func:`cogd.index.extract.content_hash`) for those of ``ids`` held."""
+    return {entity_id: row[0] for entity_id, row in entities_by_ids(conn, ids, ("hash",)).items()}
+
+
+def entities_in_paths(
+    conn: sqlite3.Connection, paths: Iterable[str], columns: Sequence[str] = SUMMARY_COLUMNS,
+    *, kinds: Sequence[str] | None = None,
+) -> list[tuple]:
+    """Rows (tuples of ``columns``) of the entities defined in ``paths`` (root-relative).
+
+    ``kinds``: the entity kinds to keep; None keeps every kind but ``file``
+    (the definitions, not the file's own entity). Each path's entities come
+    in index order (the order the extractor produced them). Any number of
+    paths, chunked. Raises ValueError for an unknown column.
+    """
+    select = _select(columns)
+    kind_sql, kind_args = ("kind != 'file'", []) if kinds is None else (f"kind IN ({_marks(len(kinds))})", list(kinds))
+    if kinds is not None and not kinds:
+        return []
+    rows: list[tuple] = []
+    for chunk in chunked(_distinct(paths), MAX_PARAMS - len(kind_args)):
+        rows.extend(_query(
+            conn, f"SELECT {select} FROM entities WHERE path IN ({_marks(len(chunk))}) AND {kind_sql} ORDER BY rowid",
+            [*chunk, *kind_args]))
+    return rows
+
+
+def entities_named(conn: sqlite3.Connection, names: Iterable[str]) -> list[tuple[str, str, str, str | None, str]]:
+    """``(id, kind, path, parent_id, name)`` of every non-file entity whose name is one of ``names`` (chunked)."""
+    rows: list[tuple[str, str, str, str | None, str]] = []
+    for chunk in chunked(_distinct(names)):
+        rows.extend(_query(
+            conn, f"SELECT id, kind, path, parent_id, name FROM entities WHERE name IN ({_marks(len(chunk))}) "
+            "AND kind != 'file'", chunk))
+    return rows
+
+
+def members(conn: sqlite3.Connection, parent_id: str) -> list[tuple[str, str]]:
+    """``(id, name)`` of the entities directly inside ``parent_id``, last defined first (so that, put
+    in a dict by name, the first definition of a repeated name wins)."""
+    return list(_query(
+        conn, "SELECT id, name FROM entities WHERE parent_id = ? ORDER BY start_line DESC", (parent_id,)))
+
+
+def child_names(conn: sqlite3.Connection, parent_ids: Iterable[str], per_parent: int) -> dict[str, list[str]]:
+    """``{parent id: names of its first ``per_parent`` children by start line}`` (parents without children absent).
+
+    One query for all parents (a window function ranks each parent's children).
+    """
+    found: dict[str, list[str]] = {}
+    for chunk in chunked(_distinct(parent_ids), MAX_PARAMS - 1):
+        for parent, name in _query(
+                conn, "SELECT parent_id, name FROM (SELECT parent_id, name, start_line, row_number() OVER "
+                "(PARTITION BY parent_id ORDER BY start_line) AS n FROM entities "
+                f"WHERE parent_id IN ({_marks(len(chunk))})) WHERE n <= ? ORDER BY parent_id, n", [*chunk, per_parent]):
+            found.setdefault(parent, []).append(name)
+    return found
+
+
+def definitions_at(
+    conn: sqlite3.Connection, path: str, start_line: int, end_line: int, kinds: Sequence[str],
+) -> list[tuple[str, int, int]]:
+    """``(id, start_line, end_line)`` of the ``kinds`` entities in ``path`` overlapping lines
+    ``start_line``..``end_line`` (1-based, inclusive), narrowest span first."""
+    if not kinds:
+        return []
+    return list(_query(
+        conn, f"SELECT id, start_line, end_line FROM entities WHERE path = ? AND kind IN ({_marks(len(kinds))}) "
+        "AND start_line <= ? AND end_line >= ? ORDER BY end_line - start_line",
+        (path, *kinds, end_line, start_line)))
+
+
+def entity_paths(conn: sqlite3.Connection) -> list[tuple[str, str]]:
+    """``(id, path)`` of every entity, in index order (one scan; for whole-graph computations)."""
+    return list(_query(conn, "SELECT id, path FROM entities ORDER BY rowid"))
+
+
+def entity_states(conn: sqlite3.Connection) -> dict[str, tuple[str, str, str]]:
+    """``{id: (content hash, kind, path)}`` of every entity (one scan; what the embedder compares against)."""
+    return {r[0]: (r[1], r[2], r[3]) for r in _query(conn, "SELECT id, hash, kind, path FROM entities")}
+
+
+def embedding_rows(conn: sqlite3.Connection, ids: Iterable[str]) -> list[tuple]:
+    """``(id, kind, qualname, signature, doc, path, hash, body)`` of those of ``ids`` held (chunked).
+
+    ``body`` is the source text stored for search; an entity without its FTS
+    row (never written that way) is left out rather than embedded without a body.
+    """
+    rows: list[tuple] = []
+    for chunk in chunked(_distinct(ids)):
+        rows.extend((*r[:7], r[7] or "") for r in _query(
+            conn, "SELECT e.id, e.kind, e.qualname, e.signature, e.doc, e.path, e.hash, f.body "
+            f"FROM entities e JOIN entities_fts f ON f.rowid = e.rowid WHERE e.id IN ({_marks(len(chunk))})",
+            chunk))
+    return rows
+
+
+def entity_detail(conn: sqlite3.Connection, entity_id: str) -> dict | None:
+    """Everything the index holds about one entity, or None when it holds none.
+
+    ``{"entity": {column: value for ENTITY_COLUMNS}, "edges": {"out": [{"id", "kind",
+    "resolution"}], "in": [...]}, "body": str}``; ``out`` edges sorted by kind then
+    destination, ``in`` by kind then source; ``body`` '' when the FTS row is missing.
+    """
+    row = _query(
+        conn, f"SELECT {_select(ENTITY_COLUMNS, 'e.')}, f.body FROM entities e "
+        "LEFT JOIN entities_fts f ON f.rowid = e.rowid WHERE e.id = ?", (entity_id,)).fetchone()
+    if row is None:
+        return None
+    values = tuple(row)
+    outgoing = [{"id": r[0], "kind": r[1], "resolution": r[2]} for r in _query(
+        conn, "SELECT dst, kind, resolution FROM edges WHERE src = ? ORDER BY kind, dst", (entity_id,))]
+    incoming = [{"id": r[0], "kind": r[1], "resolution": r[2]} for r in _query(
+        conn, "SELECT src, kind, resolution FROM edges WHERE dst = ? ORDER BY kind, src", (entity_id,))]
+    return {"entity": dict(zip(ENTITY_COLUMNS, values)), "edges": {"out": outgoing, "in": incoming},
+            "body": values[-1] or ""}
+
+
+def search_fts(
+    conn: sqlite3.Connection, match: str, weights: Sequence[float], *, limit: int,
+    kinds: Sequence[str] | None = None,
+) -> list[tuple]:
+    """Entities whose FTS row matches the FTS5 expression ``match``, best first, at most ``limit``.
+
+    Rows are :data:`SUMMARY_COLUMNS` plus the score ``-bm25(entities_fts, *weights)``
+    (Okapi BM25 as FTS5 computes it, negated so that higher is better);
+    ``weights`` are the five column weights (path, name, signature, doc,
+    body). ``kinds`` restricts entity kinds inside the query, before the
+    limit cut. Raises ValueError for a weight count other than five,
+    sqlite3.Error for a malformed expression or a broken index.
+    """
+    if len(weights) != 5:
+        raise ValueError(f"bm25 needs five column weights (path, name, signature, doc, body), got {len(weights)}")
+    bm25 = ", ".join(str(float(w)) for w in weights)
+    sql = (f"SELECT {_select(SUMMARY_COLUMNS, 'e.')}, -bm25(entities_fts, {bm25}) AS score "
+           "FROM entities_fts JOIN entities e ON e.rowid = entities_fts.rowid WHERE entities_fts MATCH ?")
+    params: list[object] = [match]
+    if kinds:
+        sql += f" AND e.kind IN ({_marks(len(kinds))})"
+        params.extend(kinds)
+    sql += " ORDER BY score DESC LIMIT ?"
+    params.append(limit)
+    return list(_query(conn, sql, params))
+
+
+def edges_touching(
+    conn: sqlite3.Connection, ids: Sequence[str], kinds: Sequence[str],
+) -> list[tuple[str, str, str, str]]:
+    """``(src, dst, kind, resolution)`` of the ``kinds`` edges with either end in ``ids``.
+
+    One query for up to MAX_PARAMS/2 ids (each id is bound twice); more run in
+    chunks, an edge met in two chunks reported once.
+    """
+    ids = _distinct(ids)
+    if not ids or not kinds:
+        return []
+    seen: dict[tuple[str, str, str], tuple[str, str, str, str]] = {}
+    for chunk in chunked(ids, max((MAX_PARAMS - len(kinds)) // 2, 1)):
+        marks = _marks(len(chunk))
+        for r in _query(
+                conn, f"SELECT src, dst, kind, resolution FROM edges WHERE (src IN ({marks}) OR dst IN ({marks})) "
+                f"AND kind IN ({_marks(len(kinds))})", [*chunk, *chunk, *kinds]):
+            seen.setdefault(r[:3], r)
+    return list(seen.values())
+
+
+def all_edges(conn: sqlite3.Connection) -> Iterator[tuple[str, str, str]]:
+    """``(src, dst, kind)`` of every edge, streamed in key order (for whole-graph computations)."""
+    yield from _query(conn, "SELECT src, dst, kind FROM edges")
+
+
+def call_neighbours(
+    conn: sqlite3.Connection, entity_id: str, direction: str, limit: int, columns: Sequence[str],
+) -> tuple[list[dict], int]:
+    """Entities one ``calls`` edge away from ``entity_id``: ``direction`` ``in`` (its callers) or ``out`` (its callees).
+
+    Returns (at most ``limit`` dicts of ``columns`` plus the edge's ``resolution``,
+    sorted by path, start line and id; the total count). Edges to ids the
+    index does not hold are not counted. Raises ValueError for another direction.
+    """
+    if direction not in ("in", "out"):
+        raise ValueError(f"direction must be 'in' or 'out', got {direction!r}")
+    near, far = ("dst", "src") if direction == "in" else ("src", "dst")
+    total = _query(
+        conn, f"SELECT count(*) FROM edges e JOIN entities n ON n.id = e.{far} WHERE e.{near} = ? AND e.kind = 'calls'",
+        (entity_id,)).fetchone()[0]
+    rows = _query(
+        conn, f"SELECT {_select(columns, 'n.')}, e.resolution FROM edges e JOIN entities n ON n.id = e.{far} "
+        f"WHERE e.{near} = ? AND e.kind = 'calls' ORDER BY n.path, n.start_line, n.id LIMIT ?",
+        (entity_id, limit)).fetchall()
+    keys = (*columns, "resolution")
+    return [dict(zip(keys, r)) for r in rows], int(total)
+
+
+def caller_ids(conn: sqlite3.Connection, entity_id: str) -> list[str]:
+    """Distinct sources of the ``calls`` edges into ``entity_id``, sorted (ids the index may no longer hold)."""
+    return [r[0] for r in _query(
+        conn, "SELECT DISTINCT src FROM edges WHERE dst = ? AND kind = 'calls' ORDER BY src", (entity_id,))]
+
+
+@dataclass(frozen=True)
+class FileSummary:
+    """A file as its ``file`` entity describes it: ``lines`` (its last line number) and ``doc`` (module docstring)."""
+
+    path: str
+    lines: int
+    doc: str
+
+
+def file_summaries(conn: sqlite3.Connection, paths: Iterable[str]) -> dict[str, FileSummary]:
+    """``{path: FileSummary}`` for those of ``paths`` that have a ``file`` entity (chunked)."""
+    found: dict[str, FileSummary] = {}
+    for chunk in chunked(_distinct(paths)):
+        for entity_id, end_line, doc in _query(
+            conn, f"SELECT id, end_line, doc FROM entities WHERE id IN ({_marks(len(chunk))}) AND kind = 'file'", chunk):
+            found[entity_id] = FileSummary(entity_id, end_line, doc)
+    return found
+
+
+def file_languages(conn: sqlite3.Connection, paths: Iterable[str] | None = None) -> dict[str, str]:
+    """``{path: language}`` from the ``files`` table: for ``paths`` (those indexed; chunked), or every file when None."""
+    if paths is None:
+        return {r[0]: r[1] for r in _query(conn, "SELECT path, language FROM files")}
+    found: dict[str, str] = {}
+    for chunk in chunked(_distinct(paths)):
+        found.update((r[0], r[1]) for r in _query(
+            conn, f"SELECT path, language FROM files WHERE path IN ({_marks(len(chunk))})", chunk))
+    return found
+
+
+def indexed_paths(conn: sqlite3.Connection, paths: Iterable[str]) -> set[str]:
+    """Those of ``paths`` (root-relative) that the ``files`` table holds, whatever their status (chunked)."""
+    return set(file_languages(conn, paths))
+
+
+def holds_index(conn: sqlite3.Connection) -> bool:
+    """Whether the database has the index's ``files`` table (a foreign or half-made file has not)."""
+    return _query(conn, "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'files'").fetchone() is not None
+
+
+def has_files(conn: sqlite3.Connection) -> bool:
+    """Whether any file is indexed (a refresh that found no source leaves none)."""
+    return _query(conn, "SELECT 1 FROM files LIMIT 1").fetchone() is not None
+
+
+def skipped_files(conn: sqlite3.Connection) -> dict[str, int]:
+    """``{status: file count}`` of the files not indexed as ``ok`` (too_large, binary, …), by status."""
+    return {r[0]: r[1] for r in _query(
+        conn, "SELECT status, count(*) FROM files WHERE status != 'ok' GROUP BY status ORDER BY status")}
+
+
+def breakdown(conn: sqlite3.Connection) -> dict[str, list[dict]]:
+    """Counts by group, sorted by the group's keys: ``{"entities": [{"language", "kind", "n"}],
+    "edges": [{"kind", "resolution", "n"}], "files": [{"language", "status", "n"}]}``."""
+    def grouped(table: str, a: str, b: str) -> list[dict]:
+        return [{a: r[0], b: r[1], "n": r[2]} for r in _query(
+            conn, f"SELECT {a}, {b}, count(*) FROM {table} GROUP BY {a}, {b} ORDER BY {a}, {b}")]
+    return {"entities": grouped("entities", "language", "kind"), "edges": grouped("edges", "kind", "resolution"),
+            "files": grouped("files", "language", "status")}
+
+
+# ---- references (read and written by cogd.index.resolve) ---------------------------------
+
+def refs_of(conn: sqlite3.Connection, path: str) -> list[tuple[str, str, str, str, str]]:
+    """``(src, kind, name, qualifier, alias)`` of the unresolved references stored for ``path``, in stored order."""
+    return list(_query(
+        conn, "SELECT src, kind, name, qualifier, alias FROM refs WHERE path = ? ORDER BY rowid", (path,)))
+
+
+def referenced_names(conn: sqlite3.Connection) -> set[str]:
+    """Every name a ``calls`` or ``inherits`` reference mentions (what a full resolution pass loads)."""
+    return {r[0] for r in _query(conn, "SELECT DISTINCT name FROM refs WHERE kind != 'imports'")}
+
+
+def paths_referencing(conn: sqlite3.Connection, names: Iterable[str]) -> set[str]:
+    """Files holding a reference to any of ``names`` (chunked)."""
+    found: set[str] = set()
+    for chunk in chunked(sorted(set(names))):
+        found.update(r[0] for r in _query(
+            conn, f"SELECT DISTINCT path FROM refs WHERE name IN ({_marks(len(chunk))})", chunk))
+    return found
+
+
+def delete_reference_edges(conn: sqlite3.Connection, path: str | None = None) -> None:
+    """Delete the ``imports``/``calls``/``inherits`` edges produced by ``path`` (None: every file's). No commit;
+    ``contains`` edges, which the parse itself produced, stay."""
+    if path is None:
+        conn.execute("DELETE FROM edges WHERE kind != 'contains'")
+    else:
+        conn.execute("DELETE FROM edges WHERE path = ? AND kind != 'contains'", (path,))
+
+
+def write_reference_edges(conn: sqlite3.Connection, edges: Iterable[tuple[str, str, str, str, str]]) -> None:
+    """Store ``(src, dst, kind, path, resolution)`` edges; an edge already stored (same src, dst,
+    kind) is kept. No commit."""
+    conn.executemany("INSERT OR IGNORE INTO edges(src, dst, kind, path, resolution) VALUES (?,?,?,?,?)", edges)

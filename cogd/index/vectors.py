@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from cogd import safepath
+from cogd.index.store import chunked
 
 log = logging.getLogger("cogd.vectors")
 
@@ -90,8 +91,7 @@ class VectorStore:
     def delete(self, ids: Iterable[str]) -> int:
         """Delete rows by id; returns how many ids were asked for."""
         ids = list(ids)
-        for start in range(0, len(ids), 500):
-            chunk = ids[start : start + 500]
+        for chunk in chunked(ids):  # a filter string per chunk, not one as long as the whole list
             self.table.delete(f"id IN ({', '.join(_quote(i) for i in chunk)})")
         if ids:
             self._note_write()

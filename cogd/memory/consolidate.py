@@ -3,7 +3,8 @@
 Runs inside the daemon at session end and once per idle stretch (see
 :mod:`cogd.daemon.memory_methods`), and on demand (``cogd consolidate``,
 ``memory.consolidate``). Pure logic over a :class:`~cogd.memory.api.MemoryStore`
-plus read-only access to the usage ledger in ``.cogd/state.db``; it knows
+plus read-only access to the usage ledger in ``.cogd/state.db``
+(:class:`cogd.usage.ledger.LedgerReader`); it knows
 nothing of the daemon. Every step is idempotent (a second run finds nothing to
 do), every mutation asks :func:`cogd.memory.lattice.transition` first, writes
 the record file atomically and appends an event by actor ``consolidation``
@@ -60,7 +61,6 @@ from __future__ import annotations
 
 import logging
 import re
-import sqlite3
 import time
 import unicodedata
 from dataclasses import dataclass, field
@@ -77,6 +77,7 @@ from cogd.memory.errors import MemoryRefused, bad_request
 from cogd.memory.normalise import content_hash, normalise
 from cogd.memory.record import Anchor, iso
 from cogd.memory.secrets import strip_private
+from cogd.usage.ledger import LedgerReader
 
 if TYPE_CHECKING:
     from cogd.memory.api import MemoryStore
@@ -208,67 +209,6 @@ class Report:
         }
 
 
-# ---- the usage ledger, read-only ------------------------------------------------------------
-class LedgerView:
-    """Read-only queries on ``state.db``'s usage tables; empty answers when the ledger has none yet."""
-
-    def __init__(self, state_db: Path):
-        self.conn: sqlite3.Connection | None = None
-        if Path(state_db).exists():
-            self.conn = sqlite3.connect(f"file:{state_db}?mode=ro", uri=True, timeout=10.0)
-
-    def close(self) -> None:
-        if self.conn is not None:
-            self.conn.close()
-
-    def _rows(self, sql: str, args: list) -> list[tuple]:
-        if self.conn is None or not args:
-            return []
-        try:
-            return self.conn.execute(sql, args).fetchall()
-        except sqlite3.OperationalError as exc:
-            if "no such table" in str(exc) or "no such column" in str(exc):
-                return []
-            raise
-
-    @staticmethod
-    def _marks(ids) -> str:
-        return ",".join("?" * len(ids))
-
-    def usage(self, ids: list[str]) -> dict[str, tuple[int, int, float | None]]:
-        """``{id: (deliveries, hits, last_hit_at)}`` from ``entity_utility``."""
-        out: dict[str, tuple[int, int, float | None]] = {}
-        for chunk in _chunks(ids):
-            for entity_id, n, hits, last in self._rows(
-                    f"SELECT entity_id, retrieval_count, used_count, last_hit_at FROM entity_utility "
-                    f"WHERE entity_id IN ({self._marks(chunk)})", chunk):
-                out[entity_id] = (int(n or 0), int(hits or 0), last)
-        return out
-
-    def hit_sessions(self, ids: list[str]) -> list[str]:
-        """Distinct sessions whose deliveries of any of ``ids`` were hit."""
-        rows = self._rows(f"SELECT DISTINCT d.session_id FROM delivery_items i JOIN deliveries d ON d.id = i.delivery_id "
-                          f"WHERE i.outcome = 'hit' AND i.entity_id IN ({self._marks(ids)})", list(ids))
-        return sorted(r[0] for r in rows)
-
-    def outcomes_since(self, ids: list[str], since: float) -> tuple[int, int, float | None]:
-        """``(misses, hits, last hit's delivery time)`` of ``ids``' delivery items delivered after ``since``
-        (unix s); the last hit time is over all time."""
-        marks = self._marks(ids)
-        rows = self._rows(f"SELECT i.outcome, count(*) FROM delivery_items i JOIN deliveries d ON d.id = i.delivery_id "
-                          f"WHERE i.entity_id IN ({marks}) AND d.created_at > ? GROUP BY i.outcome", [*ids, since])
-        counts = dict(rows)
-        last = self._rows(f"SELECT max(coalesce(i.resolved_at, d.created_at)) FROM delivery_items i "
-                          f"JOIN deliveries d ON d.id = i.delivery_id WHERE i.outcome = 'hit' "
-                          f"AND i.entity_id IN ({marks})", list(ids))
-        return int(counts.get("miss", 0)), int(counts.get("hit", 0)), (last[0][0] if last else None)
-
-
-def _chunks(items: list, size: int = 500):
-    for start in range(0, len(items), size):
-        yield items[start:start + size]
-
-
 # ---- helpers over the store ---------------------------------------------------------------------
 @dataclass
 class _Item:
@@ -338,7 +278,7 @@ def _detail_error(step: str, entity_id: str, exc: Exception) -> dict:
 
 
 # ---- the steps --------------------------------------------------------------------------------------
-def _plan_dedup(store: "MemoryStore", ledger: LedgerView, config, report: Report) -> list[tuple[_Item, _Item, dict]]:
+def _plan_dedup(store: "MemoryStore", ledger: LedgerReader, config, report: Report) -> list[tuple[_Item, _Item, dict]]:
     """``[(survivor, loser, match)]`` for every confirmed duplicate among live candidate/active memories."""
     problems = {p["path"] for p in store.projection.problems()}
     rows = [r for r in store.projection.rows(status=("candidate", "active")) if r["path"] not in problems]
@@ -485,7 +425,7 @@ def _group(entity_id: str, children: dict[str, list]) -> list:
     return out
 
 
-def _plan_promote(store: "MemoryStore", ledger: LedgerView, config) -> list[tuple[str, dict]]:
+def _plan_promote(store: "MemoryStore", ledger: LedgerReader, config) -> list[tuple[str, dict]]:
     """``[(candidate id, evidence)]`` for the candidates with enough evidence to become active."""
     problems = {p["path"] for p in store.projection.problems()}
     children = _merged_into(store)
@@ -530,7 +470,7 @@ def _activated_at(store: "MemoryStore", entity_id: str) -> float:
     return max(times, default=0.0)
 
 
-def _plan_decay(store: "MemoryStore", ledger: LedgerView, config, now: float) -> list[tuple[str, dict]]:
+def _plan_decay(store: "MemoryStore", ledger: LedgerReader, config, now: float) -> list[tuple[str, dict]]:
     """``[(active id, evidence)]`` for the active memories that decay to stale."""
     if not config.decay_min_misses:
         return []
@@ -648,7 +588,7 @@ def consolidate(store: "MemoryStore", state_db: Path, config, *, dry_run: bool =
     now = store.clock() if now is None else now
     report = Report(dry_run=dry_run, trigger=trigger, at=now)
     store.sync()  # hand edits first: a person's rejection wins over a merge
-    ledger = LedgerView(state_db)
+    ledger = LedgerReader.open(state_db)
     try:
         if "dedup" in steps:
             _run_dedup(store, ledger, config, report, now, dry_run)

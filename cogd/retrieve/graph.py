@@ -1,7 +1,7 @@
 """Call-graph queries over the code index: callers, callees, impact.
 
-Pure functions over an open ``index.db`` connection (``sqlite3.Row`` rows, as
-:func:`cogd.index.store.connect` makes them); nothing here writes. The edges
+Pure functions over an open ``index.db`` connection (the queries are
+:mod:`cogd.index.store`'s); nothing here writes. The edges
 are the index's ``calls`` edges (``src`` calls ``dst``), resolved by name as
 :mod:`cogd.index.resolve` explains; each result row keeps the edge's
 ``resolution`` (``scope``, ``file``, ``import``, ``global``) so a caller can
@@ -18,6 +18,7 @@ import sqlite3
 from collections import deque
 
 from cogd.errors import CogdError
+from cogd.index import store
 
 #: Bounds for :func:`impact` (and the defaults the daemon methods use).
 DEFAULT_LIMIT = 50
@@ -25,7 +26,7 @@ MAX_LIMIT = 1000
 DEFAULT_DEPTH = 3
 MAX_DEPTH = 10
 
-_ENTITY_COLUMNS = "id, kind, path, qualname, start_line, end_line, signature"
+_ENTITY_COLUMNS = ("id", "kind", "path", "qualname", "start_line", "end_line", "signature")
 
 
 class GraphError(CogdError, ValueError):
@@ -41,27 +42,8 @@ def _check_int(value: object, name: str, low: int, high: int) -> int:
 def _require(conn: sqlite3.Connection, entity_id: str) -> None:
     if not isinstance(entity_id, str) or not entity_id:
         raise GraphError("bad_request", "id must be a non-empty entity id such as 'json/decoder.py::JSONDecoder.decode'")
-    if conn.execute("SELECT 1 FROM entities WHERE id = ?", (entity_id,)).fetchone() is None:
+    if not store.entity_exists(conn, entity_id):
         raise GraphError("not_found", f"no entity {entity_id!r} (ids come from search results)", id=entity_id)
-
-
-def _neighbours(conn: sqlite3.Connection, entity_id: str, direction: str, limit: int) -> tuple[list[dict], int]:
-    """Entities one ``calls`` edge away: ``direction`` ``in`` (callers) or ``out`` (callees).
-
-    Returns (rows sorted by path, line and id, at most ``limit``; total count).
-    """
-    near, far = ("dst", "src") if direction == "in" else ("src", "dst")
-    total = conn.execute(
-        f"SELECT count(*) FROM edges e JOIN entities n ON n.id = e.{far} WHERE e.{near} = ? AND e.kind = 'calls'",
-        (entity_id,),
-    ).fetchone()[0]
-    rows = conn.execute(
-        f"SELECT {', '.join('n.' + c for c in _ENTITY_COLUMNS.split(', '))}, e.resolution "
-        f"FROM edges e JOIN entities n ON n.id = e.{far} "
-        f"WHERE e.{near} = ? AND e.kind = 'calls' ORDER BY n.path, n.start_line, n.id LIMIT ?",
-        (entity_id, limit),
-    ).fetchall()
-    return [dict(r) for r in rows], total
 
 
 def callers(conn: sqlite3.Connection, entity_id: str, limit: int = DEFAULT_LIMIT) -> dict:
@@ -73,7 +55,7 @@ def callers(conn: sqlite3.Connection, entity_id: str, limit: int = DEFAULT_LIMIT
     """
     _require(conn, entity_id)
     limit = _check_int(limit, "limit", 1, MAX_LIMIT)
-    rows, total = _neighbours(conn, entity_id, "in", limit)
+    rows, total = store.call_neighbours(conn, entity_id, "in", limit, _ENTITY_COLUMNS)
     return {"id": entity_id, "callers": rows, "total": total, "truncated": total > len(rows)}
 
 
@@ -84,7 +66,7 @@ def callees(conn: sqlite3.Connection, entity_id: str, limit: int = DEFAULT_LIMIT
     """
     _require(conn, entity_id)
     limit = _check_int(limit, "limit", 1, MAX_LIMIT)
-    rows, total = _neighbours(conn, entity_id, "out", limit)
+    rows, total = store.call_neighbours(conn, entity_id, "out", limit, _ENTITY_COLUMNS)
     return {"id": entity_id, "callees": rows, "total": total, "truncated": total > len(rows)}
 
 
@@ -111,9 +93,7 @@ def impact(conn: sqlite3.Connection, entity_id: str, depth: int = DEFAULT_DEPTH,
         current, distance = frontier.popleft()
         if distance >= depth:
             continue
-        for (src,) in conn.execute(
-            "SELECT DISTINCT src FROM edges WHERE dst = ? AND kind = 'calls' ORDER BY src", (current,)
-        ):
+        for src in store.caller_ids(conn, current):
             if src in seen:
                 continue
             if len(found) >= limit:
@@ -122,13 +102,7 @@ def impact(conn: sqlite3.Connection, entity_id: str, depth: int = DEFAULT_DEPTH,
             seen.add(src)
             found.append((src, distance + 1, current))
             frontier.append((src, distance + 1))
-    rows = {}
-    ids = [f[0] for f in found]
-    for i in range(0, len(ids), 500):
-        chunk = ids[i:i + 500]
-        for r in conn.execute(
-            f"SELECT {_ENTITY_COLUMNS} FROM entities WHERE id IN ({', '.join('?' * len(chunk))})", chunk
-        ):
-            rows[r["id"]] = dict(r)
+    rows = {entity_id: dict(zip(_ENTITY_COLUMNS, row))
+            for entity_id, row in store.entities_by_ids(conn, [f[0] for f in found], _ENTITY_COLUMNS).items()}
     impacted = [{**rows[i], "distance": d, "via": via} for i, d, via in found if i in rows]
     return {"id": entity_id, "depth": depth, "impacted": impacted, "truncated": truncated}

@@ -32,6 +32,7 @@ from collections import Counter
 import numpy as np
 
 from cogd.config import RetrieveConfig
+from cogd.index import store
 from cogd.index.vectors import DenseIndex
 from cogd.retrieve.feedback import Feedback
 from cogd.retrieve.lexical import Hit, bm25_search
@@ -54,7 +55,7 @@ _EXAMPLE_PATH = re.compile(r"(^|/)(examples?|samples?|demos?|docs?|benchmarks?|s
 _MENTIONS_EXAMPLES = re.compile(r"\b(examples?|samples?|demos?|docs?|documentation|benchmarks?|bench|scripts?)\b", re.I)
 _MENTIONS_TESTS = re.compile(r"\b(tests?|testing|unit ?tests?|pytest|spec|fixtures?)\b", re.I)
 
-_COLUMNS = "id, kind, subkind, path, name, qualname, start_line, end_line, signature, doc, parent_id"
+_EXPAND_KINDS = ("calls", "inherits", "contains")  # the edge kinds a seed's score crosses
 
 
 def is_test_path(path: str) -> bool:
@@ -68,13 +69,7 @@ def about_tests(prompt: str) -> bool:
 
 
 def _fetch(conn: sqlite3.Connection, ids: list[str]) -> dict[str, Hit]:
-    found: dict[str, Hit] = {}
-    for start in range(0, len(ids), 500):
-        chunk = ids[start : start + 500]
-        marks = ",".join("?" * len(chunk))
-        for row in conn.execute(f"SELECT {_COLUMNS} FROM entities WHERE id IN ({marks})", chunk):
-            found[row[0]] = Hit(*row, 0.0)
-    return found
+    return {entity_id: Hit(*row, 0.0) for entity_id, row in store.entities_by_ids(conn, ids).items()}
 
 
 def _expand(conn: sqlite3.Connection, fused: dict[str, float], decay: float, signals: dict[str, dict]) -> dict[str, float]:
@@ -82,12 +77,8 @@ def _expand(conn: sqlite3.Connection, fused: dict[str, float], decay: float, sig
     seeds = sorted(fused, key=fused.get, reverse=True)[:SEEDS]
     if not seeds or decay <= 0:
         return {}
-    marks = ",".join("?" * len(seeds))
     gained: dict[str, float] = {}
-    rows = conn.execute(
-        f"SELECT src, dst, kind, resolution FROM edges WHERE (src IN ({marks}) OR dst IN ({marks})) "
-        f"AND kind IN ('calls', 'inherits', 'contains')", seeds + seeds,
-    ).fetchall()
+    rows = store.edges_touching(conn, seeds, _EXPAND_KINDS)
     for src, dst, kind, resolution in rows:
         weight = EDGE_WEIGHT.get((kind, resolution), 0.0)
         if not weight:

@@ -12,6 +12,8 @@ import re
 import sqlite3
 from dataclasses import dataclass, field
 
+from cogd.index import store
+
 # Column weights for bm25(entities_fts, path, name, signature, doc, body):
 # a match in a name says far more than one somewhere in a body.
 COLUMN_WEIGHTS = (2.0, 8.0, 3.0, 2.0, 1.0)
@@ -67,7 +69,10 @@ def match_expression(terms: list[str]) -> str:
 
 @dataclass
 class Hit:
-    """One retrieved entity with its BM25 score (higher is better)."""
+    """One retrieved entity with its BM25 score (higher is better).
+
+    The fields before ``score`` are :data:`cogd.index.store.SUMMARY_COLUMNS`, in that order.
+    """
 
     id: str
     kind: str
@@ -96,17 +101,5 @@ def bm25_search(
     terms = query_terms(text)
     if not terms:
         return []
-    weights = ", ".join(str(w) for w in COLUMN_WEIGHTS)
-    sql = (
-        f"SELECT e.id, e.kind, e.subkind, e.path, e.name, e.qualname, e.start_line, e.end_line, "
-        f"e.signature, e.doc, e.parent_id, -bm25(entities_fts, {weights}) AS score "
-        f"FROM entities_fts JOIN entities e ON e.rowid = entities_fts.rowid "
-        f"WHERE entities_fts MATCH ?"
-    )
-    params: list[object] = [match_expression(terms)]
-    if kinds:
-        sql += f" AND e.kind IN ({', '.join('?' * len(kinds))})"
-        params.extend(kinds)
-    sql += " ORDER BY score DESC LIMIT ?"
-    params.append(limit)
-    return [Hit(*row) for row in conn.execute(sql, params)]
+    rows = store.search_fts(conn, match_expression(terms), COLUMN_WEIGHTS, limit=limit, kinds=kinds)
+    return [Hit(*row) for row in rows]

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from cogd.config import PACK_HARD_CAP_CHARS, PackConfig, RetrieveConfig
+from cogd.index import store
 from cogd.index.boundary import read_tree_file
 from cogd.index.vectors import DenseIndex
 from cogd.retrieve.feedback import Feedback
@@ -168,11 +169,6 @@ def _render_item(n: int, hit: Hit, excerpt: str, language: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _language(conn: sqlite3.Connection, path: str) -> str:
-    row = conn.execute("SELECT language FROM files WHERE path = ?", (path,)).fetchone()
-    return row[0] if row else ""
-
-
 Preface = tuple[str, list[PackItem]]  # rendered rules/memories and their items (cogd.retrieve.memories)
 
 
@@ -209,6 +205,7 @@ def assemble(
     first_code = len(items)
     leftovers: list[Hit] = []
     reserve = 400  # room kept for the pointer list
+    languages = store.file_languages(conn, [h.path for h in ranked])  # one query, not one per item
     for hit in ranked:
         if len(items) - first_code >= config.max_items:
             leftovers.append(hit)
@@ -217,7 +214,7 @@ def assemble(
         excerpt = ""
         if n <= config.excerpt_items and hit.kind in ("function", "method"):
             excerpt = _excerpt(root, hit, config.excerpt_lines)
-        block = _render_item(n, hit, excerpt, _language(conn, hit.path))
+        block = _render_item(n, hit, excerpt, languages.get(hit.path, ""))
         if used + len(block) > budget - reserve and excerpt:
             block = _render_item(n, hit, "", "")
         if used + len(block) > budget - reserve:
@@ -277,7 +274,7 @@ def prompt_pack(
     header = (f"## cogd: code that may matter for this prompt\n"
               f"({sources} over the repository index; `path:start-end`, then the entity id)\n")
     if pinned:
-        pins = [h for h in (_hit_by_id(conn, entity_id, 0.0) for entity_id in pinned[: config.max_items // 2]) if h]
+        pins = _hits_by_ids(conn, pinned[: config.max_items // 2], 0.0)
         for hit in pins:
             hit.signals = {"pinned": "working set re-added after compaction"}
         pinned_ids = {h.id for h in pins}
@@ -286,28 +283,23 @@ def prompt_pack(
     return assemble(conn, root, header, ranked, config, preface=preface)
 
 
-def _hit_by_id(conn: sqlite3.Connection, entity_id: str, score: float) -> Hit | None:
-    row = conn.execute(
-        "SELECT id, kind, subkind, path, name, qualname, start_line, end_line, signature, doc, parent_id "
-        "FROM entities WHERE id = ?", (entity_id,),
-    ).fetchone()
-    return Hit(*row, score) if row else None
+def _hits_by_ids(conn: sqlite3.Connection, entity_ids: list[str], score: float) -> list[Hit]:
+    """Hits for those of ``entity_ids`` the index holds, in the given order (one query)."""
+    rows = store.entities_by_ids(conn, entity_ids)
+    return [Hit(*rows[entity_id], score) for entity_id in dict.fromkeys(entity_ids) if entity_id in rows]
 
 
 def _recent_section(conn: sqlite3.Connection, recent_paths: list[str], limit: int = 8) -> str:
     """Markdown lines for recently changed, indexed files: size, doc line, what they define."""
+    summaries = store.file_summaries(conn, recent_paths)
+    shown = [summaries[path] for path in dict.fromkeys(recent_paths) if path in summaries][:limit]
+    children = store.child_names(conn, [f.path for f in shown], 12)
     lines = []
-    for path in recent_paths:
-        row = conn.execute("SELECT end_line, doc FROM entities WHERE id = ? AND kind = 'file'", (path,)).fetchone()
-        if row is None:
-            continue
-        names = list(dict.fromkeys(r[0] for r in conn.execute(
-            "SELECT name FROM entities WHERE parent_id = ? ORDER BY start_line LIMIT 12", (path,))))[:8]
-        doc = _first_line(row[1], 100)
-        lines.append(f"- `{_safe(path)}` ({row[0]} lines){' — ' + doc if doc else ''}"
+    for file in shown:
+        names = list(dict.fromkeys(children.get(file.path, [])))[:8]
+        doc = _first_line(file.doc, 100)
+        lines.append(f"- `{_safe(file.path)}` ({file.lines} lines){' — ' + doc if doc else ''}"
                      f"{' — defines ' + ', '.join(names) if names else ''}")
-        if len(lines) >= limit:
-            break
     return "### Recently changed files\n" + "\n".join(lines) + "\n" if lines else ""
 
 
@@ -339,12 +331,13 @@ def overview_pack(
     recent = _recent_section(conn, recent_paths)
     reserve = min(len(recent) + 1, budget // 4)
     per_file = max(2, config.max_items // 4)
-    for path, _score, defs in map_entities(conn, graph, max_files=config.max_items, per_file=per_file * 2,
-                                           skip_path=is_test_path):
+    mapped = map_entities(conn, graph, max_files=config.max_items, per_file=per_file * 2, skip_path=is_test_path)
+    summaries = store.file_summaries(conn, [path for path, _score, _defs in mapped])
+    for path, _score, defs in mapped:
         defs = sorted(sorted(defs, key=_public_first)[:per_file], key=lambda h: h.start_line)
-        row = conn.execute("SELECT end_line, doc FROM entities WHERE id = ? AND kind = 'file'", (path,)).fetchone()
-        doc = _first_line(row[1], 90) if row else ""
-        block = [f"\n`{_safe(path)}`{f' ({row[0]} lines)' if row else ''}{' — ' + doc if doc else ''}\n"]
+        summary = summaries.get(path)
+        doc = _first_line(summary.doc, 90) if summary else ""
+        block = [f"\n`{_safe(path)}`{f' ({summary.lines} lines)' if summary else ''}{' — ' + doc if doc else ''}\n"]
         lines = []
         for hit in defs:
             sig = hit.signature if hit.signature and len(hit.signature) <= 120 else ""
@@ -375,7 +368,7 @@ def working_set_pack(conn: sqlite3.Connection, root: Path, entity_ids: list[str]
 
     An empty working set and no rules give an empty pack.
     """
-    hits = [h for h in (_hit_by_id(conn, entity_id, 1.0) for entity_id in entity_ids) if h is not None]
+    hits = _hits_by_ids(conn, entity_ids, 1.0)
     for hit in hits:
         hit.signals = {"working_set": True}
     header = ("## cogd: this session's working set (after compaction)\n"

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from cogd.index import store
 from cogd.retrieve.lexical import Hit
 
 DAMPING = 0.85
@@ -33,6 +34,7 @@ TOLERANCE = 1e-6
 EDGE_KIND_WEIGHT = {"calls": 1.0, "inherits": 1.0, "imports": 1.0, "contains": 0.3}
 RECENT_SHARE = 0.5  # of the teleport mass, on recently changed files' entities (when there are some)
 UTILITY_SHARE = 0.2  # of the teleport mass, on entities in proportion to utility above the prior
+_DEFINITIONS = ("class", "function", "method", "constant")  # what the map lists under a file
 
 
 @dataclass
@@ -56,7 +58,7 @@ def pagerank(
     O(rounds × edges); about 0.1 s for 60,000 entities. Raises sqlite3.Error
     on a broken index.
     """
-    rows = conn.execute("SELECT id, path FROM entities").fetchall()
+    rows = store.entity_paths(conn)
     if not rows:
         return RankedGraph({}, [])
     ids = [r[0] for r in rows]
@@ -65,7 +67,7 @@ def pagerank(
     src: list[int] = []
     dst: list[int] = []
     weight: list[float] = []
-    for a, b, kind in conn.execute("SELECT src, dst, kind FROM edges"):
+    for a, b, kind in store.all_edges(conn):
         i, j = index.get(a), index.get(b)
         w = EDGE_KIND_WEIGHT.get(kind)
         if i is None or j is None or w is None or i == j:
@@ -124,18 +126,19 @@ def map_entities(
     a predicate for paths to leave out (tests, examples).
     """
     file_score: dict[str, float] = {}
-    path_of = dict(conn.execute("SELECT id, path FROM entities").fetchall())
+    path_of = dict(store.entity_paths(conn))
     for entity_id, score in graph.scores.items():
         path = path_of.get(entity_id)
         if path is not None:
             file_score[path] = file_score.get(path, 0.0) + score
     files = [p for p in sorted(file_score, key=file_score.get, reverse=True) if not (skip_path and skip_path(p))]
+    files = files[:max_files]
+    by_path: dict[str, list[Hit]] = {path: [] for path in files}
+    for row in store.entities_in_paths(conn, files, kinds=_DEFINITIONS):
+        hit = Hit(*row, graph.scores.get(row[0], 0.0))
+        by_path[hit.path].append(hit)
     result = []
-    for path in files[:max_files]:
-        rows = conn.execute(
-            "SELECT id, kind, subkind, path, name, qualname, start_line, end_line, signature, doc, parent_id "
-            "FROM entities WHERE path = ? AND kind IN ('class', 'function', 'method', 'constant')", (path,),
-        ).fetchall()
-        defs = sorted((Hit(*r, graph.scores.get(r[0], 0.0)) for r in rows), key=lambda h: -h.score)[:per_file]
+    for path in files:
+        defs = sorted(by_path[path], key=lambda h: -h.score)[:per_file]
         result.append((path, file_score[path], sorted(defs, key=lambda h: h.start_line)))
     return result

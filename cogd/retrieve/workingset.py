@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import sqlite3
 
+from cogd.index import store
 from cogd.usage.outcomes import ACTION_CLASS
 from cogd.usage.touches import Touch
 
@@ -20,13 +21,8 @@ _DEFINITIONS = ("class", "function", "method", "constant")
 def entities_at(conn: sqlite3.Connection, touch: Touch) -> list[str]:
     """The innermost definitions overlapping a ranged touch, or the file for a rangeless one."""
     if touch.start_line is None or touch.end_line is None:
-        row = conn.execute("SELECT id FROM entities WHERE id = ? AND kind = 'file'", (touch.path,)).fetchone()
-        return [row[0]] if row else []
-    rows = conn.execute(
-        f"SELECT id, start_line, end_line FROM entities WHERE path = ? AND kind IN ({','.join('?' * len(_DEFINITIONS))}) "
-        "AND start_line <= ? AND end_line >= ? ORDER BY end_line - start_line",
-        (touch.path, *_DEFINITIONS, touch.end_line, touch.start_line),
-    ).fetchall()
+        return [touch.path] if touch.path in store.file_summaries(conn, [touch.path]) else []
+    rows = store.definitions_at(conn, touch.path, touch.start_line, touch.end_line, _DEFINITIONS)
     # Keep the innermost: drop a class when one of its methods is already in.
     chosen: list[tuple[str, int, int]] = []
     for entity_id, start, end in rows:
@@ -55,10 +51,5 @@ def working_set(
     for touch in reads:
         for entity_id in entities_at(conn, touch):
             found.setdefault(entity_id, None)
-    ids = list(found)
-    present = set()
-    for start in range(0, len(ids), 500):
-        chunk = ids[start:start + 500]
-        present.update(r[0] for r in conn.execute(
-            f"SELECT id FROM entities WHERE id IN ({','.join('?' * len(chunk))})", chunk))
-    return [i for i in ids if i in present][:limit]
+    present = store.existing_ids(conn, found)
+    return [i for i in found if i in present][:limit]

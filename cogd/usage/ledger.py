@@ -38,6 +38,7 @@ import time
 from pathlib import Path
 
 from cogd import safepath
+from cogd.index.store import chunked
 from cogd.secrets import mask
 from cogd.usage.outcomes import PendingItem, match_hits, miss_weight, strength
 from cogd.usage.touches import Touch
@@ -608,3 +609,118 @@ class Ledger:
             "base_rate": round(self.utility.base_rate(), 4),
             "last_delivered_at": sums[2] if sums else None, "last_hit_at": sums[3] if sums else None,
         }
+
+
+# ---- reading without the writer ------------------------------------------------------------
+# Memory consolidation and doctor read usage evidence without opening the writer above (which
+# creates and migrates the schema, masks stored text and loads the utility model). They go
+# through this reader, so every query on the ledger's tables stays in this module.
+
+#: The usage tables the reader needs; ``state.db`` holds none of them when only memory has
+#: written to it so far (its ``events`` and ``tombstones`` share the file, :mod:`cogd.memory.events`).
+USAGE_TABLES = ("deliveries", "delivery_items", "entity_utility")
+
+
+def _chunks(ids: list[str]):
+    return chunked(list(dict.fromkeys(ids)))  # each id once, in at most MAX_PARAMS per statement
+
+
+class LedgerReader:
+    """Read-only queries on ``state.db``'s usage tables, over a connection the caller owns or :meth:`open` makes.
+
+    The schema is read once, explicitly: a ledger without the usage tables
+    (no daemon has run here yet) answers every query empty, and one the
+    writer has not migrated yet (no ``delivery_items.resolved_at``) takes
+    a hit's time from its delivery. Raises sqlite3.Error on a broken database.
+    """
+
+    def __init__(self, conn: sqlite3.Connection | None):
+        self.conn = conn
+        tables = set() if conn is None else {r[0] for r in conn.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table'")}
+        #: whether the usage tables exist (else every answer is empty)
+        self.has_usage = all(t in tables for t in USAGE_TABLES)
+        columns = {r[1] for r in conn.execute("PRAGMA table_info(delivery_items)")} if self.has_usage else set()
+        self._hit_time = "coalesce(i.resolved_at, d.created_at)" if "resolved_at" in columns else "d.created_at"
+
+    @classmethod
+    def open(cls, state_db: Path) -> "LedgerReader":
+        """A reader on ``state_db`` opened read-only (empty answers when the file does not exist).
+
+        Raises :class:`cogd.safepath.UnsafePath` when the file or a side file is a
+        link or another user's (SQLite would follow it), sqlite3.Error when it
+        is not a database. Close it with :meth:`close`.
+        """
+        state_db = Path(state_db)
+        if not state_db.exists():
+            return cls(None)
+        safepath.prepare_db(state_db, create=False)
+        conn = sqlite3.connect(f"file:{state_db}?mode=ro", uri=True, timeout=10.0)
+        try:
+            return cls(conn)
+        except BaseException:
+            conn.close()
+            raise
+
+    def close(self) -> None:
+        if self.conn is not None:
+            self.conn.close()
+
+    def _rows(self, sql: str, args: list) -> list[tuple]:
+        if self.conn is None or not self.has_usage or not args:
+            return []
+        return self.conn.execute(sql, args).fetchall()
+
+    def usage(self, ids: list[str]) -> dict[str, tuple[int, int, float | None]]:
+        """``{id: (deliveries, hits, last hit at (unix s) or None)}`` from ``entity_utility``;
+        ids never delivered are absent."""
+        out: dict[str, tuple[int, int, float | None]] = {}
+        for chunk in _chunks(ids):
+            for entity_id, n, hits, last in self._rows(
+                    f"SELECT entity_id, retrieval_count, used_count, last_hit_at FROM entity_utility "
+                    f"WHERE entity_id IN ({_marks(chunk)})", chunk):
+                out[entity_id] = (int(n or 0), int(hits or 0), last)
+        return out
+
+    def delivery_counts(self, ids: list[str]) -> dict[str, tuple[int, int]]:
+        """``{id: (delivery items, hits)}`` counted over ``delivery_items``; ids never delivered are absent."""
+        out: dict[str, tuple[int, int]] = {}
+        for chunk in _chunks(ids):
+            for entity_id, n, hits in self._rows(
+                    f"SELECT entity_id, count(*), sum(outcome = 'hit') FROM delivery_items "
+                    f"WHERE entity_id IN ({_marks(chunk)}) GROUP BY entity_id", chunk):
+                out[entity_id] = (int(n), int(hits or 0))
+        return out
+
+    def hit_sessions(self, ids: list[str]) -> list[str]:
+        """Distinct sessions whose deliveries of any of ``ids`` were hit, sorted."""
+        found: set[str] = set()
+        for chunk in _chunks(ids):
+            found.update(r[0] for r in self._rows(
+                f"SELECT DISTINCT d.session_id FROM delivery_items i JOIN deliveries d ON d.id = i.delivery_id "
+                f"WHERE i.outcome = 'hit' AND i.entity_id IN ({_marks(chunk)})", chunk))
+        return sorted(found)
+
+    def outcomes_since(self, ids: list[str], since: float) -> tuple[int, int, float | None]:
+        """``(misses, hits, last hit time)`` of ``ids``' delivery items delivered after ``since`` (unix s);
+        the last hit time (unix s, None without a hit) is over all time: when the hit was resolved, or
+        its delivery's time in a ledger from before hits kept theirs."""
+        misses = hits = 0
+        last: float | None = None
+        for chunk in _chunks(ids):
+            marks = _marks(chunk)
+            counts = dict(self._rows(
+                f"SELECT i.outcome, count(*) FROM delivery_items i JOIN deliveries d ON d.id = i.delivery_id "
+                f"WHERE i.entity_id IN ({marks}) AND d.created_at > ? GROUP BY i.outcome", [*chunk, since]))
+            misses += int(counts.get("miss", 0))
+            hits += int(counts.get("hit", 0))
+            for (when,) in self._rows(
+                    f"SELECT max({self._hit_time}) FROM delivery_items i JOIN deliveries d ON d.id = i.delivery_id "
+                    f"WHERE i.outcome = 'hit' AND i.entity_id IN ({marks})", chunk):
+                if when is not None and (last is None or when > last):
+                    last = when
+        return misses, hits, last
+
+
+def _marks(ids: list) -> str:
+    return ",".join("?" * len(ids))
