@@ -1147,4 +1147,4 @@ class MemoryStore:
             return "remove the secret from the file (wrap private notes in <private>…</private>)"
         if exc.kind == "tombstoned":
             return f"this claim was rejected as {exc.data.get('id')}; delete the file or change the claim"
-        return str(exc.data.get("fix") or "fix the file")
+        return str(exc.fix or exc.data.get("fix") or "fix the file")
