@@ -169,7 +169,7 @@ def _empty_reason(parts: Parts) -> str:
     if not store.get_meta(conn, "indexed_at"):  # written when a refresh completes
         busy = parts.worker.state == "indexing" or parts.worker.queue_depth
         return "index_building" if busy else "index_unavailable"
-    if not conn.execute("SELECT 1 FROM files LIMIT 1").fetchone():
+    if not store.has_files(conn):
         return "index_empty"
     return "no_match"
 

@@ -190,7 +190,7 @@ class EmbeddingWorker:
 
         assert self.encoder is not None and self.dense is not None
         model = self.model_id
-        entities = {row[0]: (row[1], row[2], row[3]) for row in conn.execute("SELECT id, hash, kind, path FROM entities")}
+        entities = store.entity_states(conn)
         stored = vectors.state()
         gone = [i for i, (m, _h) in stored.items() if i not in entities or m != model]
         if gone:
@@ -204,16 +204,11 @@ class EmbeddingWorker:
             return
         log.info("embedding %d of %d entities", len(pending), self.total)
         started, embedded_at_start = time.monotonic(), self.done
-        for start in range(0, len(pending), CHUNK):
+        for chunk in store.chunked(pending, CHUNK):
             if self._interrupted():
                 return  # the index moved on (or we are stopping): start a fresh pass
-            chunk = pending[start : start + CHUNK]
-            marks = ",".join("?" * len(chunk))
-            rows = conn.execute(
-                f"SELECT e.id, e.kind, e.qualname, e.signature, e.doc, e.path, e.hash, f.body "
-                f"FROM entities e JOIN entities_fts f ON f.rowid = e.rowid WHERE e.id IN ({marks})", chunk,
-            ).fetchall()
-            texts = {r[0]: entity_text(r[1], r[2], r[3], r[4], r[7] or "", r[5]) for r in rows}
+            rows = store.embedding_rows(conn, chunk)
+            texts = {r[0]: entity_text(r[1], r[2], r[3], r[4], r[7], r[5]) for r in rows}
             keys = {i: text_key(model, self.config.max_tokens, t) for i, t in texts.items()}
             cached = self._cache.get_many(list(set(keys.values())))
             missing = [i for i in texts if keys[i] not in cached]

@@ -46,14 +46,8 @@ def touch(parts: Parts, params: dict) -> dict:
 
 
 def _entity_hashes(parts: Parts, paths: list[str]) -> dict[str, str]:
-    conn = parts.reader()
-    found: dict[str, str] = {}
-    for start in range(0, len(paths), 500):
-        chunk = paths[start:start + 500]
-        found.update(conn.execute(
-            f"SELECT id, hash FROM entities WHERE path IN ({','.join('?' * len(chunk))}) AND kind != 'file'",
-            chunk).fetchall())
-    return found
+    """``{entity id: content hash}`` of the definitions in ``paths`` (before a save is re-indexed)."""
+    return dict(store.entities_in_paths(parts.reader(), paths, ("id", "hash")))
 
 
 def attribute_saves(parts: Parts, paths: list[str], before: dict[str, str], ticket: int, now: float) -> None:
@@ -65,12 +59,7 @@ def attribute_saves(parts: Parts, paths: list[str], before: dict[str, str], tick
             return
         conn = store.connect(parts.layout.index_db, readonly=True)
         try:
-            rows = []
-            for start in range(0, len(paths), 500):
-                chunk = paths[start:start + 500]
-                rows += conn.execute(
-                    f"SELECT id, hash, path, start_line, end_line FROM entities WHERE path IN "
-                    f"({','.join('?' * len(chunk))}) AND kind != 'file'", chunk).fetchall()
+            rows = store.entities_in_paths(conn, paths, ("id", "hash", "path", "start_line", "end_line"))
         finally:
             conn.close()
         touches = [Touch(path, "edit", start, end) for entity_id, digest, path, start, end in rows
@@ -113,41 +102,24 @@ def search(parts: Parts, params: dict) -> dict:
 def entity_get(parts: Parts, params: dict) -> dict:
     """One entity with its edges both ways, its body and its delivery counts; ``not_found`` for an unknown id."""
     entity_id = p.text(params, "id", required=True)
-    conn = parts.reader()
-    row = conn.execute("SELECT * FROM entities WHERE id = ?", (entity_id,)).fetchone()
-    if row is None:
+    detail = store.entity_detail(parts.reader(), entity_id)
+    if detail is None:
         raise not_found(f"no entity {entity_id!r}", id=entity_id)
-    entity = {k: row[k] for k in row.keys() if k != "rowid"}
-    outgoing = [dict(r) for r in conn.execute(
-        "SELECT dst AS id, kind, resolution FROM edges WHERE src = ? ORDER BY kind, dst", (entity_id,))]
-    incoming = [dict(r) for r in conn.execute(
-        "SELECT src AS id, kind, resolution FROM edges WHERE dst = ? ORDER BY kind, src", (entity_id,))]
-    body = conn.execute("SELECT body FROM entities_fts WHERE rowid = ?", (row["rowid"],)).fetchone()
-    return {
-        "entity": entity,
-        "edges": {"out": outgoing, "in": incoming},
-        "body": body[0] if body else "",
-        "usage": parts.ledger.entity_usage(entity_id, row["path"]),
-    }
+    return {**detail, "usage": parts.ledger.entity_usage(entity_id, detail["entity"]["path"])}
 
 
 def stats(parts: Parts, params: dict) -> dict:
     """Counts of the index (by language and kind, edges, files) and of the ledger."""
     conn = parts.reader()
-    by_lang_kind = [dict(r) for r in conn.execute(
-        "SELECT language, kind, count(*) AS n FROM entities GROUP BY language, kind ORDER BY language, kind")]
-    edges = [dict(r) for r in conn.execute(
-        "SELECT kind, resolution, count(*) AS n FROM edges GROUP BY kind, resolution ORDER BY kind, resolution")]
-    files = [dict(r) for r in conn.execute(
-        "SELECT language, status, count(*) AS n FROM files GROUP BY language, status ORDER BY language, status")]
+    groups = store.breakdown(conn)
     totals = parts.ledger.totals()
     # Deterministic: the same index and ledger give the same answer (no clock
     # fields; `status` carries index.indexed_at), so a reset can be checked.
     return {
         "index": {**store.counts(conn), "commit": store.get_meta(conn, "commit") or None},
-        "entities": by_lang_kind,
-        "edges": edges,
-        "files": files,
+        "entities": groups["entities"],
+        "edges": groups["edges"],
+        "files": groups["files"],
         "ledger": totals,
         **{key: totals[key] for key in ("deliveries", "hits", "misses", "hit_rate")},
     }

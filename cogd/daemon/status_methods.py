@@ -71,8 +71,7 @@ def status(parts: Parts, lifecycle: Lifecycle) -> dict:
         "languages": _languages_status(),
         "index": {
             **counts,
-            "skipped": dict(conn.execute(
-                "SELECT status, count(*) FROM files WHERE status != 'ok' GROUP BY status ORDER BY status")),
+            "skipped": store.skipped_files(conn),
             "commit": store.get_meta(conn, "commit") or None,
             "indexed_at": float(store.get_meta(conn, "indexed_at") or 0) or None,
             "state": parts.worker.state,
