@@ -59,6 +59,7 @@ from cogd.memory.record import (
     FOLDERS, MAX_FILE_BYTES, SOURCES, TITLE_MAX, TYPES, Anchor, Record, RecordError, atomic_write, free_text, is_ulid,
     mask_record, new_id, parse, read_text, serialise,
 )
+from cogd.memory.sync import scan as scan_files
 from cogd.secrets import mask as mask_secrets
 from cogd.secrets import redact
 from cogd.secrets import scan as scan_secrets
@@ -915,11 +916,9 @@ class MemoryStore:
         Cheap when nothing changed (one ``stat`` per file). Returns the scan's
         counts. See :mod:`cogd.memory.sync`.
         """
-        from cogd.memory.sync import scan
-
         with self._lock:
             recovered = self.recover()  # a write a crash interrupted is completed before any file is judged
-            result = scan(self)
+            result = scan_files(self)
             result["recovered"] = recovered
             if result["changed"] or result["removed"] or recovered:
                 self._uncommitted_dirty = True
