@@ -433,18 +433,9 @@ def _add_definitions(
         last = _code_end(node)
         text_bytes = source[start.start_byte : last.end_byte]
         entity = Entity(
-            id=entity_id,
-            kind=kind,
-            subkind=definition.subkind,
-            path=path,
-            name=definition.name,
-            qualname=qualname,
-            start_line=start.start_point.row + 1,
-            end_line=last.end_point.row + 1,
-            language=language,
-            signature=_signature(node, body, source),
-            doc=doc,
-            hash=content_hash(text_bytes),
+            id=entity_id, kind=kind, subkind=definition.subkind, path=path, name=definition.name,
+            qualname=qualname, start_line=start.start_point.row + 1, end_line=last.end_point.row + 1,
+            language=language, signature=_signature(node, body, source), doc=doc, hash=content_hash(text_bytes),
             parent_id=parent.id if parent is not None else file_id,
         )
         if kind in _CALLABLE_KINDS:
