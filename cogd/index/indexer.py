@@ -316,10 +316,6 @@ class Indexer:
         """Checkpoint the WAL and close the writer connection (see :func:`cogd.index.store.close_writer`)."""
         store.close_writer(self.conn)
 
-    def _parse(self, path: str, data: bytes) -> tuple[ParsedFile, str]:
-        """Entities of ``path`` (raw bytes ``data``) and its status (``ok`` or a skip reason)."""
-        return parse_file(path, data, self.limits)
-
     def _write_outside(self, path: str, result: RefreshResult) -> None:
         """Record ``path`` by name only with the skip reason ``symlink_outside`` (replacing what was there).
 
