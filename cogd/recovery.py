@@ -26,7 +26,11 @@ Two kinds of store live under ``.cogd/`` (docs/architecture.md, "When a store br
 
 Tombstones survive a lost ledger: rejected and pruned records keep their
 normalised-content hash in their file's ``tombstone`` key, and
-:func:`restore_tombstones` puts them back.
+:func:`cogd.memory.sync.restore_tombstones` puts them back.
+
+This module sits below every store it guards (the index, the embedding cache,
+memory): it imports none of them. What it needs to know of memory (how many
+record files exist) its callers pass in.
 """
 
 from __future__ import annotations
@@ -399,17 +403,11 @@ def write_mark(cogd_dir: Path, state_db: Path, *, force: bool = False, **extra) 
     return mark
 
 
-def count_memory_files(memory_dir: Path) -> int:
-    """Record files under ``.cogd/memory/`` (the same scan the memory sync uses)."""
-    from cogd.memory.sync import record_files
-
-    return len(record_files(memory_dir))
-
-
-def classify_ledger(cogd_dir: Path) -> LedgerReport:
+def classify_ledger(cogd_dir: Path, memory_records: int) -> LedgerReport:
     """What ``state.db`` is now, without changing anything (doctor uses this; see :func:`check_ledger`).
 
-    Missing or empty: ``lost`` when the marker says it had rows, ``fresh`` when
+    ``memory_records``: how many record files ``.cogd/memory/`` holds
+    (:func:`cogd.memory.sync.count_record_files`). Missing or empty: ``lost`` when the marker says it had rows, ``fresh`` when
     memory files exist and no marker does (a clone), else ``new``. Unreadable
     (not a database, fails ``quick_check``): ``lost`` — it held something.
     Raises :class:`StoreRefused` when it cannot be opened for a reason other
@@ -417,9 +415,8 @@ def classify_ledger(cogd_dir: Path) -> LedgerReport:
     """
     state_db = cogd_dir / "state.db"
     mark = read_mark(cogd_dir)
-    records = count_memory_files(cogd_dir / "memory")
     before = {k: mark.get(k) for k in ("events", "deliveries", "tombstones", "bytes", "at")} if mark else {}
-    report = LedgerReport("ok", before=before, memory_records=records, at=time.time())
+    report = LedgerReport("ok", before=before, memory_records=memory_records, at=time.time())
     try:
         exists = safepath.check_identity(state_db)  # a mode too open is the permissions check's (start tightens it)
     except safepath.UnsafePath as exc:  # a link, a directory, another user's file: not ours to move
@@ -431,7 +428,7 @@ def classify_ledger(cogd_dir: Path) -> LedgerReport:
         # only the marker can say that rows were lost. Without one, memory files came from git.
         if _had_rows(mark):
             report.state, report.problem = "lost", "was empty (0 bytes)" if empty else "was missing"
-        elif records and mark is None:
+        elif memory_records and mark is None:
             report.state = "fresh"
         else:
             report.state = "new"
@@ -454,15 +451,16 @@ def classify_ledger(cogd_dir: Path) -> LedgerReport:
     return report
 
 
-def check_ledger(cogd_dir: Path) -> LedgerReport:
+def check_ledger(cogd_dir: Path, memory_records: int) -> LedgerReport:
     """Classify ``state.db`` (:func:`classify_ledger`) and, when it is lost, move what is there aside.
 
+    ``memory_records``: as for :func:`classify_ledger`.
     Call before anything opens the ledger. Never deletes: a damaged or empty
     file becomes ``state.db.corrupt-<time>``. Raises :class:`StoreRefused`
     (nothing moved) when the file cannot be opened for a reason other than
     damage, and OSError when the move fails.
     """
-    report = classify_ledger(cogd_dir)
+    report = classify_ledger(cogd_dir, memory_records)
     if report.state == "lost":
         state_db = cogd_dir / "state.db"
         if os.path.lexists(state_db):
@@ -481,37 +479,6 @@ def pending_loss(report: LedgerReport) -> str:
     had = (f" (the marker says it held {report.before.get('events', 0)} events and "
            f"{report.before.get('deliveries', 0)} deliveries)") if report.before else ""
     return f"ledger state.db {report.problem}{had}; {report.memory_records} memory files"
-
-
-def restore_tombstones(memory_dir: Path, ledger) -> int:
-    """Put back the tombstones that rejected and pruned record files carry in their frontmatter.
-
-    ``ledger``: a :class:`cogd.memory.events.MemoryLedger`. A rejected record
-    without a ``tombstone`` key gets the hash of its normalised body (as
-    rejecting it would have written). Files that do not parse are skipped
-    (doctor reports them). Returns how many tombstones were not there before.
-    """
-    from cogd.memory.normalise import content_hash
-    from cogd.memory.record import RecordError, read
-    from cogd.memory.secrets import strip_private
-    from cogd.memory.sync import record_files
-
-    restored = 0
-    for rel in sorted(record_files(memory_dir)):
-        try:
-            record = read(memory_dir / rel)
-        except (RecordError, OSError, UnicodeDecodeError):
-            continue
-        if record.status not in ("rejected", "pruned"):
-            continue
-        body = strip_private(record.body).strip()
-        stone = record.tombstone or (content_hash(body) if body else "")
-        if not stone or ledger.tombstone(stone) is not None:
-            continue
-        ledger.add_tombstone(stone, record.id, record.rejected_reason or f"{record.status} (restored from its file)",
-                             record.updated_at)
-        restored += 1
-    return restored
 
 
 def record_loss(cogd_dir: Path, report: LedgerReport) -> None:

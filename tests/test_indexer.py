@@ -11,6 +11,7 @@ import pytest
 
 from conftest import git, make_repo
 from conftest import write as write_file
+from cogd.config import IndexConfig
 from cogd.index import store
 from cogd.index.indexer import Indexer
 from cogd.index.sources import git_head, list_source_files, recently_changed_files
@@ -397,7 +398,7 @@ def test_file_becoming_ignored_is_removed(repo, indexer):
 def test_too_large_file_keeps_only_a_file_entity(repo, tmp_path):
     big = "def big():\n    return 1\n" + "# padding line\n" * 80 + "x = 1"  # no final newline
     write(repo, "big.py", big)
-    ix = Indexer(repo, tmp_path / "small.db", max_file_bytes=1000)
+    ix = Indexer(repo, tmp_path / "small.db", IndexConfig(max_file_bytes=1000))
     try:
         result, _ = refresh(ix)
         assert len(big.encode()) > 1000 > max(len(text.encode()) for text in FILES.values())
@@ -419,11 +420,11 @@ def test_too_large_file_keeps_only_a_file_entity(repo, tmp_path):
 
 def test_raising_the_size_limit_reparses_a_skipped_file_with_unchanged_content(repo, tmp_path):
     db = tmp_path / "limit.db"
-    ix = Indexer(repo, db, max_file_bytes=100)
+    ix = Indexer(repo, db, IndexConfig(max_file_bytes=100))
     refresh(ix)
     assert file_row(ix.conn, "a.py")["status"] == "too_large"
     ix.close()
-    ix = Indexer(repo, db, max_file_bytes=1 << 20)
+    ix = Indexer(repo, db, IndexConfig(max_file_bytes=1 << 20))
     try:
         set_old_mtime(repo / "a.py")  # new stat, same content and hash
         result, _ = refresh(ix)
@@ -500,7 +501,7 @@ def test_bm25_finds_a_function_by_docstring_word_and_camel_case_part(repo, index
 
 
 def test_incremental_index_equals_a_fresh_full_index(repo, tmp_path):
-    ix = Indexer(repo, tmp_path / "incremental.db", max_file_bytes=600)
+    ix = Indexer(repo, tmp_path / "incremental.db", IndexConfig(max_file_bytes=600))
     try:
         refresh(ix)
         steps = [
@@ -524,7 +525,7 @@ def test_incremental_index_equals_a_fresh_full_index(repo, tmp_path):
         incremental = snapshot(ix.conn)
     finally:
         ix.close()
-    fresh_ix = Indexer(repo, tmp_path / "fresh.db", max_file_bytes=600)
+    fresh_ix = Indexer(repo, tmp_path / "fresh.db", IndexConfig(max_file_bytes=600))
     try:
         fresh_ix.refresh()
         fresh = snapshot(fresh_ix.conn)

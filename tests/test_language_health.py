@@ -17,7 +17,7 @@ import pytest
 
 from conftest import COGD, make_repo
 from cogd.index import languages
-from cogd.index.indexer import Indexer, parse_job, timeout_result
+from cogd.index.indexer import Indexer, ParseLimits, parse_job, timeout_result
 from cogd.index.parsepool import ParsePool
 
 BROKEN_AT_LINE_15 = "".join(f";; line {n}\n" for n in range(1, 15)) + "(nonexistent_node) @name @definition.function\n"
@@ -183,7 +183,7 @@ def test_parse_workers_compile_what_the_daemon_checked_and_report_the_same(repo)
     finally:
         languages.configure(None)
     override.unlink()  # an edit after the daemon read its overrides does not split daemon and workers
-    limits = (1 << 20, 2000, 4096, 300)
+    limits = ParseLimits(1 << 20, 2000, 4096, 300)
     jobs = [(rel, (root / rel).read_bytes(), limits) for rel in sorted(FILES)]
     pool = ParsePool(1, parse_job, timeout_result, languages.configure, (str(root), snapshot))
     try:

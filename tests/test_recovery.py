@@ -415,7 +415,7 @@ def test_the_ledger_marker_is_not_lowered_by_a_ledger_that_shrank(tmp_path):
     state_db.unlink()
     MemoryLedger(state_db).close()  # an empty ledger in its place (what opening it used to do silently)
     assert write_mark(cogd_dir, state_db) is None and read_mark(cogd_dir)["events"] == 3
-    report = classify_ledger(cogd_dir)
+    report = classify_ledger(cogd_dir, 0)
     assert (report.state, report.problem) == ("lost", "was replaced by an empty database")
     assert write_mark(cogd_dir, state_db, force=True)["events"] == 0  # at start, once accepted
 

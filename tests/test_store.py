@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from cogd.config import IndexConfig
 from cogd.index import store
 from cogd.index.extract import content_hash
 from cogd.index.indexer import Indexer
@@ -52,7 +53,7 @@ def index_db(tmp_path_factory) -> Path:
     root = make_repo(base / "repo", {"pkg/__init__.py": "", "pkg/shapes.py": SHAPES, "pkg/use.py": USE,
                                      "big.py": BIG, "huge.py": "x = 1\n" * 4000})
     db = base / "index.db"
-    indexer = Indexer(root, db, max_file_bytes=MAX_FILE_BYTES)
+    indexer = Indexer(root, db, IndexConfig(max_file_bytes=MAX_FILE_BYTES))
     try:
         result = indexer.refresh()
     finally:

@@ -39,8 +39,8 @@ def plain_tree(tmp_path: Path, monkeypatch, files: dict[str, str | bytes]) -> Pa
     return root
 
 
-def index(root: Path, db: Path, **limits) -> tuple[Indexer, dict]:
-    ix = Indexer(root, db, **limits)
+def index(root: Path, db: Path) -> tuple[Indexer, dict]:
+    ix = Indexer(root, db)
     return ix, ix.refresh().as_dict()
 
 
@@ -260,7 +260,7 @@ def test_parse_timeout_cancels_the_parse_and_the_refresh_finishes(tmp_path, capl
     })
     config = load_config(repo / ".cogd" / "config.toml")
     assert config.index.parse_timeout_ms == limit_ms
-    ix = Indexer.from_config(repo, tmp_path / "index.db", config.index)
+    ix = Indexer(repo, tmp_path / "index.db", config.index)
     try:
         with caplog.at_level(logging.WARNING, logger="cogd.index"):
             started = time.monotonic()

@@ -469,6 +469,7 @@ def check_ledger(ctx: DoctorContext) -> Check:
     not a failure. See :mod:`cogd.recovery`.
     """
     from cogd import recovery
+    from cogd.memory.sync import count_record_files
 
     cogd_dir = ctx.layout.cogd_dir
     if not cogd_dir.is_dir():
@@ -477,7 +478,7 @@ def check_ledger(ctx: DoctorContext) -> Check:
     if loss:
         return Check("ledger", FAIL, str(loss.get("statement")), recovery.loss_fix(loss), {"loss": loss})
     try:
-        report = recovery.classify_ledger(cogd_dir)
+        report = recovery.classify_ledger(cogd_dir, count_record_files(cogd_dir / "memory"))
     except recovery.StoreRefused as exc:
         return Check("ledger", FAIL, f"state.db cannot be opened: {exc.reason}", exc.fix)
     mark = recovery.read_mark(cogd_dir) or {}

@@ -99,6 +99,7 @@ def status(ctx: click.Context, as_json: bool) -> None:
 def _offline_recovery(layout: Layout) -> dict:
     """What ``cogd status`` says about damaged stores without a daemon: the failed start, moves, the ledger."""
     from cogd import recovery
+    from cogd.memory.sync import count_record_files
 
     out: dict = {"start_failure": control.start_failure(layout)}
     if layout.cogd_dir.is_dir():
@@ -111,7 +112,7 @@ def _offline_recovery(layout: Layout) -> dict:
         if not loss:  # the check doctor runs (read-only): a loss the next start will handle shows now
             ledger = out["recovery"]["ledger"]
             try:
-                report = recovery.classify_ledger(layout.cogd_dir)
+                report = recovery.classify_ledger(layout.cogd_dir, count_record_files(layout.cogd_dir / "memory"))
             except recovery.StoreRefused as exc:
                 ledger.update(state="refused", statement=f"state.db cannot be opened: {exc.reason}", fix=exc.fix)
             else:

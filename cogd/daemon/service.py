@@ -54,7 +54,9 @@ class Service:
         self.requests = 0
         # Damaged stores: the ledger is checked (never replaced) before anything opens it; a
         # damaged projection is moved aside and rebuilt (cogd/recovery.py, docs/architecture.md).
-        self.ledger_report = recovery.check_ledger(layout.cogd_dir)
+        from cogd.memory.sync import count_record_files
+
+        self.ledger_report = recovery.check_ledger(layout.cogd_dir, count_record_files(layout.cogd_dir / "memory"))
         self._suspect_corruption = False
         self._stores_checked_at = 0.0
         self._mark_written_at = 0.0
@@ -108,7 +110,9 @@ class Service:
         """After the ledger opened: restore tombstones into a new one, record a loss, write the marker."""
         report = self.ledger_report
         if report.state != "ok":  # a new ledger: the record files' tombstones are all it can have
-            report.restored_tombstones = recovery.restore_tombstones(self.memory.memory_dir, self.memory.ledger)
+            from cogd.memory.sync import restore_tombstones
+
+            report.restored_tombstones = restore_tombstones(self.memory.memory_dir, self.memory.ledger)
         if report.state == "lost":
             recovery.record_loss(self.layout.cogd_dir, report)
         extra = {}

@@ -158,12 +158,7 @@ class IndexWorker:
             pool.terminate()
 
     def _indexer_args(self, pool: ParsePool) -> dict:
-        c = self._config
-        return dict(
-            root=self._root, db_path=self._db_path, max_file_bytes=c.max_file_bytes,
-            parse_timeout_ms=c.parse_timeout_ms, minified_line_bytes=c.minified_line_bytes,
-            minified_mean_line_bytes=c.minified_mean_line_bytes, pool=pool,
-        )
+        return dict(root=self._root, db_path=self._db_path, config=self._config, pool=pool)
 
     def _open(self) -> tuple[Indexer, ParsePool]:
         # One parser process per spare core (at least one): a pathological file

@@ -350,20 +350,6 @@ def extract(path: str, source: bytes, language: str, tree: tree_sitter.Tree | No
     if tree is None:  # callers that bound the parse time pass their own tree
         tree = gram.parser.parse(source)
     root = tree.root_node
-    if language == "python":
-        file_doc = _python_docstring(root, source)
-    else:
-        first = root.named_children[0] if root.named_child_count else None
-        # Skip PHP's opening tag and a `#!` line.
-        while first is not None and (first.type == "php_tag" or source.startswith(b"#!", first.start_byte)):
-            first = first.next_named_sibling
-        second = first.next_named_sibling if first is not None else None
-        # A header comment, not the doc comment of the first definition (Rust's `//!` always is).
-        is_header = first is not None and first.type in _COMMENTS and (
-            second is None or second.start_point.row > first.end_point.row + 1
-            or source.startswith((b"//!", b"/*!"), first.start_byte)
-        )
-        file_doc = _clean_doc(_text(source, first.start_byte, first.end_byte)) if is_header else ""
     file_entity = Entity(
         id=path,
         kind="file",
@@ -373,95 +359,152 @@ def extract(path: str, source: bytes, language: str, tree: tree_sitter.Tree | No
         start_line=1,
         end_line=max(line_count(source), 1),
         language=language,
-        doc=file_doc,
+        doc=_file_doc(root, source, language),
         hash=content_hash(source),
     )
     parsed = ParsedFile(path, language, [file_entity])
-    stack: list[tuple[Entity, int]] = []  # (entity, end_byte) of open containers/callables
-    seen_ids: dict[str, int] = {}
-    members: dict[str, list[str]] = {file_entity.id: []}
-    by_id: dict[str, Entity] = {}
-    spans: list[tuple[int, int, str]] = []  # byte spans, for attributing references
-
     # One pass of the tags query serves both definitions and call references.
     tag_matches = run_query(gram.tags, root)
-    for definition in _definitions(tag_matches, source):
+    members, spans = _add_definitions(parsed, _definitions(tag_matches, source), source)
+    parsed.references = collect_references(tree, gram, spans, file_entity.id, tag_matches, source)
+    _fill_summaries(parsed, members, spans, source)
+    return parsed
+
+
+def _file_doc(root: tree_sitter.Node, source: bytes, language: str) -> str:
+    """The file's own documentation: a Python module docstring, else a header comment.
+
+    A header comment is the file's first node (after PHP's opening tag and a
+    ``#!`` line) when it is a comment followed by a blank line or nothing, so
+    the doc comment of the first definition is not taken (Rust's ``//!`` and
+    ``/*!`` always document the file).
+    """
+    if language == "python":
+        return _python_docstring(root, source)
+    first = root.named_children[0] if root.named_child_count else None
+    while first is not None and (first.type == "php_tag" or source.startswith(b"#!", first.start_byte)):
+        first = first.next_named_sibling
+    second = first.next_named_sibling if first is not None else None
+    is_header = first is not None and first.type in _COMMENTS and (
+        second is None or second.start_point.row > first.end_point.row + 1
+        or source.startswith((b"//!", b"/*!"), first.start_byte)
+    )
+    return _clean_doc(_text(source, first.start_byte, first.end_byte)) if is_header else ""
+
+
+def _add_definitions(
+    parsed: ParsedFile, definitions: list[_Definition], source: bytes
+) -> tuple[dict[str, list[str]], list[tuple[int, int, str]]]:
+    """Append an entity and its ``contains`` edge to ``parsed`` for each definition that is one.
+
+    ``definitions`` come outer first (see :func:`_definitions`), so a stack of
+    the open containers and callables gives each one its parent. Returns the
+    member names of each entity (for container summaries) and the byte spans
+    ``(start, end, entity id)`` of the entities (for attributing references).
+    """
+    path, language, file_id = parsed.path, parsed.language, parsed.path
+    stack: list[tuple[Entity, int]] = []  # (entity, end_byte) of open containers/callables
+    seen_ids: dict[str, int] = {}
+    members: dict[str, list[str]] = {file_id: []}
+    by_id: dict[str, Entity] = {}
+    spans: list[tuple[int, int, str]] = []
+    for definition in definitions:
         node = definition.node
         while stack and node.start_byte >= stack[-1][1]:
             stack.pop()
         parent = stack[-1][0] if stack else None
         if parent is not None and parent.kind in _LEAF_KINDS:
             continue  # nested helper: part of its enclosing function's body
-        kind = definition.kind
         outer = _outer(node)
         start = _start(outer)
-        if kind == "constant":
-            doc = _leading_comments(start, source)
-            if not doc or (parent is not None and parent.kind != "module"):
-                continue  # only documented module-level constants are entities
-            if language == "python" and not _CONSTANT_NAME.match(definition.name):
-                continue  # Python has no `const`: by convention a constant is UPPER_CASE
-        prefix = f"{parent.qualname}." if parent is not None else ""
-        if definition.receiver and (parent is None or parent.kind == "module"):
-            # Defined outside its type (Go receiver, Rust impl, C++ A::f): named Type.method,
-            # contained in the type when the type is defined above it in this file.
-            kind = "method"
-            owner = by_id.get(f"{path}::{prefix}{definition.receiver}")
-            prefix += f"{definition.receiver}."
-            if owner is not None and owner.kind == "class":
-                parent = owner
-        elif kind == "function" and parent is not None and parent.kind == "class":
-            kind = "method"
-        elif kind == "method" and (parent is None or parent.kind != "class"):
-            kind = "function"  # e.g. an object-literal method at top level, a Rust fn in a mod
-        qualname = prefix + definition.name
+        if definition.kind == "constant":
+            doc = _constant_doc(definition, parent, start, source, language)
+            if doc is None:
+                continue
+        kind, parent, qualname = _place(definition, parent, path, by_id)
+        body = _body_node(node)
+        if kind != "constant":  # a constant's doc was read above
+            doc = _python_docstring(body, source) if language == "python" else _leading_comments(start, source)
         entity_id = f"{path}::{qualname}"
         count = seen_ids.get(entity_id, 0) + 1
         seen_ids[entity_id] = count
         if count > 1:
             entity_id = f"{entity_id}~{count}"
-        body = _body_node(node)
-        if kind != "constant":  # a constant's doc was read above
-            doc = _python_docstring(body, source) if language == "python" else _leading_comments(start, source)
         last = _code_end(node)
         text_bytes = source[start.start_byte : last.end_byte]
         entity = Entity(
-            id=entity_id,
-            kind=kind,
-            subkind=definition.subkind,
-            path=path,
-            name=definition.name,
-            qualname=qualname,
-            start_line=start.start_point.row + 1,
-            end_line=last.end_point.row + 1,
-            language=language,
-            signature=_signature(node, body, source),
-            doc=doc,
-            hash=content_hash(text_bytes),
-            parent_id=parent.id if parent is not None else file_entity.id,
+            id=entity_id, kind=kind, subkind=definition.subkind, path=path, name=definition.name,
+            qualname=qualname, start_line=start.start_point.row + 1, end_line=last.end_point.row + 1,
+            language=language, signature=_signature(node, body, source), doc=doc, hash=content_hash(text_bytes),
+            parent_id=parent.id if parent is not None else file_id,
         )
         if kind in _CALLABLE_KINDS:
             entity.body = text_bytes[:MAX_BODY_CHARS * 2].decode("utf-8", errors="replace")[:MAX_BODY_CHARS]
         parsed.entities.append(entity)
-        by_id[entity.id] = entity
-        parsed.edges.append(Edge(entity.parent_id or file_entity.id, entity.id, "contains"))
-        members.setdefault(entity.parent_id or file_entity.id, []).append(definition.name)
-        members.setdefault(entity.id, [])
+        by_id[entity_id] = entity
+        parsed.edges.append(Edge(entity.parent_id, entity_id, "contains"))
+        members.setdefault(entity.parent_id, []).append(definition.name)
+        members.setdefault(entity_id, [])
         stack.append((entity, node.end_byte))
-        spans.append((outer.start_byte, node.end_byte, entity.id))
+        spans.append((outer.start_byte, node.end_byte, entity_id))
+    return members, spans
 
-    parsed.references = collect_references(tree, gram, spans, file_entity.id, tag_matches, source)
 
-    # Containers are searched by their header, docstring and member names, not
-    # by a copy of every member's body (members are entities of their own).
+def _constant_doc(definition: _Definition, parent: Entity | None, start: tree_sitter.Node, source: bytes,
+                  language: str) -> str | None:
+    """The doc of a constant that is an entity, or None for one that is not.
+
+    Only documented module-level constants are entities; Python has no
+    ``const``, so there a constant is, by convention, an UPPER_CASE name.
+    """
+    doc = _leading_comments(start, source)
+    if not doc or (parent is not None and parent.kind != "module"):
+        return None
+    if language == "python" and not _CONSTANT_NAME.match(definition.name):
+        return None
+    return doc
+
+
+def _place(definition: _Definition, parent: Entity | None, path: str,
+           by_id: dict[str, Entity]) -> tuple[str, Entity | None, str]:
+    """(kind, parent, qualified name) of a definition whose enclosing entity is ``parent``.
+
+    A definition with a receiver outside its type (Go receiver, Rust impl,
+    C++ ``A::f``) is the method ``Type.method``, contained in the type when the
+    type is defined above it in this file (``by_id``: the entities so far). A
+    function in a class is a method; a "method" outside a class (an
+    object-literal method at top level, a Rust fn in a mod) is a function.
+    """
+    kind = definition.kind
+    prefix = f"{parent.qualname}." if parent is not None else ""
+    if definition.receiver and (parent is None or parent.kind == "module"):
+        kind = "method"
+        owner = by_id.get(f"{path}::{prefix}{definition.receiver}")
+        prefix += f"{definition.receiver}."
+        if owner is not None and owner.kind == "class":
+            parent = owner
+    elif kind == "function" and parent is not None and parent.kind == "class":
+        kind = "method"
+    elif kind == "method" and (parent is None or parent.kind != "class"):
+        kind = "function"
+    return kind, parent, prefix + definition.name
+
+
+def _fill_summaries(parsed: ParsedFile, members: dict[str, list[str]], spans: list[tuple[int, int, str]],
+                    source: bytes) -> None:
+    """Set the searchable text of containers and of the file.
+
+    Containers are searched by their header, docstring and member names, not
+    by a copy of every member's body (members are entities of their own). A
+    file is also found by what it says outside its definitions: imports,
+    module-level settings (``__version__ = "7.1"``), exports.
+    """
     for entity in parsed.entities:
         if entity.kind not in _CALLABLE_KINDS:
             names = " ".join(members.get(entity.id, []))
             entity.body = f"{entity.signature}\n{entity.doc}\n{names}".strip()[:MAX_BODY_CHARS]
-    # A file is also found by what it says outside its definitions: imports,
-    # module-level settings (`__version__ = "7.1"`), exports.
+    file_entity = parsed.entities[0]
     file_entity.body = f"{file_entity.body}\n{_module_level_text(source, spans)}".strip()[:MAX_BODY_CHARS]
-    return parsed
 
 
 MODULE_TEXT_CHARS = 2000

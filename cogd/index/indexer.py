@@ -222,14 +222,36 @@ def _extract(path: str, text: bytes, language: str, parse_timeout_ms: int) -> Pa
     return extract(path, text, language, tree=tree)
 
 
-def parse_file(path: str, data: bytes, limits: tuple[int, int, int, int]) -> tuple[ParsedFile, str]:
+@dataclass(frozen=True)
+class ParseLimits:
+    """What parsing one file may cost: the ``[index]`` limits :func:`parse_file` applies.
+
+    Frozen and picklable: one value travels with every job to the parser
+    processes (:mod:`cogd.index.parsepool`). Byte counts are of the file as
+    read; ``parse_timeout_ms`` 0 means no limit. See the module docstring for
+    what each limit skips.
+    """
+
+    max_file_bytes: int = _DEFAULTS.max_file_bytes
+    parse_timeout_ms: int = _DEFAULTS.parse_timeout_ms
+    minified_line_bytes: int = _DEFAULTS.minified_line_bytes
+    minified_mean_line_bytes: int = _DEFAULTS.minified_mean_line_bytes
+
+    @classmethod
+    def from_config(cls, config: IndexConfig) -> "ParseLimits":
+        """The limits of an ``[index]`` config section (the one place they are read from it)."""
+        return cls(config.max_file_bytes, config.parse_timeout_ms, config.minified_line_bytes,
+                   config.minified_mean_line_bytes)
+
+
+def parse_file(path: str, data: bytes, limits: ParseLimits) -> tuple[ParsedFile, str]:
     """Entities of ``path`` (raw bytes ``data``) and its status: ``ok`` or a skip reason.
 
-    ``limits``: (max_file_bytes, parse_timeout_ms, minified_line_bytes,
-    minified_mean_line_bytes). Module-level and free of state so worker
-    processes can run it. Never raises for bad content.
+    Module-level and free of state so worker processes can run it. Never
+    raises for bad content.
     """
-    max_file_bytes, parse_timeout_ms, minified_line_bytes, minified_mean_line_bytes = limits
+    max_file_bytes, parse_timeout_ms = limits.max_file_bytes, limits.parse_timeout_ms
+    minified_line_bytes, minified_mean_line_bytes = limits.minified_line_bytes, limits.minified_mean_line_bytes
     language = language_for_path(path) or "text"
     oversized = len(data) > max_file_bytes  # read_source gives a bit more than the limit, never all of it
     text = to_utf8(data[:MINIFIED_SNIFF_BYTES] if oversized else data)
@@ -259,7 +281,7 @@ def parse_file(path: str, data: bytes, limits: tuple[int, int, int, int]) -> tup
     return parsed, "ok"
 
 
-def parse_job(job: tuple[str, bytes, tuple[int, int, int, int]]) -> tuple[ParsedFile, str]:
+def parse_job(job: tuple[str, bytes, ParseLimits]) -> tuple[ParsedFile, str]:
     """:func:`parse_file` on one (path, data, limits) tuple: what parser processes run."""
     return parse_file(*job)
 
@@ -274,50 +296,25 @@ class Indexer:
     """Keeps ``index.db`` in step with the work tree of ``root``.
 
     Not thread-safe: the daemon calls it from its single index worker thread.
-    The limits default to :class:`cogd.config.IndexConfig`'s defaults.
+    ``config``: the project's ``[index]`` section (``Config.index``); None
+    means :class:`cogd.config.IndexConfig`'s defaults. ``pool``: parser
+    processes to parse in (the daemon's); None parses in this process.
     """
 
-    def __init__(
-        self,
-        root: Path,
-        db_path: Path,
-        max_file_bytes: int = _DEFAULTS.max_file_bytes,
-        *,
-        parse_timeout_ms: int = _DEFAULTS.parse_timeout_ms,
-        minified_line_bytes: int = _DEFAULTS.minified_line_bytes,
-        minified_mean_line_bytes: int = _DEFAULTS.minified_mean_line_bytes,
-        pool: ParsePool | None = None,
-    ):
+    def __init__(self, root: Path, db_path: Path, config: IndexConfig | None = None, *,
+                 pool: ParsePool | None = None):
         self.root = root
         languages.configure(root)  # this repository's query overrides (.cogd/queries/), in this process
         self.conn = store.connect(db_path)
         # The daemon parses in child processes it can kill; direct callers
         # (tests, scripts, the CLI without a daemon) parse in-process.
         self.pool = pool
-        self.max_file_bytes = max_file_bytes
-        self.parse_timeout_ms = parse_timeout_ms
-        self.minified_line_bytes = minified_line_bytes
-        self.minified_mean_line_bytes = minified_mean_line_bytes
-
-    @classmethod
-    def from_config(cls, root: Path, db_path: Path, config: IndexConfig) -> "Indexer":
-        """An Indexer with the limits of an ``[index]`` config section."""
-        return cls(
-            root, db_path, config.max_file_bytes, parse_timeout_ms=config.parse_timeout_ms,
-            minified_line_bytes=config.minified_line_bytes,
-            minified_mean_line_bytes=config.minified_mean_line_bytes,
-        )
+        self.config = config if config is not None else _DEFAULTS
+        self.limits = ParseLimits.from_config(self.config)
 
     def close(self) -> None:
         """Checkpoint the WAL and close the writer connection (see :func:`cogd.index.store.close_writer`)."""
         store.close_writer(self.conn)
-
-    def _limits(self) -> tuple[int, int, int, int]:
-        return (self.max_file_bytes, self.parse_timeout_ms, self.minified_line_bytes, self.minified_mean_line_bytes)
-
-    def _parse(self, path: str, data: bytes) -> tuple[ParsedFile, str]:
-        """Entities of ``path`` (raw bytes ``data``) and its status (``ok`` or a skip reason)."""
-        return parse_file(path, data, self._limits())
 
     def _write_outside(self, path: str, result: RefreshResult) -> None:
         """Record ``path`` by name only with the skip reason ``symlink_outside`` (replacing what was there).
@@ -384,52 +381,18 @@ class Indexer:
         index. Raises sqlite3.Error only when the database itself fails.
         """
         started = time.perf_counter()
-        result = RefreshResult()
         known = store.known_files(self.conn)
-        if paths is None:
-            listing = scan_source_files(self.root)
-            gone = [p for p in known if p not in listing.files and p not in listing.outside]
-        else:
-            wanted = sorted({posixpath.normpath(p.replace(os.sep, "/")).lstrip("/") for p in paths})
-            wanted = [p for p in wanted if p != ".." and not p.startswith("../")]  # never outside the root
-            listing = None
-            if all(p in known for p in wanted):
-                # Saves of files already indexed: they passed the ignore rules when
-                # listed, so a stat is enough (listing the tree costs ~10 ms per save).
-                listing = classify_paths(self.root, wanted)
-            if listing is None:
-                whole = scan_source_files(self.root) if wanted else SourceListing()
-                # A saved file that is the target of a link indexed under the link's name
-                # (bin/tool.py -> ../scripts/tool) refreshes that name too.
-                asked = set(wanted)
-                listing = SourceListing({p: real for p, real in whole.files.items() if p in asked or real in asked},
-                                        [p for p in wanted if p in whole.outside])
-                wanted = sorted(asked | set(listing.files))
-            gone = [p for p in wanted if p not in listing.files and p not in listing.outside and p in known]
+        listing, gone = self._listing(paths, known)
         current = list(listing.files)
-        result.scanned = len(current) + len(listing.outside)
+        relanguaged, digests = self._language_changes(current)
+        run = _Run(known, listing, gone, full, relanguaged, progress)
+        run.result.scanned = len(current) + len(listing.outside)
         # Links out of the tree newly found (or a file swapped for one), all of them on a full
         # refresh (counted like any re-parsed file): recorded by path only.
         outside_new = [p for p in listing.outside
                        if full or known.get(p) is None or known[p]["status"] != SYMLINK_OUTSIDE]
-        result.unchanged += len(listing.outside) - len(outside_new)
-        relanguaged, digests = self._language_changes(current)
-
-        to_parse: list[tuple[str, os.stat_result]] = []
-        for path in current:
-            try:  # the real path has no symlink in it: do not follow one that appeared since
-                st = os.stat(os.path.join(self.root, listing.files[path]), follow_symlinks=False)
-            except OSError:  # vanished between listing and stat
-                if path in known:
-                    gone.append(path)
-                continue
-            row = known.get(path)
-            again = full or (relanguaged and language_for_path(path) in relanguaged)
-            if (not again and row is not None and row["mtime_ns"] == st.st_mtime_ns and row["size"] == st.st_size
-                    and row["status"] != SYMLINK_OUTSIDE):
-                result.unchanged += 1
-                continue
-            to_parse.append((path, st))
+        run.result.unchanged += len(listing.outside) - len(outside_new)
+        to_parse = self._stat_changed(run, current)
 
         # Batches commit re-parsed files (dropping their reference edges) before
         # references are resolved at the end: if this refresh is cut short, the
@@ -437,85 +400,192 @@ class Indexer:
         resolve_all = store.get_meta(self.conn, "resolve_pending") == "1"
         if to_parse or outside_new:
             store.set_meta(self.conn, "resolve_pending", "1")
-        now_ns = time.time_ns()
-        total = len(to_parse)
-        parsed_paths: list[str] = []
-        names_before: set[tuple[str, str]] = set()  # (name, id) defined in re-parsed files, before
-        done = 0
+        run.now_ns = time.time_ns()
         for path in outside_new:
-            names_before |= resolve.entity_names(self.conn, [path])
-            self._write_outside(path, result)
-            parsed_paths.append(path)
-        for start in range(0, len(to_parse), READ_AHEAD_FILES):
-            jobs: list[tuple[str, os.stat_result, int, bytes]] = []
-            for path, st in to_parse[start : start + READ_AHEAD_FILES]:
-                try:
-                    data = read_source(listing.files[path], self.max_file_bytes, root=self.root)
-                except FileNotFoundError:  # vanished between stat and read
-                    if path in known:
-                        gone.append(path)
-                    continue
-                except OutsideTree:  # it, or a directory on its path, was swapped for a symlink since the listing
-                    log.warning("not read: %s became a symlink since it was listed (checked again next refresh)", path)
-                    names_before |= resolve.entity_names(self.conn, [path])
-                    self._write_outside(path, result)
-                    parsed_paths.append(path)
-                    continue
-                except OSError as exc:
-                    log.warning("unreadable %s: %s", path, exc)
-                    result.skipped["unreadable"] = result.skipped.get("unreadable", 0) + 1
-                    # Recorded by path (like any skipped file); mtime 0 so the next refresh tries again.
-                    names_before |= resolve.entity_names(self.conn, [path])
-                    store.write_file(self.conn, _file_only(path, language_for_path(path) or "text", b"", 0),
-                                     size=st.st_size, mtime_ns=0, status="unreadable", now=time.time())
-                    parsed_paths.append(path)
-                    result.parsed += 1
-                    continue
-                mtime_ns = 0 if now_ns - st.st_mtime_ns < RACY_WINDOW_NS else st.st_mtime_ns
-                row = known.get(path)
-                again = full or (relanguaged and language_for_path(path) in relanguaged)
-                if not again and row is not None and row["hash"] == content_hash(data) and row["status"] == "ok":
-                    store.update_file_stat(self.conn, path, st.st_size, mtime_ns)
-                    result.unchanged += 1
-                    continue
-                jobs.append((path, st, mtime_ns, data))
-            batch = [(path, data, self._limits()) for path, _st, _m, data in jobs]
+            self._record_outside(run, path)
+        self._parse_changed(run, to_parse)
+
+        for path in gone:
+            store.delete_file(self.conn, path)
+        run.result.removed = len(gone)
+        self._resolve(known, run.parsed_paths, gone, run.names_before,
+                      everything=(full and paths is None) or resolve_all)
+        store.set_meta(self.conn, "resolve_pending", "0")
+        self._finish(run.result, paths is None, digests)
+        run.result.duration_ms = (time.perf_counter() - started) * 1000
+        return run.result
+
+    def _listing(self, paths: Iterable[str] | None, known: dict) -> tuple[SourceListing, list[str]]:
+        """The files this refresh looks at, and the indexed ones among ``paths`` that are gone.
+
+        ``paths`` None: the whole tree. Otherwise the given paths (normalised,
+        never outside the root): saves of files already indexed need only a
+        stat; anything else is checked against a listing of the tree, and a
+        saved file that is the target of a link indexed under the link's name
+        (``bin/tool.py -> ../scripts/tool``) refreshes that name too.
+        """
+        if paths is None:
+            listing = scan_source_files(self.root)
+            return listing, [p for p in known if p not in listing.files and p not in listing.outside]
+        wanted = sorted({posixpath.normpath(p.replace(os.sep, "/")).lstrip("/") for p in paths})
+        wanted = [p for p in wanted if p != ".." and not p.startswith("../")]  # never outside the root
+        listing = None
+        if all(p in known for p in wanted):
+            # Saves of files already indexed: they passed the ignore rules when
+            # listed, so a stat is enough (listing the tree costs ~10 ms per save).
+            listing = classify_paths(self.root, wanted)
+        if listing is None:
+            whole = scan_source_files(self.root) if wanted else SourceListing()
+            asked = set(wanted)
+            listing = SourceListing({p: real for p, real in whole.files.items() if p in asked or real in asked},
+                                    [p for p in wanted if p in whole.outside])
+            wanted = sorted(asked | set(listing.files))
+        return listing, [p for p in wanted if p not in listing.files and p not in listing.outside and p in known]
+
+    def _stat_changed(self, run: "_Run", current: list[str]) -> list[tuple[str, os.stat_result]]:
+        """The files of ``current`` whose stat differs from their row (or that must be parsed again).
+
+        The rest count as unchanged; a file that vanished since the listing is
+        added to ``run.gone`` when it was indexed.
+        """
+        known, files, relanguaged, full = run.known, run.listing.files, run.relanguaged, run.full
+        to_parse: list[tuple[str, os.stat_result]] = []
+        for path in current:
+            try:  # the real path has no symlink in it: do not follow one that appeared since
+                st = os.stat(os.path.join(self.root, files[path]), follow_symlinks=False)
+            except OSError:  # vanished between listing and stat
+                if path in known:
+                    run.gone.append(path)
+                continue
+            row = known.get(path)
+            again = full or (relanguaged and language_for_path(path) in relanguaged)
+            if (not again and row is not None and row["mtime_ns"] == st.st_mtime_ns and row["size"] == st.st_size
+                    and row["status"] != SYMLINK_OUTSIDE):
+                run.result.unchanged += 1
+                continue
+            to_parse.append((path, st))
+        return to_parse
+
+    def _parse_changed(self, run: "_Run", to_parse: list[tuple[str, os.stat_result]]) -> None:
+        """Read, parse and write ``to_parse`` in rounds of ``READ_AHEAD_FILES`` (bounded memory).
+
+        Reports progress per written file and at the end of each round (files
+        found unchanged or unreadable in a round count as done too).
+        """
+        total, done, progress = len(to_parse), 0, run.progress
+        for start in range(0, total, READ_AHEAD_FILES):
+            jobs = self._read_round(run, to_parse[start : start + READ_AHEAD_FILES])
+            batch = [(path, data, self.limits) for path, _st, _m, data in jobs]
             if self.pool is not None:
-                outcomes = self.pool.map(batch, max(self.parse_timeout_ms / 1000, 1.0) * 2)
+                outcomes = self.pool.map(batch, max(self.limits.parse_timeout_ms / 1000, 1.0) * 2)
             else:
                 outcomes = [parse_job(job) for job in batch]
-            for (path, st, mtime_ns, _data), (parsed, status) in zip(jobs, outcomes):
-                if status != "ok":
-                    result.skipped[status] = result.skipped.get(status, 0) + 1
-                names_before |= resolve.entity_names(self.conn, [path])
-                store.write_file(self.conn, parsed, size=st.st_size, mtime_ns=mtime_ns, status=status,
-                                 now=time.time())
-                parsed_paths.append(path)
-                result.parsed += 1
-                done += 1
-                if done % BATCH_FILES == 0:
-                    self.conn.commit()
-                if progress is not None:
-                    progress(done, total, path)
+            done = self._write_parsed(run, jobs, outcomes, done, total)
             end = min(start + READ_AHEAD_FILES, total)
-            if end > done:  # unchanged and unreadable files in this round count as done too
+            if end > done:
                 done = end
                 if progress is not None:
                     progress(done, total, to_parse[end - 1][0])
 
-        for path in gone:
-            store.delete_file(self.conn, path)
-        result.removed = len(gone)
-        self._resolve(known, parsed_paths, gone, names_before, everything=(full and paths is None) or resolve_all)
-        store.set_meta(self.conn, "resolve_pending", "0")
-        if paths is None or not store.get_meta(self.conn, "commit"):
+    def _read_round(self, run: "_Run", files: list[tuple[str, os.stat_result]]) -> list[tuple]:
+        """Read one round of files; returns ``(path, stat, mtime_ns to store, bytes)`` for those to parse.
+
+        A file whose bytes hash as stored only gets its new stat (unchanged).
+        One that cannot be read is recorded by path (``symlink_outside`` when
+        it became a link since the listing, else ``unreadable``, tried again
+        next refresh); one that vanished joins ``run.gone``.
+        """
+        known, relanguaged, full, result = run.known, run.relanguaged, run.full, run.result
+        now_ns = run.now_ns
+        jobs: list[tuple[str, os.stat_result, int, bytes]] = []
+        for path, st in files:
+            try:
+                data = read_source(run.listing.files[path], self.limits.max_file_bytes, root=self.root)
+            except FileNotFoundError:  # vanished between stat and read
+                if path in known:
+                    run.gone.append(path)
+                continue
+            except OutsideTree:  # it, or a directory on its path, was swapped for a symlink since the listing
+                log.warning("not read: %s became a symlink since it was listed (checked again next refresh)", path)
+                self._record_outside(run, path)
+                continue
+            except OSError as exc:
+                log.warning("unreadable %s: %s", path, exc)
+                self._record_unreadable(run, path, st)
+                continue
+            mtime_ns = 0 if now_ns - st.st_mtime_ns < RACY_WINDOW_NS else st.st_mtime_ns
+            row = known.get(path)
+            again = full or (relanguaged and language_for_path(path) in relanguaged)
+            if not again and row is not None and row["hash"] == content_hash(data) and row["status"] == "ok":
+                store.update_file_stat(self.conn, path, st.st_size, mtime_ns)
+                result.unchanged += 1
+                continue
+            jobs.append((path, st, mtime_ns, data))
+        return jobs
+
+    def _write_parsed(self, run: "_Run", jobs: list[tuple], outcomes: list, done: int, total: int) -> int:
+        """Write each parsed file of a round (committing every ``BATCH_FILES``); returns files done so far."""
+        result, progress, names_before, parsed_paths = run.result, run.progress, run.names_before, run.parsed_paths
+        for (path, st, mtime_ns, _data), (parsed, status) in zip(jobs, outcomes):
+            if status != "ok":
+                result.skipped[status] = result.skipped.get(status, 0) + 1
+            names_before |= resolve.entity_names(self.conn, [path])
+            store.write_file(self.conn, parsed, size=st.st_size, mtime_ns=mtime_ns, status=status,
+                             now=time.time())
+            parsed_paths.append(path)
+            result.parsed += 1
+            done += 1
+            if done % BATCH_FILES == 0:
+                self.conn.commit()
+            if progress is not None:
+                progress(done, total, path)
+        return done
+
+    def _record_outside(self, run: "_Run", path: str) -> None:
+        """Record ``path`` by name only as ``symlink_outside`` (see :meth:`_write_outside`)."""
+        run.names_before |= resolve.entity_names(self.conn, [path])
+        self._write_outside(path, run.result)
+        run.parsed_paths.append(path)
+
+    def _record_unreadable(self, run: "_Run", path: str, st: os.stat_result) -> None:
+        """Record ``path`` by name only as ``unreadable``; mtime 0, so the next refresh tries again."""
+        run.result.skipped["unreadable"] = run.result.skipped.get("unreadable", 0) + 1
+        run.names_before |= resolve.entity_names(self.conn, [path])
+        store.write_file(self.conn, _file_only(path, language_for_path(path) or "text", b"", 0),
+                         size=st.st_size, mtime_ns=0, status="unreadable", now=time.time())
+        run.parsed_paths.append(path)
+        run.result.parsed += 1
+
+    def _finish(self, result: RefreshResult, whole_tree: bool, digests: dict[str, str]) -> None:
+        """Record the commit, the language digests and the time of this refresh, and commit.
+
+        A save does not move HEAD: only whole-tree refreshes (every pack's
+        stat scan is one) record the commit, and only they store the language
+        digests (a save re-parses only its files: the rest of a changed
+        language waits for a full scan).
+        """
+        if whole_tree or not store.get_meta(self.conn, "commit"):
             result.commit = git_head(self.root)
             store.set_meta(self.conn, "commit", result.commit or "")
-        else:  # a save does not move HEAD; whole-tree refreshes (every pack's stat scan) do record it
+        else:
             result.commit = store.get_meta(self.conn, "commit") or None
-        if paths is None:  # a save re-parses only its files: the rest of a changed language waits for a full scan
+        if whole_tree:
             store.set_meta(self.conn, "language_digests", json.dumps(digests, sort_keys=True))
         store.set_meta(self.conn, "indexed_at", f"{time.time():.3f}")
         self.conn.commit()
-        result.duration_ms = (time.perf_counter() - started) * 1000
-        return result
+
+
+class _Run:
+    """The state one :meth:`Indexer.refresh` carries between its steps."""
+
+    __slots__ = ("known", "listing", "gone", "full", "relanguaged", "progress", "result", "parsed_paths",
+                 "names_before", "now_ns")
+
+    def __init__(self, known: dict, listing: SourceListing, gone: list[str], full: bool, relanguaged: set[str],
+                 progress: ProgressFn | None):
+        self.known, self.listing, self.gone = known, listing, gone  # gone: grows as files vanish mid-refresh
+        self.full, self.relanguaged, self.progress = full, relanguaged, progress
+        self.result = RefreshResult()
+        self.parsed_paths: list[str] = []  # every path written, for the reference resolution
+        self.names_before: set[tuple[str, str]] = set()  # (name, id) defined in re-written files, before
+        self.now_ns = 0  # when reading began, for the racy-clean window (see RACY_WINDOW_NS)

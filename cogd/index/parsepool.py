@@ -30,7 +30,7 @@ log = logging.getLogger("cogd.parsepool")
 
 START_SLACK_S = 5.0  # a fresh worker imports tree-sitter and its grammars first
 
-Job = tuple  # (path, data, limits): the arguments of cogd.index.indexer.parse_file
+Job = tuple  # (path, data, ParseLimits): the arguments of cogd.index.indexer.parse_file
 
 
 class ParsePool:

@@ -121,13 +121,26 @@ def collect_references(
     de-duplicated, in source order. Never raises on odd syntax trees.
     """
     enclosing = _Enclosing(spans, file_id)
-    tree_source = source
-    found: dict[Reference, None] = {}
-    seen_calls: set[tuple[str, str, str]] = set()  # one call reference per (caller, callee, receiver)
+    found: dict[Reference, None] = {}  # an ordered set: source order, each reference once
     root = tree.root_node
-
     if tag_matches is None:
         tag_matches = run_query(gram.tags, root)
+    if _add_calls(found, tag_matches, enclosing, source):
+        return list(found)
+    if gram.imports is not None:
+        _add_imports(found, run_query(gram.imports, root), file_id)
+    if gram.inherits is not None:
+        _add_bases(found, run_query(gram.inherits, root), enclosing, spans, file_id)
+    return list(found)[:MAX_REFERENCES]
+
+
+def _add_calls(found: dict[Reference, None], tag_matches: list, enclosing: _Enclosing, source: bytes) -> bool:
+    """Add the calls of the tags query's matches to ``found``; True when ``MAX_REFERENCES`` was reached.
+
+    One call reference per (caller, callee, receiver): a function calling
+    ``log.info`` forty times needs one edge, not forty.
+    """
+    seen_calls: set[tuple[str, str, str]] = set()
     for _pattern, captures in tag_matches:
         names = captures.get("name")
         if not names:
@@ -140,48 +153,59 @@ def collect_references(
             if not name:
                 continue
             src = enclosing(names[0].start_byte)
-            receiver = _receiver(names[0], tree_source) if tree_source else ""
+            receiver = _receiver(names[0], source) if source else ""
             if (src, name, receiver) in seen_calls:
                 continue
             seen_calls.add((src, name, receiver))
             found[Reference(src, "calls", name, receiver, "", names[0].start_point.row + 1)] = None
             if len(found) >= MAX_REFERENCES:
-                return list(found)
+                return True
+    return False
 
-    if gram.imports is not None:
-        # The same import can match a general and a more specific pattern:
-        # keep one per (module, symbol, line), with the alias when one knows it.
-        imports: dict[tuple[str, str, int], str] = {}
-        for _pattern, captures in run_query(gram.imports, root):
-            modules = captures.get("module")
-            if not modules:
+
+def _add_imports(found: dict[Reference, None], matches: list, file_id: str) -> None:
+    """Add the file's imports (matches of the grammar's imports query) to ``found``.
+
+    The same import can match a general and a more specific pattern: one is
+    kept per (module, symbol, line), with the alias when one knows it, and a
+    bare module reference is dropped where the same line imports symbols of it.
+    """
+    imports: dict[tuple[str, str, int], str] = {}
+    for _pattern, captures in matches:
+        modules = captures.get("module")
+        if not modules:
+            continue
+        module = _strip_quotes(_text(modules[0]))
+        symbol = _text(captures["name"][0]) if captures.get("name") else ""
+        alias = _text(captures["alias"][0]) if captures.get("alias") else ""
+        line = (captures.get("import") or modules)[0].start_point.row + 1
+        key = (module, symbol, line)
+        imports[key] = imports.get(key) or alias
+    with_symbols = {(module, line) for module, symbol, line in imports if symbol}
+    for (module, symbol, line), alias in imports.items():
+        if symbol or alias or (module, line) not in with_symbols:
+            found[Reference(file_id, "imports", module, symbol, alias, line)] = None
+
+
+def _add_bases(found: dict[Reference, None], matches: list, enclosing: _Enclosing,
+               spans: list[tuple[int, int, str]], file_id: str) -> None:
+    """Add base classes and implemented traits (matches of the grammar's inherits query) to ``found``.
+
+    A base belongs to the class around it, except that Rust's ``impl Trait
+    for Type`` names the implementing type in ``@type``: the base then belongs
+    to that type when it is an entity of this file.
+    """
+    entity_ids = {entity_id for _s, _e, entity_id in spans}
+    for _pattern, captures in matches:
+        owner = None
+        if captures.get("type"):
+            type_name = _LAST_PART.search(_GENERICS.sub("", _text(captures["type"][0])).strip() or "-")
+            candidate = f"{file_id}::{type_name.group(0)}" if type_name else ""
+            owner = candidate if candidate in entity_ids else None
+        for node in captures.get("base", []):
+            written = _GENERICS.sub("", " ".join(_text(node).split())).strip()
+            match = _LAST_PART.search(written)
+            if not match:
                 continue
-            module = _strip_quotes(_text(modules[0]))
-            symbol = _text(captures["name"][0]) if captures.get("name") else ""
-            alias = _text(captures["alias"][0]) if captures.get("alias") else ""
-            line = (captures.get("import") or modules)[0].start_point.row + 1
-            key = (module, symbol, line)
-            imports[key] = imports.get(key) or alias
-        with_symbols = {(module, line) for module, symbol, line in imports if symbol}
-        for (module, symbol, line), alias in imports.items():
-            if symbol or alias or (module, line) not in with_symbols:
-                found[Reference(file_id, "imports", module, symbol, alias, line)] = None
-
-    if gram.inherits is not None:
-        entity_ids = {entity_id for _s, _e, entity_id in spans}
-        for _pattern, captures in run_query(gram.inherits, root):
-            # `impl Trait for Type` (Rust) names the implementing type in @type.
-            owner = None
-            if captures.get("type"):
-                type_name = _LAST_PART.search(_GENERICS.sub("", _text(captures["type"][0])).strip() or "-")
-                candidate = f"{file_id}::{type_name.group(0)}" if type_name else ""
-                owner = candidate if candidate in entity_ids else None
-            for node in captures.get("base", []):
-                written = _GENERICS.sub("", " ".join(_text(node).split())).strip()
-                match = _LAST_PART.search(written)
-                if not match:
-                    continue
-                src = owner or enclosing(node.start_byte)
-                found[Reference(src, "inherits", match.group(0), written, "", node.start_point.row + 1)] = None
-
-    return list(found)[:MAX_REFERENCES]
+            src = owner or enclosing(node.start_byte)
+            found[Reference(src, "inherits", match.group(0), written, "", node.start_point.row + 1)] = None

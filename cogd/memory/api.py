@@ -59,6 +59,7 @@ from cogd.memory.record import (
     FOLDERS, MAX_FILE_BYTES, SOURCES, TITLE_MAX, TYPES, Anchor, Record, RecordError, atomic_write, free_text, is_ulid,
     mask_record, new_id, parse, read_text, serialise,
 )
+from cogd.memory.sync import scan as scan_files
 from cogd.secrets import mask as mask_secrets
 from cogd.secrets import redact
 from cogd.secrets import scan as scan_secrets
@@ -149,6 +150,23 @@ def _valid_intent_file(entry: object) -> bool:
         return parse(text).relpath() == entry["path"]
     except RecordError:
         return False
+
+
+def _record_arguments(type: str, source: str, text: object, title: object, anchors: Iterable[str]) -> list[str]:
+    """Check the arguments of :meth:`MemoryStore.record` that need no store; returns the anchors as a list.
+
+    Raises MemoryRefused ``bad_request``.
+    """
+    if type not in TYPES:
+        raise bad_request(f"type must be one of {', '.join(TYPES)}, got {type!r}")
+    if source not in SOURCES:
+        raise bad_request(f"source must be one of {', '.join(SOURCES)}, got {source!r}")
+    if not isinstance(text, str) or (title is not None and not isinstance(title, str)):
+        raise bad_request("text and title must be strings")
+    anchors = list(anchors)
+    if not all(isinstance(a, str) and a for a in anchors):
+        raise bad_request("anchors must be code entity ids (non-empty strings)")
+    return anchors
 
 
 @dataclass
@@ -502,33 +520,11 @@ class MemoryStore:
         A near-duplicate of a rejected claim (embedding cosine ≥
         ``config.tombstone_similarity``) is accepted only as ``candidate`` with a warning.
         """
-        if type not in TYPES:
-            raise bad_request(f"type must be one of {', '.join(TYPES)}, got {type!r}")
-        if source not in SOURCES:
-            raise bad_request(f"source must be one of {', '.join(SOURCES)}, got {source!r}")
-        if not isinstance(text, str) or (title is not None and not isinstance(title, str)):
-            raise bad_request("text and title must be strings")
-        anchors = list(anchors)
-        if not all(isinstance(a, str) and a for a in anchors):
-            raise bad_request("anchors must be code entity ids (non-empty strings)")
+        anchors = _record_arguments(type, source, text, title, anchors)
         with self._lock:
             self.sync()
-            body = strip_private(text).strip()
-            if not body:
-                raise bad_request("the text is empty (after removing any <private>…</private> spans)")
-            if len(body) > TEXT_MAX:
-                raise bad_request(f"the text is {len(body)} characters; at most {TEXT_MAX}")
-            head = " ".join(strip_private(title or "").split()) or derive_title(body)
-            if len(head) > TITLE_MAX:
-                raise bad_request(f"the title is {len(head)} characters; at most {TITLE_MAX}")
-            # Private spans leave every field first; then every field is scanned whole, before any is cut
-            # to its stored length (a cut JWT or key no longer looks like one, and its head would be kept).
-            tags = [t for t in (strip_private(str(t)).strip() for t in tags) if t]
-            creation_reason = strip_private(str(creation_reason or ""))
-            session_id = strip_private(str(session_id or ""))
-            self._check_secrets(head, body, creation_reason, session_id, *tags, *anchors)
-            tags = [t[:100] for t in tags][:50]
-            creation_reason = creation_reason[:500]
+            head, body, tags, creation_reason, session_id = self._clean_fields(
+                text, title, tags, creation_reason, session_id, anchors)
             chash = content_hash(body)
             self._check_tombstone(chash)
             warnings: list[str] = []
@@ -537,33 +533,11 @@ class MemoryStore:
             if source == "import":
                 status = "candidate"
             vector = self._vector(f"{head}\n{body}")
-            model = vector[0] if vector else None
-            near = nearest(vector[1] if vector else None,
-                           self._existing(self.projection.rows(status="rejected"), model),
-                           self.config.tombstone_similarity)
-            if near is not None:
-                stone = self.projection.row(near.id)
-                warnings.append(f"close to rejected memory {near.id} ({stone['title'] if stone else ''!s}, "
-                                f"similarity {near.score:.2f}): recorded as a candidate for review")
+            if self._near_rejected(vector, warnings):
                 status = "candidate"
-            live = self.projection.rows(type=type, status=("candidate", "active", "stale"))
-            exact = [r for r in live if r["content_hash"] == chash]
-            active = [r for r in live if r["status"] == "active"]
-            pool = {r["id"]: r for r in exact + ([] if allow_duplicate else active)}
-            duplicate = find_duplicate(head, chash, None, self._existing(list(pool.values()), None),
-                                       similarity=self.config.duplicate_similarity)
-            if duplicate is None and vector is not None and not allow_duplicate:
-                duplicate = find_duplicate(head, chash, vector[1], self._existing(active, model),
-                                           similarity=self.config.duplicate_similarity)
-            if duplicate is not None:
-                raise MemoryRefused("duplicate", f"refused: a {type} like this exists already: {duplicate.id} "
-                                   f"({duplicate.how} match, {duplicate.score:.2f})", **duplicate.as_dict())
+            self._refuse_duplicate(type, head, chash, vector, allow_duplicate)
             anchor_list = self._anchor(anchors)
-            entity_id = entity_id or new_id()
-            if not is_ulid(entity_id):
-                raise bad_request(f"id must be a ULID, got {entity_id!r}")
-            if self.projection.row(entity_id) is not None or self.ledger.last_status(entity_id) is not None:
-                raise bad_request(f"id {entity_id} is already in use (or was purged here)", id=entity_id)
+            entity_id = self._unused_id(entity_id or new_id())
             lattice.transition(None, status, entity_id=entity_id)
             now = self.clock()
             record = Record(
@@ -578,6 +552,76 @@ class MemoryStore:
                             {"path": record.relpath(), "source": source,
                              "anchors": [a.as_dict() for a in anchor_list], "warnings": warnings})])
             return {"record": record.as_dict(), "path": str(self.path_of(record)), "warnings": warnings}
+
+    def _clean_fields(self, text: str, title: str | None, tags: Iterable[str], creation_reason: str,
+                      session_id: str, anchors: list[str]) -> tuple[str, str, list[str], str, str]:
+        """The stored fields of a new memory: ``(title, body, tags, creation_reason, session_id)``.
+
+        Private spans leave every field first; then every field is scanned
+        whole for secrets, before any is cut to its stored length (a cut JWT or
+        key no longer looks like one, and its head would be kept). Raises
+        MemoryRefused (``bad_request``: empty or too long; ``secret_detected``).
+        """
+        body = strip_private(text).strip()
+        if not body:
+            raise bad_request("the text is empty (after removing any <private>…</private> spans)")
+        if len(body) > TEXT_MAX:
+            raise bad_request(f"the text is {len(body)} characters; at most {TEXT_MAX}")
+        head = " ".join(strip_private(title or "").split()) or derive_title(body)
+        if len(head) > TITLE_MAX:
+            raise bad_request(f"the title is {len(head)} characters; at most {TITLE_MAX}")
+        tags = [t for t in (strip_private(str(t)).strip() for t in tags) if t]
+        creation_reason = strip_private(str(creation_reason or ""))
+        session_id = strip_private(str(session_id or ""))
+        self._check_secrets(head, body, creation_reason, session_id, *tags, *anchors)
+        return head, body, [t[:100] for t in tags][:50], creation_reason[:500], session_id
+
+    def _near_rejected(self, vector: tuple[str, np.ndarray] | None, warnings: list[str]) -> bool:
+        """Whether the new text's embedding is close to a rejected memory's (then adds a warning).
+
+        Close means cosine ≥ ``config.tombstone_similarity``: such a claim is
+        recorded only as a candidate, for a person to review.
+        """
+        model = vector[0] if vector else None
+        near = nearest(vector[1] if vector else None,
+                       self._existing(self.projection.rows(status="rejected"), model),
+                       self.config.tombstone_similarity)
+        if near is None:
+            return False
+        stone = self.projection.row(near.id)
+        warnings.append(f"close to rejected memory {near.id} ({stone['title'] if stone else ''!s}, "
+                        f"similarity {near.score:.2f}): recorded as a candidate for review")
+        return True
+
+    def _refuse_duplicate(self, type: str, head: str, chash: str, vector: tuple[str, np.ndarray] | None,
+                          allow_duplicate: bool) -> None:
+        """Raise MemoryRefused ``duplicate`` when a memory of ``type`` says the same already.
+
+        Exact content is checked over every live memory of the type; the title
+        (fuzzy) and, with a vector, the embedding over active ones, unless
+        ``allow_duplicate`` (then only exact content counts).
+        """
+        model = vector[0] if vector else None
+        live = self.projection.rows(type=type, status=("candidate", "active", "stale"))
+        exact = [r for r in live if r["content_hash"] == chash]
+        active = [r for r in live if r["status"] == "active"]
+        pool = {r["id"]: r for r in exact + ([] if allow_duplicate else active)}
+        duplicate = find_duplicate(head, chash, None, self._existing(list(pool.values()), None),
+                                   similarity=self.config.duplicate_similarity)
+        if duplicate is None and vector is not None and not allow_duplicate:
+            duplicate = find_duplicate(head, chash, vector[1], self._existing(active, model),
+                                       similarity=self.config.duplicate_similarity)
+        if duplicate is not None:
+            raise MemoryRefused("duplicate", f"refused: a {type} like this exists already: {duplicate.id} "
+                               f"({duplicate.how} match, {duplicate.score:.2f})", **duplicate.as_dict())
+
+    def _unused_id(self, entity_id: str) -> str:
+        """``entity_id`` when it is a ULID no memory here has used (purged ones included); else bad_request."""
+        if not is_ulid(entity_id):
+            raise bad_request(f"id must be a ULID, got {entity_id!r}")
+        if self.projection.row(entity_id) is not None or self.ledger.last_status(entity_id) is not None:
+            raise bad_request(f"id {entity_id} is already in use (or was purged here)", id=entity_id)
+        return entity_id
 
     def _anchor(self, entity_ids: list[str]) -> list[Anchor]:
         if not entity_ids:
@@ -915,11 +959,9 @@ class MemoryStore:
         Cheap when nothing changed (one ``stat`` per file). Returns the scan's
         counts. See :mod:`cogd.memory.sync`.
         """
-        from cogd.memory.sync import scan
-
         with self._lock:
             recovered = self.recover()  # a write a crash interrupted is completed before any file is judged
-            result = scan(self)
+            result = scan_files(self)
             result["recovered"] = recovered
             if result["changed"] or result["removed"] or recovered:
                 self._uncommitted_dirty = True

@@ -78,6 +78,119 @@ def _is_file(path: Path) -> bool:
         return False
 
 
+class _Collector:
+    """The touches of one payload so far, kept only when they resolve inside the work tree."""
+
+    __slots__ = ("root", "cwd", "found")
+
+    def __init__(self, root: Path, cwd: Path):
+        self.root, self.cwd = root, cwd
+        self.found: list[Touch] = []
+
+    def add(self, raw: object, action: str, start: int | None = None, end: int | None = None) -> None:
+        """Keep ``raw`` (a path as the payload wrote it) if it lies inside the tree."""
+        rel = _relative(self.root, self.cwd, raw)
+        if rel is not None:
+            self.found.append(Touch(rel, action, start, end))
+
+
+def _read(out: _Collector, tool: str, tool_input: dict, response: dict) -> None:
+    """A Read: the lines it returned when it was a partial read, else the whole file."""
+    info = _dict(response.get("file"))
+    start = _int(info.get("startLine")) or _int(tool_input.get("offset"))
+    count = _int(info.get("numLines")) or _int(tool_input.get("limit"))
+    partial = tool_input.get("offset") is not None or tool_input.get("limit") is not None
+    if partial and start and count:
+        out.add(tool_input.get("file_path"), "read", start, start + count - 1)
+    else:
+        out.add(tool_input.get("file_path"), "read")
+
+
+def _edit(out: _Collector, tool: str, tool_input: dict, response: dict) -> None:
+    """An Edit/MultiEdit: one touch per patch hunk (new side); a Write, or no hunks: the whole file."""
+    path = tool_input.get("file_path") or response.get("filePath")
+    hunks = response.get("structuredPatch")
+    ranges = []
+    if isinstance(hunks, list):
+        for hunk in hunks:
+            hunk = _dict(hunk)
+            start, lines = _int(hunk.get("newStart")), hunk.get("newLines")
+            if start and isinstance(lines, int) and lines >= 0:
+                ranges.append((start, start + max(lines, 1) - 1))
+    action = "write" if tool == "Write" else "edit"
+    if ranges and tool != "Write":
+        for start, end in ranges:
+            out.add(path, action, start, end)
+    else:
+        out.add(path, action)
+
+
+def _notebook_edit(out: _Collector, tool: str, tool_input: dict, response: dict) -> None:
+    """A NotebookEdit: the whole notebook."""
+    out.add(tool_input.get("notebook_path"), "edit")
+
+
+def _grep(out: _Collector, tool: str, tool_input: dict, response: dict) -> None:
+    """A Grep: matched file names, and matched lines in ``content`` mode.
+
+    When the search was of one file, content lines carry no path
+    (``line:text``); a search of one file that found nothing still touched it.
+    """
+    base = tool_input.get("path")
+    base_rel = _relative(out.root, out.cwd, base) if isinstance(base, str) else None
+    base_is_file = base_rel is not None and _is_file(out.root / base_rel)
+    for name in _list(response.get("filenames")):
+        out.add(name, "search")
+    content = response.get("content")
+    if isinstance(content, str):
+        for line in content.splitlines()[:2000]:
+            if base_is_file:
+                match = _GREP_LINE_NO_PATH.match(line)
+                if match:
+                    n = int(match.group("line"))
+                    out.add(base, "search", n, n)
+                continue
+            match = _GREP_LINE.match(line)
+            if match:
+                # `count` mode prints path:count, not path:line.
+                n = int(match.group("line")) if response.get("mode") == "content" else None
+                out.add(match.group("path"), "search", n, n)
+    if base_is_file and not out.found:
+        out.add(base, "search")
+
+
+def _glob(out: _Collector, tool: str, tool_input: dict, response: dict) -> None:
+    """A Glob: every file it listed."""
+    for name in _list(response.get("filenames")):
+        out.add(name, "search")
+
+
+def _mentions(out: _Collector, tool: str, tool_input: dict, response: dict) -> None:
+    """A Bash command or a subagent's Task: path-like words of its text that name existing files (weak)."""
+    texts = [tool_input.get("command"), tool_input.get("prompt")]
+    content = response.get("content")
+    for part in (content if isinstance(content, list) else [])[:MAX_TEXT_PARTS]:
+        if isinstance(part, dict):
+            texts.append(part.get("text"))
+    for text in texts:
+        if not isinstance(text, str):
+            continue
+        for token in _TOKEN_SPLIT.split(text[:20_000]):
+            token = token.rstrip(".!?]}")  # sentence punctuation after a path
+            if len(token) > 400 or not _PATHISH.match(token):
+                continue
+            rel = _relative(out.root, out.cwd, token)
+            if rel is not None and _is_file(out.root / rel):
+                out.found.append(Touch(rel, "mention"))
+
+
+# tool_name -> what its payload touched (other tools, MCP tools included, touch nothing).
+_BY_TOOL = {
+    "Read": _read, "Edit": _edit, "MultiEdit": _edit, "Write": _edit, "NotebookEdit": _notebook_edit,
+    "Grep": _grep, "Glob": _glob, "Bash": _mentions, "Task": _mentions,
+}
+
+
 def touches_from_tool_use(payload: dict, root: Path) -> list[Touch]:
     """Parse one PostToolUse payload (a dict as Claude Code sends it) into touches.
 
@@ -85,83 +198,9 @@ def touches_from_tool_use(payload: dict, root: Path) -> list[Touch]:
     tools (MCP tools included) yield []. Duplicates are removed, order kept.
     """
     tool = payload.get("tool_name")
-    tool_input = _dict(payload.get("tool_input"))
-    response = _dict(payload.get("tool_response"))
+    parse = _BY_TOOL.get(tool) if isinstance(tool, str) else None
     cwd_raw = payload.get("cwd")
-    cwd = Path(cwd_raw) if isinstance(cwd_raw, str) and cwd_raw else root
-    found: list[Touch] = []
-
-    def add(raw: object, action: str, start: int | None = None, end: int | None = None) -> None:
-        rel = _relative(root, cwd, raw)
-        if rel is not None:
-            found.append(Touch(rel, action, start, end))
-
-    if tool == "Read":
-        info = _dict(response.get("file"))
-        start = _int(info.get("startLine")) or _int(tool_input.get("offset"))
-        count = _int(info.get("numLines")) or _int(tool_input.get("limit"))
-        partial = tool_input.get("offset") is not None or tool_input.get("limit") is not None
-        if partial and start and count:
-            add(tool_input.get("file_path"), "read", start, start + count - 1)
-        else:
-            add(tool_input.get("file_path"), "read")
-    elif tool in ("Edit", "MultiEdit", "Write"):
-        path = tool_input.get("file_path") or response.get("filePath")
-        hunks = response.get("structuredPatch")
-        ranges = []
-        if isinstance(hunks, list):
-            for hunk in hunks:
-                hunk = _dict(hunk)
-                start, lines = _int(hunk.get("newStart")), hunk.get("newLines")
-                if start and isinstance(lines, int) and lines >= 0:
-                    ranges.append((start, start + max(lines, 1) - 1))
-        action = "write" if tool == "Write" else "edit"
-        if ranges and tool != "Write":
-            for start, end in ranges:
-                add(path, action, start, end)
-        else:
-            add(path, action)
-    elif tool == "NotebookEdit":
-        add(tool_input.get("notebook_path"), "edit")
-    elif tool == "Grep":
-        base = tool_input.get("path")
-        base_rel = _relative(root, cwd, base) if isinstance(base, str) else None
-        base_is_file = base_rel is not None and _is_file(root / base_rel)
-        for name in _list(response.get("filenames")):
-            add(name, "search")
-        content = response.get("content")
-        if isinstance(content, str):
-            for line in content.splitlines()[:2000]:
-                if base_is_file:
-                    match = _GREP_LINE_NO_PATH.match(line)
-                    if match:
-                        n = int(match.group("line"))
-                        add(base, "search", n, n)
-                    continue
-                match = _GREP_LINE.match(line)
-                if match:
-                    # `count` mode prints path:count, not path:line.
-                    n = int(match.group("line")) if response.get("mode") == "content" else None
-                    add(match.group("path"), "search", n, n)
-        if base_is_file and not found:
-            add(base, "search")
-    elif tool == "Glob":
-        for name in _list(response.get("filenames")):
-            add(name, "search")
-    elif tool in ("Bash", "Task"):
-        texts = [tool_input.get("command"), tool_input.get("prompt")]
-        content = response.get("content")
-        for part in (content if isinstance(content, list) else [])[:MAX_TEXT_PARTS]:
-            if isinstance(part, dict):
-                texts.append(part.get("text"))
-        for text in texts:
-            if not isinstance(text, str):
-                continue
-            for token in _TOKEN_SPLIT.split(text[:20_000]):
-                token = token.rstrip(".!?]}")  # sentence punctuation after a path
-                if len(token) > 400 or not _PATHISH.match(token):
-                    continue
-                rel = _relative(root, cwd, token)
-                if rel is not None and _is_file(root / rel):
-                    found.append(Touch(rel, "mention"))
-    return list(dict.fromkeys(found))
+    out = _Collector(root, Path(cwd_raw) if isinstance(cwd_raw, str) and cwd_raw else root)
+    if parse is not None:
+        parse(out, tool, _dict(payload.get("tool_input")), _dict(payload.get("tool_response")))
+    return list(dict.fromkeys(out.found))
