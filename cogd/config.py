@@ -20,7 +20,7 @@ from cogd.fusion import HYBRID, MODES, RRF_K, describe_modes
 from cogd.rpc.client import DEADLINE_ENV, DEFAULT_DEADLINE_MS, parse_deadline_ms
 
 # The pack must stay under Claude Code's 10,000-character limit on injected
-# text: beyond it the client swaps the pack for a 2 KB preview (clients.md).
+# text: beyond it the client swaps the pack for a short preview and a file path.
 PACK_HARD_CAP_CHARS = 9_500
 MAX_PARSE_TIMEOUT_MS = 60_000  # index.parse_timeout_ms is clamped to this
 

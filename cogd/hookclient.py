@@ -39,7 +39,7 @@ from cogd.rpc.fastjson import loads, quote
 from cogd.rpc.locate import cogd_file, find_root, socket_path
 from cogd.safepath import UnsafePath, check_chain, open_file, read_bytes
 
-MAX_CONTEXT_CHARS = 9_500  # never inject more than this, whatever the daemon says (clients.md: 10,000)
+MAX_CONTEXT_CHARS = 9_500  # never inject more than this, whatever the daemon says (Claude Code's limit: 10,000)
 SOCKET_MARGIN_S = 0.05  # left for printing and exiting after the call
 MAX_STDIN_BYTES = 256 * 1024 * 1024
 LOG_MAX_BYTES = 1 << 20

@@ -251,7 +251,8 @@ def test_long_marker_needs_a_reason(tmp_path, monkeypatch):
 
 # Written so that this file does not match itself.
 OUTSIDE_REFERENCES = re.compile(
-    r"DESIGN\.md|\u00a7|\bissues?\s+#?\d+|design\s+card|outside\s+this\s+repository", re.I)
+    r"DESIGN\.md|\u00a7|\bissues?\s+#?\d+|design\s+card|outside\s+this\s+repository"
+    r"|clients\.md|dependencies\.md|shared/[r]eference", re.I)
 TEXT_SUFFIXES = {".py", ".md", ".sh", ".toml", ".scm", ".txt", ".cfg", ".ini"}
 
 
