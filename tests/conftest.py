@@ -143,6 +143,35 @@ def payload(name: str, cwd: Path, **overrides) -> dict:
     return data
 
 
+# ---------------------------------------------------------------- memory stores, in-process
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    """A repository root with ``.cogd/index`` (no git): what a :class:`MemoryStore` needs."""
+    (tmp_path / ".cogd" / "index").mkdir(parents=True)
+    return tmp_path
+
+
+@pytest.fixture
+def store(root: Path):
+    """A :class:`cogd.memory.api.MemoryStore` on ``root`` (real files, real SQLite), closed after the test."""
+    from cogd.memory.api import MemoryStore  # numpy and the memory package: only for the tests that ask
+
+    s = MemoryStore(root, root / ".cogd" / "state.db", root / ".cogd" / "index")
+    yield s
+    s.close()
+
+
+def refused(kind: str, fn, *args, **kwargs):
+    """Call ``fn`` and assert it raises a MemoryRefused of ``kind``; returns the error."""
+    from cogd.memory.errors import MemoryRefused
+
+    with pytest.raises(MemoryRefused) as info:
+        fn(*args, **kwargs)
+    assert info.value.kind == kind, (info.value.kind, str(info.value))
+    return info.value
+
+
 # ---------------------------------------------------------------- waiting on conditions
 
 # How long a test waits for something the daemon does in the background (an index refresh,
