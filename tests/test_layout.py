@@ -283,7 +283,7 @@ def daemon_methods(tmp_path: Path) -> set[str]:
     root = tmp_path / "repo"
     (root / ".cogd").mkdir(parents=True)
     (root / ".cogd" / "config.toml").write_text("[embed]\nenabled = false\n[watch]\nenabled = false\n")
-    service = open_service(root, load_config(root), start_index=False)
+    service = open_service(root, load_config(root / ".cogd" / "config.toml"), start_index=False)
     try:
         registry = getattr(service, "methods", None)
         if registry is None:  # today: the private table behind Service.call
