@@ -162,8 +162,8 @@ def test_packs_held_by_a_killed_daemon_leave_nothing_to_resolve(running):
         assert conn.read() is None  # the daemon is gone
         conn.close()
     wait_for(lambda: not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text().lower(),
-           "the killed daemon's exit")
-    run_cogd(root, what="start")
+             what="the killed daemon's exit")
+    run_cogd(root, "start")
     stats = call(_sock(root), "stats", {}, timeout=TIMEOUT_S)
     assert stats["deliveries"] == 0 and stats["misses"] == 0
     assert _rows(root, "SELECT count(*) FROM deliveries") == [(0,)]
