@@ -132,12 +132,12 @@ def retrieve(
         lexical = bm25_search(conn, text, limit=config.candidates, kinds=kinds)
         for rank, hit in enumerate(lexical, 1):
             signals.setdefault(hit.id, {}).update(bm25_rank=rank, bm25=round(hit.score, 3))
-        lists.append(("bm25", config.bm25_weight, [h.id for h in lexical]))
+        lists.append((BM25, config.bm25_weight, [h.id for h in lexical]))
     if mode in (VECTOR, HYBRID) and query_vector is not None and dense is not None:
         nearest = dense.search(query_vector, config.candidates, kinds)
         for rank, (entity_id, similarity) in enumerate(nearest, 1):
             signals.setdefault(entity_id, {}).update(vector_rank=rank, cosine=round(similarity, 4))
-        lists.append(("vector", config.vector_weight, [i for i, _ in nearest]))
+        lists.append((VECTOR, config.vector_weight, [i for i, _ in nearest]))
 
     fused = reciprocal_rank_fusion(((weight, ids) for _name, weight, ids in lists), config.rrf_k)
     if feedback is not None and feedback.learns_associations:
