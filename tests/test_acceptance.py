@@ -120,6 +120,10 @@ def test_acceptance(repo, daemon_factory):
     doctor = run_cogd(repo, "doctor", "--json", "--no-model-load", check=False)
     report = json.loads(doctor.stdout)
     assert doctor.returncode == 0 and report["ok"], [c for c in report["checks"] if c["status"] != "ok"]
+    # the projection compared across the reset must be settled: every code entity embedded (on a busy
+    # machine the embedding pass can still be running here, and the dump would hold no vectors yet)
+    wait_for(lambda: (e := daemon.status()["embedding"])["phase"] == "current" and e["coverage"] == 1.0,
+             3 * WAIT_S, "the code embeddings")
     before, stats_before = dump(repo), stats(repo)
     memories = {row[0]: row[3] for row in before["memories"]}
     assert memories == {first: "candidate", second: "superseded", third: "rejected"}
