@@ -1,7 +1,8 @@
 """Configuration: ``.cogd/config.toml`` over built-in defaults.
 
-Standard library only (``tomllib``), because the hook client reads its deadline
-from here. Unknown keys are ignored so a newer config never breaks an older
+Standard library only (``tomllib``). The hook never imports this module (``tomllib`` and
+``dataclasses`` cost it milliseconds); it reads ``[hook] deadline_ms`` itself, through the
+same parser this module uses (:func:`cogd.rpc.client.parse_deadline_ms`). Unknown keys are ignored so a newer config never breaks an older
 cogd; a malformed file raises :class:`ConfigError` with the parser's line and
 column, and callers on the hook path fall back to the defaults.
 """
@@ -15,9 +16,11 @@ from pathlib import Path
 
 from cogd.errors import CogdError  # the one error type (standard library)
 from cogd import safepath
+from cogd.fusion import HYBRID, MODES, RRF_K, describe_modes
+from cogd.rpc.client import DEADLINE_ENV, DEFAULT_DEADLINE_MS, parse_deadline_ms
 
 # The pack must stay under Claude Code's 10,000-character limit on injected
-# text: beyond it the client swaps the pack for a 2 KB preview (clients.md).
+# text: beyond it the client swaps the pack for a short preview and a file path.
 PACK_HARD_CAP_CHARS = 9_500
 MAX_PARSE_TIMEOUT_MS = 60_000  # index.parse_timeout_ms is clamped to this
 
@@ -34,7 +37,7 @@ class ConfigError(CogdError, ValueError):
 
 @dataclass
 class HookConfig:
-    deadline_ms: int = 1500  # wall-clock budget of one hook process, start to exit
+    deadline_ms: int = DEFAULT_DEADLINE_MS  # wall-clock budget of one hook process, start to exit (ms)
 
 
 @dataclass
@@ -70,9 +73,9 @@ class EmbedConfig:
 
 @dataclass
 class RetrieveConfig:
-    mode: str = "hybrid"  # bm25 | vector | hybrid
+    mode: str = HYBRID  # one of cogd.fusion.MODES
     candidates: int = 60  # per source, before fusion
-    rrf_k: int = 60  # reciprocal rank fusion constant (Cormack et al., 2009)
+    rrf_k: int = RRF_K  # reciprocal rank fusion constant (cogd.fusion)
     bm25_weight: float = 1.0  # weight of the BM25 list in the fusion
     vector_weight: float = 1.0  # weight of the KNN list in the fusion
     expand_decay: float = 0.3  # share of a seed's fused score passed one hop along an edge
@@ -206,7 +209,10 @@ def load_config(path: Path | None) -> Config:
 
     A missing file gives the defaults. Raises ConfigError on a TOML syntax
     error (message includes line and column) or a value of the wrong type.
-    ``COGD_HOOK_DEADLINE_MS`` in the environment overrides ``hook.deadline_ms``.
+    ``COGD_HOOK_DEADLINE_MS`` in the environment overrides ``hook.deadline_ms``; either is
+    read as the hook reads it (an unusable value falls through to the next, a large one is
+    clamped to ``cogd.rpc.client.MAX_DEADLINE_MS``), so ``hook.deadline_ms`` is the deadline
+    hooks really have.
     """
     config = Config()
     try:  # never through a link, never another user's file (cogd.safepath)
@@ -225,17 +231,17 @@ def load_config(path: Path | None) -> Config:
             section = data.get(name)
             if isinstance(section, dict):
                 _apply(getattr(config, name), section, name)
-    env = os.environ.get("COGD_HOOK_DEADLINE_MS")
-    if env and env.isdigit():
-        config.hook.deadline_ms = int(env)
+    # The deadline the hook will really use: the same parser, the same order (environment, file, default).
+    config.hook.deadline_ms = (parse_deadline_ms(os.environ.get(DEADLINE_ENV, ""))
+                               or parse_deadline_ms(config.hook.deadline_ms) or DEFAULT_DEADLINE_MS)
     config.pack.max_chars = min(config.pack.max_chars, PACK_HARD_CAP_CHARS)
     # A committed config is the repository's say: it may not switch off the guard against its own
     # hostile files (the parse pool waits twice this long before it kills a worker).
     config.index.parse_timeout_ms = min(config.index.parse_timeout_ms, MAX_PARSE_TIMEOUT_MS)
     if config.rank.prior_hits <= 0 or config.rank.prior_misses <= 0:
         raise ConfigError("rank.prior_hits and rank.prior_misses must be above 0 (a Beta prior)")
-    if config.retrieve.mode not in ("bm25", "vector", "hybrid"):
-        raise ConfigError(f"retrieve.mode must be bm25, vector or hybrid, got {config.retrieve.mode!r}")
+    if config.retrieve.mode not in MODES:
+        raise ConfigError(f"retrieve.mode must be {describe_modes()}, got {config.retrieve.mode!r}")
     if config.consolidate.similarity > 1 or config.consolidate.token_agreement > 100:
         raise ConfigError("consolidate.similarity is a cosine in [0, 1] and consolidate.token_agreement a ratio in [0, 100]")
     return config

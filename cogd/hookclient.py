@@ -33,14 +33,13 @@ import time
 
 import _signal
 
-from cogd.rpc.client import DaemonUnavailable, RemoteError, acknowledge, call, decode_answer, encode_request, receive, send
+from cogd.rpc.client import (DEADLINE_ENV, DEFAULT_DEADLINE_MS, DaemonUnavailable, RemoteError, acknowledge, call,
+                             decode_answer, encode_request, parse_deadline_ms, receive, send)
 from cogd.rpc.fastjson import loads, quote
 from cogd.rpc.locate import cogd_file, find_root, socket_path
 from cogd.safepath import UnsafePath, check_chain, open_file, read_bytes
 
-DEFAULT_DEADLINE_MS = 1500
-MAX_DEADLINE_MS = 60_000  # Claude Code's own ceiling for a hook; larger settings are clamped
-MAX_CONTEXT_CHARS = 9_500  # never inject more than this, whatever the daemon says (clients.md: 10,000)
+MAX_CONTEXT_CHARS = 9_500  # never inject more than this, whatever the daemon says (Claude Code's limit: 10,000)
 SOCKET_MARGIN_S = 0.05  # left for printing and exiting after the call
 MAX_STDIN_BYTES = 256 * 1024 * 1024
 LOG_MAX_BYTES = 1 << 20
@@ -84,15 +83,6 @@ def _process_started() -> float:
         return now - min(max(elapsed, 0.0), 5.0)
     except (OSError, ValueError, IndexError):
         return now
-
-
-def _parse_ms(value: object) -> int | None:
-    """A deadline in ms from env or config, clamped to [1, MAX_DEADLINE_MS]; None if unusable."""
-    if isinstance(value, str):
-        value = int(value) if value.isascii() and value.isdigit() and len(value) < 10 else None
-    if type(value) is not int or value <= 0:
-        return None
-    return min(value, MAX_DEADLINE_MS)
 
 
 class _Log:
@@ -165,7 +155,7 @@ log = _Log()
 
 
 def _deadline_ms(root: str | None) -> int:
-    env = _parse_ms(os.environ.get("COGD_HOOK_DEADLINE_MS", ""))
+    env = parse_deadline_ms(os.environ.get(DEADLINE_ENV, ""))
     if env is not None:
         return env
     config = cogd_file(root, "config.toml") if root is not None else ""
@@ -182,7 +172,7 @@ def _deadline_ms(root: str | None) -> int:
                 return DEFAULT_DEADLINE_MS
             import tomllib
 
-            value = _parse_ms(tomllib.loads(text).get("hook", {}).get("deadline_ms"))
+            value = parse_deadline_ms(tomllib.loads(text).get("hook", {}).get("deadline_ms"))
             if value is not None:
                 return value
         except Exception as exc:  # a broken config must not break the hook
@@ -508,7 +498,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         os.umask(0o077)  # what the hook creates (its log, a daemon it starts) is private
         argv = sys.argv[1:] if argv is None else argv
-        deadline_ms = _parse_ms(os.environ.get("COGD_HOOK_DEADLINE_MS", "")) or DEFAULT_DEADLINE_MS
+        deadline_ms = parse_deadline_ms(os.environ.get(DEADLINE_ENV, "")) or DEFAULT_DEADLINE_MS
         _arm(deadline_ms / 1000 - (time.monotonic() - log.started))  # covers reading stdin too
         output = run(argv)
     except BaseException as exc:  # noqa: BLE001 — nothing may escape to the agent

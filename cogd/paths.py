@@ -1,4 +1,4 @@
-"""Where a repository's cogd files live (DESIGN.md §1, §2), as ``pathlib`` paths.
+"""Where a repository's cogd files live (docs/architecture.md, "Records, ledger, projection"), as ``pathlib`` paths.
 
 The path rules themselves are in :mod:`cogd.rpc.locate` (plain strings, for the
 hook client's start-up time); this module gives the rest of cogd ``Path``s.

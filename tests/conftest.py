@@ -143,6 +143,85 @@ def payload(name: str, cwd: Path, **overrides) -> dict:
     return data
 
 
+# ---------------------------------------------------------------- a small real code index
+
+# One core module every user module calls, four users, and a module nobody calls: enough for
+# PageRank, edges to expand over and BM25 ties, small enough to index in well under a second.
+SMALL_CORE = '''"""Core helpers everyone uses."""
+
+
+def normalise(text):
+    """Fold case and spaces."""
+    return " ".join(text.lower().split())
+
+
+def tokenise(text):
+    return normalise(text).split()
+'''
+SMALL_USERS = {
+    f"pkg/user{n}.py": f'''from pkg.core import normalise, tokenise
+
+
+def handle{n}(text):
+    """Handler {n}."""
+    return tokenise(normalise(text))
+'''
+    for n in range(4)
+}
+SMALL_LONELY = '''def lonely_report(rows):
+    """Format the lonely report table."""
+    return [str(r) for r in rows]
+
+
+def lonely_footer(rows):
+    """Footer line of the lonely report."""
+    return f"{len(rows)} rows"
+'''
+SMALL_REPO = {"pkg/__init__.py": "", "pkg/core.py": SMALL_CORE, "pkg/lonely.py": SMALL_LONELY, **SMALL_USERS}
+
+
+@pytest.fixture
+def small_index(tmp_path):
+    """``(root, conn)``: :data:`SMALL_REPO` as a git repository under ``tmp_path/repo`` and a
+    connection to its freshly built index (real tree-sitter, real SQLite), closed after the test."""
+    from cogd.index.indexer import Indexer  # tree-sitter: only for the tests that ask
+
+    root = make_repo(tmp_path / "repo", SMALL_REPO)
+    indexer = Indexer(root, tmp_path / "index.db")
+    indexer.refresh()
+    yield root, indexer.conn
+    indexer.close()
+
+
+# ---------------------------------------------------------------- memory stores, in-process
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    """A repository root with ``.cogd/index`` (no git): what a :class:`MemoryStore` needs."""
+    (tmp_path / ".cogd" / "index").mkdir(parents=True)
+    return tmp_path
+
+
+@pytest.fixture
+def store(root: Path):
+    """A :class:`cogd.memory.api.MemoryStore` on ``root`` (real files, real SQLite), closed after the test."""
+    from cogd.memory.api import MemoryStore  # numpy and the memory package: only for the tests that ask
+
+    s = MemoryStore(root, root / ".cogd" / "state.db", root / ".cogd" / "index")
+    yield s
+    s.close()
+
+
+def refused(kind: str, fn, *args, **kwargs):
+    """Call ``fn`` and assert it raises a MemoryRefused of ``kind``; returns the error."""
+    from cogd.memory.errors import MemoryRefused
+
+    with pytest.raises(MemoryRefused) as info:
+        fn(*args, **kwargs)
+    assert info.value.kind == kind, (info.value.kind, str(info.value))
+    return info.value
+
+
 # ---------------------------------------------------------------- waiting on conditions
 
 # How long a test waits for something the daemon does in the background (an index refresh,

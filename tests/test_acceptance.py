@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 
 import pytest
 from mcp import Client, StdioServerParameters
 
 from cogd.paths import Layout
-from conftest import COGD, HOOK_DEADLINE_MS, HOOK_EXIT_SLACK_S, WAIT_S, Daemon, copy_stdlib, payload, run_cogd, run_hook
+from conftest import (COGD, HOOK_DEADLINE_MS, HOOK_EXIT_SLACK_S, WAIT_S, Daemon, copy_stdlib, payload, run_cogd, run_hook,
+                      wait_for)
 from test_reset import dump, stats
 
 pytestmark = pytest.mark.timeout(900)  # a hang guard: the real model loads, embeds and merges on a busy machine
@@ -47,17 +47,6 @@ def cogd_json(root, *args):
     return json.loads(run_cogd(root, *args, "--json").stdout)
 
 
-def wait_for(what, probe, timeout: float = 3 * WAIT_S):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = probe()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.2)
-
-
 @pytest.fixture
 def repo(tmp_path):
     root = copy_stdlib(tmp_path / "repo", ("json",))  # embeddings on: "other words" needs them
@@ -67,7 +56,7 @@ def repo(tmp_path):
 
 def test_acceptance(repo, daemon_factory):
     daemon = daemon_factory(repo)
-    wait_for("the encoder", lambda: daemon.status()["embedding"]["model"])
+    wait_for(lambda: daemon.status()["embedding"]["model"], 3 * WAIT_S, "the encoder")
     end = payload("session_end.other.json", repo)
     session = end["session_id"]
 
@@ -89,8 +78,8 @@ def test_acceptance(repo, daemon_factory):
     # the reply does not wait for the merge: test_consolidate's hand-off test)
     proc, seconds = run_hook("session-end", end, deadline_ms=HOOK_DEADLINE_MS)
     assert proc.returncode == 0 and proc.stdout == b"" and seconds < HOOK_DEADLINE_MS / 1000 + HOOK_EXIT_SLACK_S
-    merged = wait_for("the merge", lambda: (lambda r: r if r["record"]["status"] == "superseded" else None)(
-        cogd_json(repo, "memory", "show", second)))
+    merged = wait_for(lambda: (lambda r: r if r["record"]["status"] == "superseded" else None)(
+        cogd_json(repo, "memory", "show", second)), 3 * WAIT_S, "the merge")
     assert merged["record"]["superseded_by"] == first and merged["survivor"]["id"] == first
     consolidation = [e for e in merged["events"] if e["actor"] == "consolidation"]
     assert [(e["action"], e["old_status"], e["new_status"]) for e in consolidation] == [
@@ -111,8 +100,8 @@ def test_acceptance(repo, daemon_factory):
     assert "status: candidate\n" in text
     path.write_text(text.replace("status: candidate\n", f"status: rejected\nrejected_reason: '{REASON}'\n"),
                     encoding="utf-8")
-    rejected = wait_for("the hand edit", lambda: (lambda r: r if r["record"]["status"] == "rejected" else None)(
-        cogd_json(repo, "memory", "show", third)))
+    rejected = wait_for(lambda: (lambda r: r if r["record"]["status"] == "rejected" else None)(
+        cogd_json(repo, "memory", "show", third)), 3 * WAIT_S, "the hand edit")
     assert [(e["actor"], e["action"]) for e in rejected["events"]][-1] == ("human", "reject")
 
     # 4. the next session's attempt to record that claim again is refused with a pointer
@@ -131,6 +120,10 @@ def test_acceptance(repo, daemon_factory):
     doctor = run_cogd(repo, "doctor", "--json", "--no-model-load", check=False)
     report = json.loads(doctor.stdout)
     assert doctor.returncode == 0 and report["ok"], [c for c in report["checks"] if c["status"] != "ok"]
+    # the projection compared across the reset must be settled: every code entity embedded (on a busy
+    # machine the embedding pass can still be running here, and the dump would hold no vectors yet)
+    wait_for(lambda: (e := daemon.status()["embedding"])["phase"] == "current" and e["coverage"] == 1.0,
+             3 * WAIT_S, "the code embeddings")
     before, stats_before = dump(repo), stats(repo)
     memories = {row[0]: row[3] for row in before["memories"]}
     assert memories == {first: "candidate", second: "superseded", third: "rejected"}

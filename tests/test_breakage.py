@@ -15,8 +15,7 @@ import pytest
 
 from cogd.memory.api import TEXT_MAX
 from cogd.memory.record import MAX_FILE_BYTES
-from memory_fixtures import refused, root, store  # noqa: F401 (fixtures)
-from conftest import WAIT_S, Daemon, lexical_only, make_repo, run_cogd
+from conftest import WAIT_S, Daemon, lexical_only, make_repo, refused, run_cogd
 
 APP = '''"""A tiny app."""
 

@@ -30,21 +30,9 @@ PARAPHRASE = "JSONDecoder.decode fails with 'Extra data' if anything trails the 
 NEGATION = "JSONDecoder.decode ignores extra data that follows the JSON document"
 
 
-@pytest.fixture
-def root(tmp_path: Path) -> Path:
-    (tmp_path / ".cogd" / "index").mkdir(parents=True)
-    return tmp_path
-
-
+# ``root`` and ``store`` (a MemoryStore without an encoder) are conftest's fixtures.
 def open_store(root: Path, embed=None) -> MemoryStore:
     return MemoryStore(root, root / ".cogd" / "state.db", root / ".cogd" / "index", embed=embed)
-
-
-@pytest.fixture
-def store(root: Path):
-    s = open_store(root)
-    yield s
-    s.close()
 
 
 @pytest.fixture

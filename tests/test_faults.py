@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from conftest import HOOK_EXIT_SLACK_S, WAIT_S, Daemon, lexical_only, make_repo, payload, run_cogd, run_hook, wait_for
-from cogd.hookclient import MAX_DEADLINE_MS
+from cogd.rpc.client import MAX_DEADLINE_MS
 from cogd.rpc import control
 from cogd.rpc.client import call
 from cogd.index.indexer import read_source

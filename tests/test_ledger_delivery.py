@@ -14,12 +14,11 @@ import os
 import signal
 import socket
 import sqlite3
-import time
 from pathlib import Path
 
 import pytest
 
-from conftest import lexical_only, make_repo, payload, run_cogd, run_hook
+from conftest import lexical_only, make_repo, payload, run_cogd, run_hook, wait_for
 from cogd.config import Config
 from cogd.daemon import server as server_module
 from cogd.rpc.client import call
@@ -71,16 +70,6 @@ def _rows(root: Path, sql: str, args: tuple = ()) -> list[tuple]:
 def _daemon_log(root: Path) -> str:
     path = root / ".cogd" / "logs" / "daemon.log"
     return path.read_text(errors="replace") if path.exists() else ""
-
-
-def _until(condition, what: str, timeout: float = TIMEOUT_S):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.02)
 
 
 class Conn:
@@ -148,7 +137,7 @@ def test_acknowledged_pack_is_recorded_and_unacknowledged_ones_are_not(running):
     conn.send({"jsonrpc": "2.0", "id": 4, "method": "context.ack", "params": {"ack": wrong["ack"] + 1000}})
     assert conn.read()["error"]["data"]["kind"] == "not_found"
     conn.close()
-    _until(lambda: _daemon_log(root).count("withdrawn, no delivery") >= withdrawn_before + 3, "three withdrawals")
+    wait_for(lambda: _daemon_log(root).count("withdrawn, no delivery") >= withdrawn_before + 3, what="three withdrawals")
     for session in ("left", "other-request", "wrong-token"):
         assert _deliveries(root, session) == [], session
 
@@ -172,8 +161,8 @@ def test_packs_held_by_a_killed_daemon_leave_nothing_to_resolve(running):
     for conn in conns:
         assert conn.read() is None  # the daemon is gone
         conn.close()
-    _until(lambda: not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text().lower(),
-           "the killed daemon's exit")
+    wait_for(lambda: not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text().lower(),
+             what="the killed daemon's exit")
     run_cogd(root, "start")
     stats = call(_sock(root), "stats", {}, timeout=TIMEOUT_S)
     assert stats["deliveries"] == 0 and stats["misses"] == 0
@@ -186,7 +175,7 @@ def test_ack_after_the_wait_is_too_late(running):
     root = running("[daemon]\nack_wait_ms = 200\n")
     conn = Conn(_sock(root))
     result = conn.prompt("late")
-    _until(lambda: "no acknowledgement within 200 ms" in _daemon_log(root), "the pack's withdrawal")
+    wait_for(lambda: "no acknowledgement within 200 ms" in _daemon_log(root), what="the pack's withdrawal")
     try:
         conn.send({"jsonrpc": "2.0", "id": 2, "method": "context.ack", "params": {"ack": result["ack"]}})
         assert conn.read() is None  # the daemon closed the connection when the wait ran out
@@ -232,14 +221,14 @@ def test_tool_uses_spooled_without_a_daemon_are_ingested_once(tmp_path):
             [f"toolu_spool_{i}" for i in range(5)]
         # A drain cut short by a crash leaves its copy: lines 0-1 recorded already, 2 not yet.
         run_cogd(root, "start")
-        _until(lambda: len(_rows(root, "SELECT 1 FROM tool_uses WHERE session_id = 'spooled'")) == 5, "ingestion")
+        wait_for(lambda: len(_rows(root, "SELECT 1 FROM tool_uses WHERE session_id = 'spooled'")) == 5, what="ingestion")
         assert not spool.read_bytes() and not spool.with_name(spool.name + ".ingesting").exists()
         run_cogd(root, "stop")
         copy = spool.with_name(spool.name + ".ingesting")
         copy.write_bytes(b"\n".join(lines[:2]) + b"\n" + _line(root, 5) + b"\nnot json\n")
         os.chmod(copy, 0o600)
         run_cogd(root, "start")
-        _until(lambda: not copy.exists(), "the replay of the copy")
+        wait_for(lambda: not copy.exists(), what="the replay of the copy")
         rows = _rows(root, "SELECT tool_use_id, touches FROM tool_uses WHERE session_id = 'spooled' ORDER BY id")
         assert [r[0] for r in rows] == [f"toolu_spool_{i}" for i in range(6)]  # 0 and 1 not twice
         assert json.loads(rows[2][1]) == [{"path": "calc.py", "action": "read", "start_line": 3, "end_line": 4}]
@@ -262,7 +251,7 @@ def test_tool_uses_sent_to_a_stalled_daemon_are_recorded_after_their_hooks_left(
     hook_log = (root / ".cogd" / "logs" / "hook.log").read_text()
     # Either the socket's timeout or the deadline's signal ends the wait; both say it was sent.
     assert hook_log.count("tool use sent") == 3 and "spooled" not in hook_log, hook_log
-    _until(lambda: len(_rows(root, "SELECT 1 FROM tool_uses WHERE session_id = 'stalled'")) == 3, "all three")
+    wait_for(lambda: len(_rows(root, "SELECT 1 FROM tool_uses WHERE session_id = 'stalled'")) == 3, what="all three")
     # Their order is not kept: the three waiting connections are served by the thread pool at once.
     assert sorted(r[0] for r in _rows(root, "SELECT tool_use_id FROM tool_uses WHERE session_id = 'stalled'")) \
         == [f"toolu_spool_{i}" for i in range(3)]
@@ -375,7 +364,7 @@ def test_incomplete_line_is_not_processed(tmp_path):
         conn = Conn(path)
         conn.sock.sendall(line + b"\n")
         conn.close()
-        rows = _until(lambda: _rows(root, "SELECT session_id FROM tool_uses"), "the complete line's tool use")
+        rows = wait_for(lambda: _rows(root, "SELECT session_id FROM tool_uses"), what="the complete line's tool use")
         return answer, rows
 
     assert _serve_in_process(tmp_path, client) == (None, [("half",)])

@@ -45,7 +45,7 @@ from conftest import COGD_HOOK, copy_stdlib, lexical_only, make_repo, payload, r
 from cogd.rpc.client import DaemonUnavailable, call
 from cogd.index.indexer import Indexer
 
-DEADLINE_S = 1.5  # the hook's default deadline (cogd.hookclient.DEFAULT_DEADLINE_MS)
+DEADLINE_S = 1.5  # the hook's default deadline (cogd.rpc.client.DEFAULT_DEADLINE_MS)
 MAX_CONTEXT_CHARS = 9_500  # cogd.hookclient.MAX_CONTEXT_CHARS
 PACKAGES = ("json", "http", "logging")
 # For kill -9 mid-index: big enough that a full reindex commits a batch or two

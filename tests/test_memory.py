@@ -18,7 +18,7 @@ from cogd.memory import lattice
 from cogd.memory.api import MemoryStore
 from cogd.memory.normalise import content_hash, normalise
 from cogd.memory.record import parse, serialise
-from memory_fixtures import refused, root, store  # noqa: F401 (fixtures)
+from conftest import refused
 
 CLAIM = "parse_date returns naive datetimes when the Date header has no zone"
 

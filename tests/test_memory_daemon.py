@@ -17,7 +17,7 @@ import pytest
 
 from cogd.rpc.client import RemoteError, call
 from cogd.paths import Layout
-from conftest import COGD, WAIT_S, lexical_only, make_repo, run_cogd, running_daemon
+from conftest import COGD, lexical_only, make_repo, run_cogd, running_daemon, wait_for
 
 APP = '''"""A tiny app."""
 
@@ -48,15 +48,6 @@ def rpc_error(root: Path, method: str, params: dict) -> RemoteError:
     with pytest.raises(RemoteError) as info:
         rpc(root, method, params)
     return info.value
-
-
-def wait_for(predicate, timeout: float = WAIT_S, step: float = 0.2):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value or time.monotonic() > deadline:
-            return value
-        time.sleep(step)
 
 
 def record_json(root: Path, entity_id: str) -> dict:

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import COGD, make_repo
+from conftest import COGD, make_repo, wait_for
 from cogd.memory.api import MemoryStore
 from cogd.memory.record import read
 
@@ -143,10 +143,7 @@ def run_crashing(root: Path, tmp_path: Path, case: str, ids: dict, fault: str) -
         pid = json.loads(ok(cogd(root, "status", "--json")).stdout)["pid"]
         proc = cogd(root, "consolidate", "--json")
         assert proc.returncode != 0, proc.stdout
-        deadline = time.monotonic() + 60
-        while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert not Path(f"/proc/{pid}").exists(), "the daemon did not die at the fault point"
+        wait_for(lambda: not Path(f"/proc/{pid}").exists(), 60, "the daemon to die at the fault point")
         return
     time.sleep(0.05)  # retention: the rejection is older than retention_days (0.0086 s) by now
     editor = tmp_path / "editor.py"

@@ -8,12 +8,11 @@ the exact count and the command to commit, and say nothing once the memory is co
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import pytest
 
-from conftest import git, lexical_only, make_repo, payload, run_cogd, run_hook
+from conftest import git, lexical_only, make_repo, payload, run_cogd, run_hook, wait_for
 from cogd.memory.gitstate import COMMIT_HINT, count_uncommitted
 
 SMALL = {"pkg/mod.py": "def alpha():\n    return 1\n\n\ndef beta():\n    return alpha()\n"}
@@ -25,12 +24,8 @@ def _uncommitted(root: Path) -> dict:
 
 def _wait_count(root: Path, want: int, timeout: float = 60) -> dict:
     """Poll ``cogd status`` until the daemon's cached count is ``want`` (refreshed by its housekeeping)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        got = _uncommitted(root)
-        if got.get("count") == want or time.monotonic() > deadline:
-            return got
-        time.sleep(0.1)
+    return wait_for(lambda: (got := _uncommitted(root)).get("count") == want and got, timeout,
+                    f"{want} uncommitted memory files in the status")
 
 
 def _session_start(root: Path, session: str) -> str:

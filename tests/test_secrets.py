@@ -13,7 +13,7 @@ import pytest
 
 from cogd.memory.record import Anchor, Record, free_text, mask_record, new_id, serialise
 from cogd.secrets import MaskingLogFilter, mask, mask_data, redact, scan, strip_private
-from memory_fixtures import refused, root, store  # noqa: F401 (fixtures)
+from conftest import refused
 from secret_corpus import build
 
 CORPUS = build()

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import json
 import sqlite3
-import time
 from pathlib import Path
 
 import pytest
@@ -23,7 +22,7 @@ from mcp import Client, StdioServerParameters
 from cogd.rpc.client import RemoteError, call
 from cogd.memory.record import new_id
 from cogd.paths import Layout
-from conftest import COGD, lexical_only, make_repo, payload, run_cogd, run_hook
+from conftest import COGD, WAIT_S, lexical_only, make_repo, payload, run_cogd, run_hook, wait_for
 from secret_corpus import build
 
 pytestmark = pytest.mark.timeout(600)
@@ -193,13 +192,11 @@ def test_no_secret_reaches_dot_cogd_by_any_path(repo):
         path.write_text("---\n" + yaml.safe_dump(front, sort_keys=False, allow_unicode=True) + "---\n\n" + body + "\n",
                         encoding="utf-8")
         written[path] = middle
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        if all(middle not in path.read_text(encoding="utf-8") for path, middle in written.items()):
-            break
-        time.sleep(0.2)
-    still = [p.name for p, m in written.items() if m in p.read_text(encoding="utf-8")]
-    assert not still, f"not masked by the sync: {still}"
+    def unmasked() -> list[str]:
+        return [p.name for p, m in written.items() if m in p.read_text(encoding="utf-8")]
+
+    wait_for(lambda: not unmasked(), WAIT_S, "the sync to mask every file")
+    assert not unmasked(), f"not masked by the sync: {unmasked()}"
     events = _rpc(root, "memory.events", {"limit": 100_000})["events"]
     masked_ids = {e["entity_id"] for e in events if e["action"] == "secret_masked"}
     assert {p.stem for p in written} <= masked_ids

@@ -11,12 +11,11 @@ import json
 import os
 import subprocess
 import threading
-import time
 from pathlib import Path
 
 import pytest
 
-from conftest import COGD, COGD_HOOK, make_repo, payload
+from conftest import COGD, COGD_HOOK, WAIT_S, make_repo, payload, wait_for
 from cogd.cli.progress import embedding_line as _embedding_line
 from cogd.config import EmbedConfig
 from cogd.daemon.embedder import EmbeddingWorker
@@ -27,18 +26,6 @@ FILES = {
     "app/models.py": "class User:\n    def display_name(self):\n        return 'u'\n",
     "app/views.py": "from app.models import User\n\n\ndef render_profile(user: User):\n    return user.display_name()\n",
 }
-WAIT_S = 120.0  # generous: the machine is shared
-
-
-def wait_for(what: str, condition, timeout: float = WAIT_S):
-    """Poll ``condition()`` until it returns something truthy; fail naming ``what``."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 # ---------------------------------------------------------------- the embedding worker, in-process
@@ -76,20 +63,20 @@ def test_embedding_words_follow_the_worker_through_each_phase(tmp_path, monkeypa
         assert (status["phase"], status["coverage"], _embedding_line(status)) == ("loading", 0.0, "loading the model")
 
         gates["load"].set()
-        wait_for("the pass to start", lambda: worker.state == "embedding")
+        wait_for(lambda: worker.state == "embedding", what="the pass to start")
         status = worker.status()
         model = status["model"]
         assert model
         assert (status["phase"], _embedding_line(status)) == ("counting", f"counting the entities to embed ({model})")
 
         gates["pass"].set()
-        wait_for("the count", lambda: worker.counted)
+        wait_for(lambda: worker.counted, what="the count")
         status = worker.status()
         assert status["phase"] == "embedding"
         assert _embedding_line(status) == f"embedding 0 of {entities} entities (0.0%) ({model})"
 
         gates["chunk"].set()
-        status = wait_for("current", lambda: (s := worker.status())["phase"] == "current" and s)
+        status = wait_for(lambda: (s := worker.status())["phase"] == "current" and s, what="current")
         assert (status["coverage"], status["embedded_entities"]) == (1.0, entities)
         assert _embedding_line(status) == f"current: all {entities} entities embedded ({model})"
     finally:
@@ -163,7 +150,7 @@ def test_status_right_after_start_never_reads_as_finished(repo):
         seen.add(embedding["phase"])
         return embedding["phase"] == "counting"
 
-    wait_for("the model to load", counting)
+    wait_for(counting, what="the model to load")
     text = repo.cogd("status").stdout
     model = repo.status()["embedding"]["model"]
     assert f"embedding   counting the entities to embed ({model})" in text
@@ -171,7 +158,7 @@ def test_status_right_after_start_never_reads_as_finished(repo):
 
     repo.fault()
     repo.cogd("index")
-    status = wait_for("embedding to be current", lambda: (s := repo.status())["embedding"]["phase"] == "current" and s)
+    status = wait_for(lambda: (s := repo.status())["embedding"]["phase"] == "current" and s, what="embedding to be current")
     total = status["index"]["files"] + status["index"]["entities"]
     assert (total, status["embedding"]["entities"]) == (5, 5)
     assert f"embedding   current: all 5 entities embedded ({model})" in repo.cogd("status").stdout
@@ -180,7 +167,7 @@ def test_status_right_after_start_never_reads_as_finished(repo):
 def test_every_empty_pack_has_its_reason_in_the_hook_log(repo):
     repo.fault("hold_index")
     repo.cogd("start")
-    wait_for("the held first index", lambda: repo.status()["index"]["state"] == "indexing")
+    wait_for(lambda: repo.status()["index"]["state"] == "indexing", what="the held first index")
     prompt = payload("user_prompt_submit.json", repo.root, prompt="how is the user profile rendered")
     assert repo.hook("prompt-submit", prompt) == ""
     assert " event=prompt-submit " in repo.hook_log()[-1]

@@ -10,12 +10,13 @@ import os
 import sqlite3
 import subprocess
 import threading
-import time
 from pathlib import Path
 
 import pytest
 
-from conftest import LEXICAL_ONLY, WAIT_S, Daemon, git, lexical_only, make_repo, run_cogd
+# Waits are conftest.wait_for's (generous): these tests prove that the watcher delivers, not how
+# fast; scripts/bench_watch.py measures the latency.
+from conftest import LEXICAL_ONLY, Daemon, git, lexical_only, make_repo, run_cogd, wait_for
 from cogd.config import WatchConfig
 from cogd.rpc.client import RemoteError, call
 from cogd.daemon.watcher import SYSCTL_FIX, Watcher
@@ -35,19 +36,6 @@ SAMPLE = {
     "pkg/sub/helpers.py": "def clamp_value(x, low, high):\n    return max(low, min(x, high))\n",
     "web/app.js": "export function renderWidget(el) {\n  return el;\n}\n",
 }
-
-
-def wait_for(predicate, timeout: float = WAIT_S, step: float = 0.02):
-    """Poll ``predicate`` until it returns something truthy; that value, or None after ``timeout`` s.
-
-    Timeouts are generous (conftest.WAIT_S): these tests prove that the watcher delivers, not
-    how fast; scripts/bench_watch.py measures the latency."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value or time.monotonic() > deadline:
-            return value
-        time.sleep(step)
 
 
 def hit_ids(root: Path, query: str) -> list[str]:
@@ -193,7 +181,7 @@ def test_branch_switch_of_300_files_equals_a_fresh_index(tmp_path):
         assert len(expected[0]) > 1000 and len(expected[1]) > 1000
 
         db = Layout(root).index_db
-        assert wait_for(lambda: index_rows(db) == expected, step=0.2), "index differs from a fresh one"
+        wait_for(lambda: index_rows(db) == expected, what="the index to equal a fresh one", step=0.2)
         watch = status(root)["watch"]
         assert watch["rescans"] >= 1  # more than 200 paths, and a new directory: whole-tree refreshes
         assert watch["batches"] - batches_before <= 6  # a storm of ~900 events, a handful of batches

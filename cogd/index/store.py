@@ -1,6 +1,6 @@
 """The code index projection: SQLite tables for files, entities, edges and FTS5.
 
-``.cogd/index/index.db`` is a projection (DESIGN.md §1): it can be deleted and
+``.cogd/index/index.db`` is a projection (docs/architecture.md): it can be deleted and
 rebuilt from the work tree at any time. One writer (the indexer); any number of
 readers, which WAL mode serves from the last committed state while a write is
 under way.

@@ -6,7 +6,7 @@ hash of the entity it was made from, upserted with ``merge_insert`` on ``id``
 (never duplicated) and deleted when the entity leaves the index.
 
 Queries do not go to LanceDB on the hook path. Measured on this kind of
-machine (shared/reference/dependencies.md): brute-force LanceDB search over
+development machine (2 cores): brute-force LanceDB search over
 50k × 384 took 65–76 ms, exact numpy 3.2 ms; so the daemon keeps the vectors
 in a float32 matrix (:class:`DenseIndex`, 1.5 KB per entity) and does exact
 cosine KNN there, with the kind filter applied *before* the top-k cut.

@@ -1,4 +1,5 @@
-"""Memory: observations, rules and knowledge as markdown files, kept honest (DESIGN.md §1, §4).
+"""Memory: observations, rules and knowledge as markdown files, kept honest
+(docs/memory.md; the vocabulary is in docs/architecture.md).
 
 The files under ``.cogd/memory/{observations,rules,knowledge}/<ULID>.md`` are the
 record; ``.cogd/index/memory.db`` is their projection; the ``events`` and

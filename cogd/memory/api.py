@@ -46,6 +46,7 @@ from typing import Callable, Iterable, Sequence
 import numpy as np
 
 from cogd import faults, safepath
+from cogd.fusion import reciprocal_rank_fusion
 from cogd.index.boundary import exists_in_tree
 from cogd.memory import lattice
 from cogd.memory.anchors import CodeIndex, entity_path
@@ -68,7 +69,6 @@ from cogd.secrets import strip_private
 log = logging.getLogger("cogd.memory")
 
 TEXT_MAX = 100_000  # characters of one memory's body
-RRF_K = 60
 
 # embed(text) -> (model id, unit float32 vector) or None while no encoder is available
 Embed = Callable[[str], "tuple[str, np.ndarray] | None"]
@@ -846,7 +846,7 @@ class MemoryStore:
         Candidates: FTS5 BM25 over title (weight 4) and body, and — when an encoder
         is available — cosine similarity of the query embedding to every stored
         memory vector of the same model; both filtered by ``statuses`` before the
-        cut, fused by reciprocal rank (k = 60). ``score`` is the fused value.
+        cut, fused by reciprocal rank (:func:`cogd.fusion.reciprocal_rank_fusion`, k = 60). ``score`` is the fused value.
         Returns [] for an empty query or store; never raises on odd text.
         """
         statuses = tuple(statuses)
@@ -862,10 +862,7 @@ class MemoryStore:
             vectors = {i: v for i, v in self.projection.vectors(None, model).items() if i in rows}
             scored = [(i, float(np.dot(qv, v))) for i, v in vectors.items() if v.shape == qv.shape]
             dense = sorted(scored, key=lambda t: -t[1])[:depth]
-        fused: dict[str, float] = {}
-        for ranked in (lexical, dense):
-            for rank, (entity_id, _) in enumerate(ranked, start=1):
-                fused[entity_id] = fused.get(entity_id, 0.0) + 1.0 / (RRF_K + rank)
+        fused = reciprocal_rank_fusion((1.0, [i for i, _ in ranked]) for ranked in (lexical, dense))
         best = sorted(fused.items(), key=lambda t: -t[1])[:limit]
         hits = []
         for entity_id, score in best:

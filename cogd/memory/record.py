@@ -41,8 +41,8 @@ TITLE_MAX = 200
 # minutes, so every memory request — and the daemon's housekeeping — waited behind it.
 MAX_FILE_BYTES = 1 << 20
 
-# In the order they are written. ``tombstone`` (normalised-content hash, on rejected
-# and pruned records) and ``rejected_reason`` are cogd's additions to the design card's list.
+# In the order they are written (docs/memory.md describes each). ``tombstone`` (normalised-content
+# hash) and ``rejected_reason`` are written only on rejected and pruned records.
 KNOWN_KEYS = (
     "id", "type", "title", "status", "created_at", "updated_at", "valid_from_commit", "source",
     "creation_reason", "session_id", "anchors", "supersedes", "superseded_by", "tags",

@@ -1,7 +1,7 @@
 """The usage loop's feed into ranking: utility, the session's working set, recency of edits.
 
 Applied to the candidates after the kind/test priors and before MMR
-(DESIGN.md §5 step 4). Each signal multiplies a candidate's score and is
+(docs/architecture.md, "Retrieval, in order", step 5). Each signal multiplies a candidate's score and is
 recorded in its ``signals`` for ``--explain``:
 
 * ``utility`` — ``exp(rank.utility_weight · (u − b))`` where ``u`` is the

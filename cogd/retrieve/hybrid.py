@@ -1,13 +1,12 @@
 """Hybrid retrieval: BM25 and KNN candidates, fused, expanded one hop, reranked, diversified.
 
-Steps (DESIGN.md §5), each recorded in the hit's ``signals`` for ``--explain``:
+Steps (docs/architecture.md, "Retrieval, in order"), each recorded in the hit's ``signals``
+for ``--explain``:
 
 1. candidates from FTS5 BM25 and from exact cosine KNN over entity vectors,
    ``retrieve.candidates`` from each (the mode picks the sources);
-2. weighted reciprocal rank fusion: ``rrf(d) = Σ_s w_s / (k + rank_s(d))``
-   with ``k = retrieve.rrf_k`` (Cormack, Clarke & Büttcher, "Reciprocal Rank
-   Fusion outperforms Condorcet and individual rank learning methods", SIGIR
-   2009; k = 60 there);
+2. weighted reciprocal rank fusion (:func:`cogd.fusion.reciprocal_rank_fusion`,
+   Cormack et al. 2009) with ``k = retrieve.rrf_k``;
 3. one hop over edges from the top seeds — callees, callers, the container,
    subclasses/bases — a neighbour gains ``expand_decay × edge weight × the
    seed's score`` (calls resolved by scope or file weigh more than guesses);
@@ -32,6 +31,7 @@ from collections import Counter
 import numpy as np
 
 from cogd.config import RetrieveConfig
+from cogd.fusion import BM25, HYBRID, VECTOR, reciprocal_rank_fusion
 from cogd.index import store
 from cogd.index.vectors import DenseIndex
 from cogd.retrieve.feedback import Feedback
@@ -124,31 +124,28 @@ def retrieve(
     expansion; ``signals`` holds the parts. Raises sqlite3.Error on a broken index.
     """
     mode = mode or config.mode
-    if mode == "vector" and (query_vector is None or dense is None or not len(dense)):
-        mode = "bm25"  # no vectors yet (model loading, coverage 0): lexical beats an empty pack
+    if mode == VECTOR and (query_vector is None or dense is None or not len(dense)):
+        mode = BM25  # no vectors yet (model loading, coverage 0): lexical beats an empty pack
     signals: dict[str, dict] = {}
     lists: list[tuple[str, float, list[str]]] = []
-    if mode in ("bm25", "hybrid"):
+    if mode in (BM25, HYBRID):
         lexical = bm25_search(conn, text, limit=config.candidates, kinds=kinds)
         for rank, hit in enumerate(lexical, 1):
             signals.setdefault(hit.id, {}).update(bm25_rank=rank, bm25=round(hit.score, 3))
-        lists.append(("bm25", config.bm25_weight, [h.id for h in lexical]))
-    if mode in ("vector", "hybrid") and query_vector is not None and dense is not None:
+        lists.append((BM25, config.bm25_weight, [h.id for h in lexical]))
+    if mode in (VECTOR, HYBRID) and query_vector is not None and dense is not None:
         nearest = dense.search(query_vector, config.candidates, kinds)
         for rank, (entity_id, similarity) in enumerate(nearest, 1):
             signals.setdefault(entity_id, {}).update(vector_rank=rank, cosine=round(similarity, 4))
-        lists.append(("vector", config.vector_weight, [i for i, _ in nearest]))
+        lists.append((VECTOR, config.vector_weight, [i for i, _ in nearest]))
 
-    fused: dict[str, float] = {}
-    for _name, weight, ids in lists:
-        for rank, entity_id in enumerate(ids, 1):
-            fused[entity_id] = fused.get(entity_id, 0.0) + weight / (config.rrf_k + rank)
+    fused = reciprocal_rank_fusion(((weight, ids) for _name, weight, ids in lists), config.rrf_k)
     if feedback is not None and feedback.learns_associations:
         # Retrieval alone can only rerank what it found; past prompts bring back the code
         # that prompts like this one led the agent to edit, whatever words that code uses.
         associated = feedback.associations(text)[: max(config.candidates // 3, 1)]
+        reciprocal_rank_fusion([(feedback.config.association_weight, [i for i, _ in associated])], config.rrf_k, fused)
         for rank, (entity_id, _score) in enumerate(associated, 1):
-            fused[entity_id] = fused.get(entity_id, 0.0) + feedback.config.association_weight / (config.rrf_k + rank)
             signals.setdefault(entity_id, {})["association_rank"] = rank
     for entity_id, score in fused.items():
         signals[entity_id]["rrf"] = round(score, 5)

@@ -1,4 +1,5 @@
-"""Memories in packs: rules first, then memories, each traceable by id (DESIGN.md §5 step 6).
+"""Memories in packs: rules first, then memories, each traceable by id
+(docs/architecture.md, "Retrieval, in order", step 7).
 
 Rendering only: the memory store (:mod:`cogd.memory.api`) finds them. A
 ``stale`` memory — its anchored code changed since it was written — is shown

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from cogd.config import PACK_HARD_CAP_CHARS, PackConfig, RetrieveConfig
+from cogd.fusion import BM25
 from cogd.index import store
 from cogd.index.boundary import read_tree_file
 from cogd.index.vectors import DenseIndex
@@ -270,7 +271,7 @@ def prompt_pack(
                     feedback=feedback)
     ranked = select(hits, retrieve_config, per_file_cap=config.per_file_cap, prompt=prompt, dense=dense,
                     limit=config.max_items + config.max_pointers, feedback=feedback)
-    sources = "BM25 + embeddings" if query_vector is not None and (mode or retrieve_config.mode) != "bm25" else "BM25"
+    sources = "BM25 + embeddings" if query_vector is not None and (mode or retrieve_config.mode) != BM25 else "BM25"
     header = (f"## cogd: code that may matter for this prompt\n"
               f"({sources} over the repository index; `path:start-end`, then the entity id)\n")
     if pinned:

@@ -6,7 +6,8 @@ hook call, and every millisecond spent importing is paid on the agent's
 critical path (``tests/test_wiring.py`` lists what the hook may load).
 
 - ``protocol`` — JSON-RPC 2.0 framing and error codes (the daemon's side).
-- ``client`` — one request over the Unix socket, without ``socket`` or ``json``.
+- ``client`` — one request over the Unix socket, without ``socket`` or ``json``; the hook
+  deadline's one parser (``parse_deadline_ms``), shared with ``cogd.config``.
 - ``fastjson`` — JSON through the C accelerator, without importing ``json``.
 - ``locate`` — repository root, socket path and runtime directory as strings.
 - ``control`` — lifecycle: the lock, spawning, readiness, stopping.

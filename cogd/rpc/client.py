@@ -18,6 +18,27 @@ import _socket
 from cogd.rpc.fastjson import dumps, loads
 
 
+# The hook's deadline: its whole life, interpreter start-up included. Parsed here, once, for the
+# hook (which reads it on every call) and for cogd.config (which reports it), so both agree.
+DEADLINE_ENV = "COGD_HOOK_DEADLINE_MS"
+DEFAULT_DEADLINE_MS = 1500
+MAX_DEADLINE_MS = 60_000  # Claude Code's own ceiling for a hook; larger settings are clamped
+
+
+def parse_deadline_ms(value: object) -> int | None:
+    """A hook deadline in milliseconds from the environment or ``[hook] deadline_ms``.
+
+    ``value``: an ``int`` or a string of ASCII digits (fewer than 10). Returns it clamped to
+    ``[1, MAX_DEADLINE_MS]``, or None when it is unusable (zero, negative, not a whole number,
+    ``True``), so the caller falls back to the next source. Never raises.
+    """
+    if isinstance(value, str):
+        value = int(value) if value.isascii() and value.isdigit() and len(value) < 10 else None
+    if type(value) is not int or value <= 0:
+        return None
+    return min(value, MAX_DEADLINE_MS)
+
+
 class DaemonUnavailable(ConnectionError):
     """No daemon answers on the socket (missing socket, refused, or timed out)."""
 

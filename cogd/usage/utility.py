@@ -5,7 +5,7 @@ successes (an edit 1; a read or a search 0 by default — the agent looked,
 which proves nothing either way), a miss adds one failure weighted by how
 likely the item was looked at (:func:`cogd.usage.outcomes.miss_weight`). The
 conjugate Beta–Bernoulli update (e.g. Gelman et al., *Bayesian Data
-Analysis*, 3rd ed., §2.4) gives the posterior mean
+Analysis*, 3rd ed., section 2.4) gives the posterior mean
 
     utility = (k·m + successes) / (k + successes + failures)
 
