@@ -50,6 +50,7 @@ from cogd.memory.record import TYPES
 from cogd.rpc import control
 from cogd.rpc.client import DaemonUnavailable, RemoteError, call
 from cogd.paths import Layout
+from cogd.fusion import MODES
 
 log = logging.getLogger("cogd.mcp")
 
@@ -148,7 +149,7 @@ def _add_search_tools(server: MCPServer, link: DaemonLink, own_session: str) -> 
         kind: Annotated[Literal["file", "module", "class", "function", "method", "constant"] | None,
                         Field(description="only entities of this kind")] = None,
         limit: Annotated[int, Field(ge=1, le=100, description="number of hits")] = 10,
-        mode: Annotated[Literal["bm25", "vector", "hybrid"] | None,
+        mode: Annotated[Literal[MODES] | None,
                         Field(description="candidate sources (default: the repository's config, hybrid)")] = None,
     ) -> dict[str, Any]:
         """Search the repository's code index. Example: {"query": "parse an email date header", "limit": 5}."""

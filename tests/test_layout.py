@@ -284,10 +284,7 @@ def daemon_methods(tmp_path: Path) -> set[str]:
     (root / ".cogd" / "config.toml").write_text("[embed]\nenabled = false\n[watch]\nenabled = false\n")
     service = open_service(root, load_config(root / ".cogd" / "config.toml"), start_index=False)
     try:
-        registry = getattr(service, "methods", None)
-        if registry is None:  # today: the private table behind Service.call
-            registry = service._methods
-        names = set(registry)
+        names = set(service.methods)
     finally:
         service.close()
     # The server answers daemon.shutdown before it reaches the Service (it stops the loop).

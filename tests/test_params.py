@@ -14,6 +14,7 @@ from cogd.config import Config
 from cogd.daemon import params as p
 from cogd.daemon.service import Service
 from cogd.errors import CogdError
+from cogd.fusion import MODES
 from cogd.paths import Layout
 from cogd.rpc.protocol import RpcError, error_response
 from conftest import make_repo
@@ -58,9 +59,9 @@ def test_numbers_flags_choices_and_lists_name_their_limits():
     with pytest.raises(RpcError) as info:
         p.flag({"dry_run": "yes"}, "dry_run")
     assert str(info.value) == "dry_run must be true or false"
-    assert p.choice({"mode": ""}, "mode", p.MODES, "hybrid") == "hybrid"
+    assert p.choice({"mode": ""}, "mode", MODES, "hybrid") == "hybrid"
     with pytest.raises(RpcError) as info:
-        p.choice({"mode": "fuzzy"}, "mode", p.MODES, "hybrid")
+        p.choice({"mode": "fuzzy"}, "mode", MODES, "hybrid")
     assert str(info.value) == "mode must be one of bm25, vector, hybrid"
     with pytest.raises(RpcError) as info:
         p.str_list({"paths": ["a"] * 11}, "paths", 10)

@@ -13,6 +13,7 @@ from cogd.cli.base import ULID, backend, console, err, format_age, layout_from
 from cogd.cli.memory import show as show_memory
 from cogd.cli.progress import index_with_progress
 from cogd.config import load_config
+from cogd.fusion import BM25, MODES
 
 
 @click.command()
@@ -41,7 +42,7 @@ def _explain(signals: dict) -> str:
     return "  ".join(parts)
 
 
-_MODE = click.option("--mode", type=click.Choice(["bm25", "vector", "hybrid"]), default=None,
+_MODE = click.option("--mode", type=click.Choice(MODES), default=None,
                      help="Candidate sources (default: retrieve.mode in config, hybrid).")
 
 
@@ -63,7 +64,7 @@ def search(ctx: click.Context, query: str, kind: str | None, limit: int, mode: s
     if as_json:
         click.echo(json.dumps(hits, indent=2))
         return
-    if result["mode"] != "bm25" and not result["vectors"]:
+    if result["mode"] != BM25 and not result["vectors"]:
         err.print("(no vectors yet: lexical results only — see `cogd status`)")
     if not hits:
         err.print(f"nothing in the index matches {query!r}", markup=False)

@@ -24,6 +24,7 @@ from cogd.retrieve.feedback import Feedback
 from cogd.retrieve.lexical import match_expression, query_terms
 from cogd.retrieve.memories import MEMORY_SHARE, render_memories
 from cogd.retrieve.pack import Pack, Preface, overview_pack, prompt_pack, working_set_pack
+from cogd.fusion import MODES
 
 log = logging.getLogger("cogd.service")
 
@@ -53,7 +54,7 @@ def prompt(parts: Parts, params: dict) -> dict:
     """The prompt pack. After a compaction whose pack shows no sign of having arrived
     (no item of it hit), the session's working set is re-added at the top."""
     text = p.text(params, "prompt", required=True)
-    mode = p.choice(params, "mode", p.MODES, parts.config.retrieve.mode)
+    mode = p.choice(params, "mode", MODES, parts.config.retrieve.mode)
     session = p.session_id(params)
     record = params.get("record", True) is not False
     _keep_fresh(parts)

@@ -20,6 +20,7 @@ from cogd.index import store
 from cogd.index.boundary import tree_relpath
 from cogd.retrieve.hybrid import retrieve
 from cogd.usage.touches import Touch
+from cogd.fusion import MODES
 
 log = logging.getLogger("cogd.service")
 
@@ -91,7 +92,7 @@ def search(parts: Parts, params: dict) -> dict:
     query = p.text(params, "query", required=True)
     kind = p.text(params, "kind", limit=40)
     limit = p.integer(params, "limit", 20, 1, 1000)
-    mode = p.choice(params, "mode", p.MODES, parts.config.retrieve.mode)
+    mode = p.choice(params, "mode", MODES, parts.config.retrieve.mode)
     vector, dense = parts.query_vector(query, mode)
     hits = retrieve(parts.reader(), query, parts.config.retrieve, mode=mode, query_vector=vector, dense=dense,
                     kinds=(kind,) if kind else None, limit=limit)

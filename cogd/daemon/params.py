@@ -20,7 +20,6 @@ from cogd.secrets import mask as mask_secrets
 
 TEXT_MAX = 2_000_000  # characters: a prompt or a query (about 500,000 tokens, past any model's window)
 SESSION_ID_MAX = 200
-MODES = ("bm25", "vector", "hybrid")  # retrieval modes (cogd.retrieve.hybrid.retrieve's ``mode``)
 
 
 def invalid(name: str, message: str) -> RpcError:

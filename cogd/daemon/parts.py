@@ -28,6 +28,7 @@ from cogd.paths import Layout
 from cogd.retrieve.repomap import RankedGraph, pagerank
 from cogd.usage.ledger import Ledger
 from cogd.usage.utility import UtilityModel
+from cogd.fusion import BM25
 
 if TYPE_CHECKING:  # heavy (onnxruntime, lancedb) or only for the annotations
     from cogd.daemon.embedder import EmbeddingWorker
@@ -197,7 +198,7 @@ class Parts:
     def query_vector(self, text: str, mode: str) -> tuple:
         """``(vector, dense)``: the query embedding for vector/hybrid modes, ``(None, None)`` for
         ``bm25`` or while no model is loaded (``dense``: the embedder's dense-vector store)."""
-        if mode == "bm25" or self.embedder is None:
+        if mode == BM25 or self.embedder is None:
             return None, None
         return self.embedder.query_vector(text[:4000]), self.embedder.dense
 
