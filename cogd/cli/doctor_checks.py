@@ -171,7 +171,7 @@ def check_lock(ctx: DoctorContext) -> Check:
     pid = info.get("pid")
     details: dict = {"lock": str(layout.lock_file), "pid_file": info or None}
     if not control.is_running(layout):
-        if isinstance(pid, int) and control._alive(pid) and control.is_daemon_process(pid, layout):
+        if isinstance(pid, int) and control.alive(pid) and control.is_daemon_process(pid, layout):
             return Check("lock", FAIL, f"daemon pid {pid} runs without holding the lock",
                          f"stop it (kill {pid}), then `cogd start`", details)
         if info:
