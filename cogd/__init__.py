@@ -1,7 +1,7 @@
 """cogd: a local-first memory and context daemon for AI coding agents.
 
 Kept import-free on purpose: the hook client imports ``cogd.rpc`` (and the
-standard-library ``cogd.safepath``) on every hook call, and anything imported here would be paid
+standard-library ``cogd.safepath`` and ``cogd.errors``) on every hook call, and anything imported here would be paid
 for on that hot path.
 """
 

@@ -345,6 +345,10 @@ def ledger_counts(path: Path) -> dict:
     """``{bytes, events, deliveries, tombstones}`` of ``state.db`` (highest ids, so cheap), read-only.
 
     Missing tables count 0. Raises sqlite3.Error when the file cannot be read.
+
+    The one read of another package's tables outside their owners (usage/ledger.py,
+    memory/events.py), on purpose: this module sits below both, and the marker must be read
+    from a ``state.db`` that neither owner may open yet (opening creates what is missing).
     """
     safepath.prepare_db(path, create=False)
     counts = {"bytes": os.lstat(path).st_size, "events": 0, "deliveries": 0, "tombstones": 0}

@@ -75,6 +75,16 @@ def copy_stdlib(dest: Path, packages: tuple[str, ...] = STDLIB_PACKAGES) -> Path
     return make_repo(dest)
 
 
+@pytest.fixture(autouse=True)
+def _restore_umask():
+    """Put the process umask back after each test: an in-process ``cogd`` command (CliRunner)
+    sets 077 for what it creates, and a later test's ``git clone`` would inherit it."""
+    before = os.umask(0o022)
+    os.umask(before)
+    yield
+    os.umask(before)
+
+
 @pytest.fixture(scope="session")
 def stdlib_template(tmp_path_factory) -> Path:
     """A committed git repository of STDLIB_PACKAGES (do not modify: copy it)."""

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from cogd.inlist import MAX_PARAMS
 from cogd.retrieve.pack import PackItem
 from cogd.usage.ledger import QUERY_KEEP_CHARS, Ledger, LedgerReader
 from cogd.usage.touches import Touch
@@ -344,3 +345,19 @@ def test_reader_refuses_a_linked_state_db(tmp_path):
     (tmp_path / ".cogd" / "state.db").symlink_to(real)
     with pytest.raises(UnsafePath):
         LedgerReader.open(tmp_path / ".cogd" / "state.db")
+
+
+def test_the_ledger_cuts_its_own_long_in_lists(ledger):
+    """A tool use touching 600 delivered paths, and a session end closing 600 open deliveries, with
+    SQLite's host-parameter limit lowered to the chunk size: both run (unchunked, each would fail)."""
+    ledger._conn.setlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER, MAX_PARAMS)
+    specs = [(f"p{i}.py::f", "function", f"p{i}.py", 1, 5, 1.0, 10) for i in range(600)]
+    ledger.record_delivery("s", "prompt", "", "q", "t", items(*specs), now=10.0)
+    touches = [Touch(f"p{i}.py", "edit", 1, 5) for i in range(600)]
+    _tool_use, hits = ledger.record_tool_use_with_hits("s", "MultiEdit", "", touches, now=20.0)
+    assert len(hits) == 600 and {h["entity_id"] for h in hits} == {s[0] for s in specs}
+    for n in range(600):  # resumed sessions' packs close nothing: 600 open deliveries
+        ledger.record_delivery("t", "session_start", "resume", "", "t", items(specs[n]), now=30.0 + n)
+    assert ledger.end_session("t", "exit", now=1000.0) == 600
+    assert usage3(ledger, "p0.py::f") == {"retrieval_count": 2, "used_count": 1, "ignored_count": 1}
+

@@ -351,7 +351,9 @@ def test_a_fresh_clone_starts_a_new_ledger_without_a_failure(repos, tmp_path):
     git(origin, "add", "-f", ".cogd/memory", ".cogd/config.toml", ".cogd/.gitignore")
     git(origin, "commit", "-q", "-m", "memory")
     clone = tmp_path / "clone"
-    subprocess.run(["git", "clone", "-q", str(origin), str(clone)], check=True, capture_output=True)
+    # A clone as a user with the common umask makes it (0755 / 0644), whatever this process's umask is.
+    subprocess.run(["git", "clone", "-q", str(origin), str(clone)], check=True, capture_output=True,
+                   preexec_fn=lambda: os.umask(0o022))
     repos.made.append(clone)  # its daemon is stopped by the fixture too
     assert not (clone / ".cogd" / "state.db").exists() and (clone / ".cogd" / "memory").is_dir()
     doctor = run_cogd(clone, "doctor", "--json", "--no-model-load", check=False)

@@ -1,7 +1,7 @@
 """The index's read functions (:mod:`cogd.index.store`) over an index the real indexer built.
 
 The tree is small and known line by line, so every answer is asserted exactly; ``big.py``
-holds 600 functions so that id and path lists run past :data:`store.MAX_PARAMS` and the
+holds 600 functions so that id and path lists run past :data:`MAX_PARAMS` and the
 connection's host-parameter limit is lowered to that figure: a lookup that did not chunk
 would fail with "too many SQL variables".
 """
@@ -15,6 +15,7 @@ import pytest
 
 from cogd.config import IndexConfig
 from cogd.index import store
+from cogd.inlist import MAX_PARAMS, chunked
 from cogd.index.extract import content_hash
 from cogd.index.indexer import Indexer
 from cogd.index.resolve import resolve
@@ -67,7 +68,7 @@ def conn(index_db: Path):
     c = store.connect(index_db, readonly=True)
     # What SQLite builds with by default before 3.32 (999) is above this; lowering the limit to
     # the chunk size makes any unchunked IN-list of the 600 big.py ids fail.
-    c.setlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER, store.MAX_PARAMS)
+    c.setlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER, MAX_PARAMS)
     yield c
     c.close()
 
@@ -78,11 +79,11 @@ SQUARE_AREA = ("pkg/shapes.py::Square.area", "method", "", "pkg/shapes.py", "are
 
 
 def test_chunked_cuts_in_order_and_refuses_a_bad_size():
-    assert list(store.chunked(range(7), 3)) == [[0, 1, 2], [3, 4, 5], [6]]
-    assert list(store.chunked([], 3)) == []
-    assert [len(c) for c in store.chunked(BIG_IDS)] == [500, 100]
+    assert list(chunked(range(7), 3)) == [[0, 1, 2], [3, 4, 5], [6]]
+    assert list(chunked([], 3)) == []
+    assert [len(c) for c in chunked(BIG_IDS)] == [500, 100]
     with pytest.raises(ValueError, match="at least 1"):
-        list(store.chunked([1], 0))
+        list(chunked([1], 0))
 
 
 def test_the_lowered_limit_refuses_an_unchunked_list(conn):

@@ -171,7 +171,7 @@ def check_lock(ctx: DoctorContext) -> Check:
     pid = info.get("pid")
     details: dict = {"lock": str(layout.lock_file), "pid_file": info or None}
     if not control.is_running(layout):
-        if isinstance(pid, int) and control._alive(pid) and control.is_daemon_process(pid, layout):
+        if isinstance(pid, int) and control.alive(pid) and control.is_daemon_process(pid, layout):
             return Check("lock", FAIL, f"daemon pid {pid} runs without holding the lock",
                          f"stop it (kill {pid}), then `cogd start`", details)
         if info:
@@ -570,15 +570,15 @@ DEAD_WEIGHT_DELIVERIES = 10  # a memory delivered this often without one hit is 
 LIVE_MEMORY = tuple(sorted(LIVE))  # the lattice's live statuses, as SQL parameters
 
 
-def _memory_rows(ctx: DoctorContext, sql: str, args: tuple = ()) -> list[sqlite3.Row] | None:
-    """Rows of ``memory.db`` (read-only), or None when there is no memory projection."""
+def _memory_rows(ctx: DoctorContext, read: Callable, *args: object) -> list | dict | None:
+    """``read(conn, *args)`` (a read function of :mod:`cogd.memory.projection`) over ``memory.db``
+    opened read-only, or None when there is no memory projection."""
     db = ctx.layout.index_dir / "memory.db"
     if not db.exists() or db.stat().st_size == 0:  # an empty projection holds no rows
         return None
     conn = _ro_connect(db)
-    conn.row_factory = sqlite3.Row
     try:
-        return conn.execute(sql, args).fetchall()
+        return read(conn, *args)
     finally:
         conn.close()
 
@@ -588,13 +588,13 @@ def check_memory_files(ctx: DoctorContext) -> Check:
     into a status the lattice forbids; plus problems the daemon recorded against files."""
     import json
 
-    from cogd.memory import lattice
+    from cogd.memory import lattice, projection
     from cogd.memory.errors import MemoryRefused
     from cogd.memory.record import RecordError, read
     from cogd.memory.sync import record_files
 
     on_disk = record_files(ctx.layout.cogd_dir / "memory")
-    rows = {r["id"]: r for r in _memory_rows(ctx, "SELECT id, status FROM memories") or []}
+    statuses = _memory_rows(ctx, projection.memory_statuses) or {}
     pending = {f.get("path") for i in _open_intents(ctx) for f in i["plan"].get("files") or [] if isinstance(f, dict)}
     problems: list[dict] = []
     for rel in sorted(on_disk):
@@ -615,24 +615,24 @@ def check_memory_files(ctx: DoctorContext) -> Check:
             problems.append({"path": rel, "kind": "misplaced", "message": f"belongs at {record.relpath()}",
                              "fix": f"move it to .cogd/memory/{record.relpath()}"})
             continue
-        row = rows.get(record.id)
-        if row is not None and row["status"] != record.status:
+        projected = statuses.get(record.id)
+        if projected is not None and projected != record.status:
             try:
-                lattice.transition(row["status"], record.status, entity_id=record.id)
+                lattice.transition(projected, record.status, entity_id=record.id)
             except MemoryRefused as exc:
                 allowed = exc.data.get("allowed") or []
                 problems.append({"path": rel, "kind": "illegal_transition", "message": str(exc),
-                                 "fix": f"set `status:` back to {row['status']!r}"
+                                 "fix": f"set `status:` back to {projected!r}"
                                         + (f" (or {', '.join(allowed)})" if allowed else "")})
     seen = {p["path"] for p in problems}
-    for r in _memory_rows(ctx, "SELECT path, problem FROM files WHERE problem IS NOT NULL") or []:
-        if r["path"] in seen or r["path"] not in on_disk:
+    for rel, problem in _memory_rows(ctx, projection.file_problems) or []:
+        if rel in seen or rel not in on_disk:
             continue
         try:
-            recorded = json.loads(r["problem"])
+            recorded = json.loads(problem)
         except ValueError:
-            recorded = {"message": r["problem"]}
-        problems.append({"path": r["path"], "kind": recorded.get("kind", "problem"),
+            recorded = {"message": problem}
+        problems.append({"path": rel, "kind": recorded.get("kind", "problem"),
                          "message": recorded.get("message", ""), "fix": recorded.get("fix", "fix the file")})
     details = {"files": len(on_disk), "problems": problems[:DRIFT_SAMPLE], "problem_count": len(problems)}
     if not problems:
@@ -646,15 +646,13 @@ def check_memory_files(ctx: DoctorContext) -> Check:
 
 def check_memory_anchors(ctx: DoctorContext) -> Check:
     """Live memories anchored to code entities the index no longer holds."""
-    import json
-
     from cogd.index import store
+    from cogd.memory import projection
 
-    rows = _memory_rows(ctx, "SELECT id, status, anchors, path FROM memories WHERE status IN (?, ?, ?) "
-                             "AND anchors NOT IN ('', '[]')", LIVE_MEMORY)
+    rows = _memory_rows(ctx, projection.anchored_memories, LIVE_MEMORY)
     if rows is None:
         return Check("memory anchors", OK, "no memory projection yet")
-    wanted = {r["id"]: [a.get("entity") for a in json.loads(r["anchors"]) if isinstance(a, dict)] for r in rows}
+    wanted = {mid: [a.get("entity") for a in anchors if isinstance(a, dict)] for mid, _status, anchors in rows}
     entities = {e for ids in wanted.values() for e in ids if e}
     present: set[str] = set()
     if entities and ctx.layout.index_db.exists() and ctx.layout.index_db.stat().st_size:
@@ -676,12 +674,13 @@ def check_memory_anchors(ctx: DoctorContext) -> Check:
 
 def check_memory_dead_weight(ctx: DoctorContext) -> Check:
     """Live memories never delivered, or delivered DEAD_WEIGHT_DELIVERIES+ times without a hit."""
+    from cogd.memory import projection
     from cogd.usage.ledger import LedgerReader
 
-    rows = _memory_rows(ctx, "SELECT id, status FROM memories WHERE status IN (?, ?, ?)", LIVE_MEMORY)
-    if not rows:
+    live = _memory_rows(ctx, projection.memory_statuses, LIVE_MEMORY)
+    if not live:
         return Check("memory dead weight", OK, "no live memories")
-    ids = [r["id"] for r in rows]
+    ids = list(live)
     usage: dict[str, tuple[int, int]] = {}
     if ctx.layout.state_db.exists():
         conn = _ro_connect(ctx.layout.state_db)
@@ -703,15 +702,14 @@ def check_memory_dead_weight(ctx: DoctorContext) -> Check:
 
 def _open_intents(ctx: DoctorContext) -> list[dict]:
     """The ledger's open memory intents (read-only): ``[{"id", "op", "state", "at", "plan"}]``."""
+    from cogd.memory.events import open_intents
     import json
 
     if not ctx.layout.state_db.exists() or ctx.layout.state_db.stat().st_size == 0:
         return []
     conn = _ro_connect(ctx.layout.state_db)  # creates no -wal/-shm, refuses links
     try:
-        rows = conn.execute("SELECT id, op, state, at, plan FROM intents ORDER BY id").fetchall()
-    except sqlite3.OperationalError:  # no intents table yet
-        return []
+        rows = open_intents(conn)
     finally:
         conn.close()
     out = []

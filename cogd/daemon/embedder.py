@@ -38,6 +38,7 @@ import numpy as np
 
 from cogd.config import EmbedConfig
 from cogd.index import store
+from cogd.inlist import chunked
 from cogd.index.vectors import DenseIndex, VectorStore, open_vectors
 
 log = logging.getLogger("cogd.embedder")
@@ -204,7 +205,7 @@ class EmbeddingWorker:
             return
         log.info("embedding %d of %d entities", len(pending), self.total)
         started, embedded_at_start = time.monotonic(), self.done
-        for chunk in store.chunked(pending, CHUNK):
+        for chunk in chunked(pending, CHUNK):
             if self._interrupted():
                 return  # the index moved on (or we are stopping): start a fresh pass
             rows = store.embedding_rows(conn, chunk)

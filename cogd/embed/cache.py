@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from cogd import safepath
-from cogd.index.store import chunked
+from cogd.inlist import chunked, marks
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS embeddings (
@@ -69,8 +69,7 @@ class EmbeddingCache:
         wanted = list(dict.fromkeys(keys))
         found: dict[str, np.ndarray] = {}
         for chunk in chunked(wanted):
-            marks = ",".join("?" * len(chunk))
-            rows = self._db.execute(f"SELECT key, dim, vector FROM embeddings WHERE key IN ({marks})", chunk)
+            rows = self._db.execute(f"SELECT key, dim, vector FROM embeddings WHERE key IN ({marks(len(chunk))})", chunk)
             for key, dim, blob in rows:
                 if len(blob) == 4 * dim:
                     found[key] = np.frombuffer(blob, dtype="<f4").astype(np.float32)

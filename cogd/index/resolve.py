@@ -65,7 +65,8 @@ class Resolver:
         self._go_module: str | None | bool = False
 
     # ---- name tables ------------------------------------------------------
-    def _load_names(self, names: set[str]) -> None:
+    def load_names(self, names: set[str]) -> None:
+        """Read the definitions of ``names`` (entity names) into the name table, once per name."""
         missing = sorted(n for n in names if n not in self._by_name)
         for name in missing:
             self._by_name[name] = []
@@ -275,7 +276,7 @@ class Resolver:
             elif local:
                 external.add(local)
 
-        self._load_names({name for _s, kind, name, _q, _a in refs if kind in ("calls", "inherits")})
+        self.load_names({name for _s, kind, name, _q, _a in refs if kind in ("calls", "inherits")})
         for src, kind, name, qualifier, _alias in refs:
             if kind == "calls":
                 target, how = self._resolve_call(path, language, src, name, qualifier, bound, imported_files, external)
@@ -367,7 +368,7 @@ def resolve(conn: sqlite3.Connection, root: str, paths: Iterable[str] | None = N
     targets = sorted(resolver.files) if paths is None else sorted(p for p in set(paths) if p in resolver.files)
     if paths is None:
         store.delete_reference_edges(conn)
-        resolver._load_names(store.referenced_names(conn))
+        resolver.load_names(store.referenced_names(conn))
     written = 0
     for path in targets:
         if paths is not None:

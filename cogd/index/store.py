@@ -13,9 +13,10 @@ import sqlite3
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING
 
 from cogd import safepath
+from cogd.inlist import MAX_PARAMS, chunked, marks
 
 if TYPE_CHECKING:  # annotations only: readers of the index need no parser loaded
     from cogd.index.extract import Entity, ParsedFile
@@ -30,7 +31,7 @@ CREATE TABLE IF NOT EXISTS files (
     hash TEXT NOT NULL,
     size INTEGER NOT NULL,
     mtime_ns INTEGER NOT NULL,   -- 0 when too recent to trust (racy clean check)
-    status TEXT NOT NULL,        -- ok | too_large | binary | unreadable
+    status TEXT NOT NULL,        -- ok, or why not: too_large | binary | minified | unreadable | timeout | language_disabled | symlink_outside
     indexed_at REAL NOT NULL
 );
 CREATE TABLE IF NOT EXISTS entities (
@@ -253,37 +254,12 @@ def counts(conn: sqlite3.Connection) -> dict[str, int]:
 # row factory does not matter: results are plain tuples, dicts, sets or dataclasses) and raise
 # sqlite3.Error when the database is broken or holds no index.
 
-MAX_PARAMS = 500  # host parameters per statement: well under SQLite's limit (999 before 3.32)
 
 #: The columns a ranked hit carries, in :class:`cogd.retrieve.lexical.Hit` order.
 SUMMARY_COLUMNS = (
     "id", "kind", "subkind", "path", "name", "qualname", "start_line", "end_line", "signature", "doc", "parent_id",
 )
 
-_T = TypeVar("_T")
-
-
-def chunked(items: Iterable[_T], size: int = MAX_PARAMS) -> Iterator[list[_T]]:
-    """``items`` in consecutive lists of at most ``size`` (the last may be shorter; none when empty).
-
-    The one place a long IN-list is cut to fit SQLite's host-parameter limit
-    (and LanceDB's filter strings, which grow with the list). Raises
-    ValueError when ``size`` < 1.
-    """
-    if size < 1:
-        raise ValueError(f"chunk size must be at least 1, got {size}")
-    batch: list[_T] = []
-    for item in items:
-        batch.append(item)
-        if len(batch) == size:
-            yield batch
-            batch = []
-    if batch:
-        yield batch
-
-
-def _marks(n: int) -> str:
-    return ",".join("?" * n)
 
 
 def _query(conn: sqlite3.Connection, sql: str, args: Sequence[object] = ()) -> sqlite3.Cursor:
@@ -319,7 +295,7 @@ def entities_by_ids(
     select = _select(columns)
     found: dict[str, tuple] = {}
     for chunk in chunked(_distinct(ids)):
-        for row in _query(conn, f"SELECT id, {select} FROM entities WHERE id IN ({_marks(len(chunk))})", chunk):
+        for row in _query(conn, f"SELECT id, {select} FROM entities WHERE id IN ({marks(len(chunk))})", chunk):
             found[row[0]] = row[1:]
     return found
 
@@ -328,7 +304,7 @@ def existing_ids(conn: sqlite3.Connection, ids: Iterable[str]) -> set[str]:
     """Those of ``ids`` that name an entity in the index (any number, chunked)."""
     found: set[str] = set()
     for chunk in chunked(_distinct(ids)):
-        found.update(r[0] for r in _query(conn, f"SELECT id FROM entities WHERE id IN ({_marks(len(chunk))})", chunk))
+        found.update(r[0] for r in _query(conn, f"SELECT id FROM entities WHERE id IN ({marks(len(chunk))})", chunk))
     return found
 
 
@@ -354,13 +330,13 @@ def entities_in_paths(
     paths, chunked. Raises ValueError for an unknown column.
     """
     select = _select(columns)
-    kind_sql, kind_args = ("kind != 'file'", []) if kinds is None else (f"kind IN ({_marks(len(kinds))})", list(kinds))
+    kind_sql, kind_args = ("kind != 'file'", []) if kinds is None else (f"kind IN ({marks(len(kinds))})", list(kinds))
     if kinds is not None and not kinds:
         return []
     rows: list[tuple] = []
     for chunk in chunked(_distinct(paths), MAX_PARAMS - len(kind_args)):
         rows.extend(_query(
-            conn, f"SELECT {select} FROM entities WHERE path IN ({_marks(len(chunk))}) AND {kind_sql} ORDER BY rowid",
+            conn, f"SELECT {select} FROM entities WHERE path IN ({marks(len(chunk))}) AND {kind_sql} ORDER BY rowid",
             [*chunk, *kind_args]))
     return rows
 
@@ -370,7 +346,7 @@ def entities_named(conn: sqlite3.Connection, names: Iterable[str]) -> list[tuple
     rows: list[tuple[str, str, str, str | None, str]] = []
     for chunk in chunked(_distinct(names)):
         rows.extend(_query(
-            conn, f"SELECT id, kind, path, parent_id, name FROM entities WHERE name IN ({_marks(len(chunk))}) "
+            conn, f"SELECT id, kind, path, parent_id, name FROM entities WHERE name IN ({marks(len(chunk))}) "
             "AND kind != 'file'", chunk))
     return rows
 
@@ -392,7 +368,7 @@ def child_names(conn: sqlite3.Connection, parent_ids: Iterable[str], per_parent:
         for parent, name in _query(
                 conn, "SELECT parent_id, name FROM (SELECT parent_id, name, start_line, row_number() OVER "
                 "(PARTITION BY parent_id ORDER BY start_line) AS n FROM entities "
-                f"WHERE parent_id IN ({_marks(len(chunk))})) WHERE n <= ? ORDER BY parent_id, n", [*chunk, per_parent]):
+                f"WHERE parent_id IN ({marks(len(chunk))})) WHERE n <= ? ORDER BY parent_id, n", [*chunk, per_parent]):
             found.setdefault(parent, []).append(name)
     return found
 
@@ -405,7 +381,7 @@ def definitions_at(
     if not kinds:
         return []
     return list(_query(
-        conn, f"SELECT id, start_line, end_line FROM entities WHERE path = ? AND kind IN ({_marks(len(kinds))}) "
+        conn, f"SELECT id, start_line, end_line FROM entities WHERE path = ? AND kind IN ({marks(len(kinds))}) "
         "AND start_line <= ? AND end_line >= ? ORDER BY end_line - start_line",
         (path, *kinds, end_line, start_line)))
 
@@ -430,7 +406,7 @@ def embedding_rows(conn: sqlite3.Connection, ids: Iterable[str]) -> list[tuple]:
     for chunk in chunked(_distinct(ids)):
         rows.extend((*r[:7], r[7] or "") for r in _query(
             conn, "SELECT e.id, e.kind, e.qualname, e.signature, e.doc, e.path, e.hash, f.body "
-            f"FROM entities e JOIN entities_fts f ON f.rowid = e.rowid WHERE e.id IN ({_marks(len(chunk))})",
+            f"FROM entities e JOIN entities_fts f ON f.rowid = e.rowid WHERE e.id IN ({marks(len(chunk))})",
             chunk))
     return rows
 
@@ -476,7 +452,7 @@ def search_fts(
            "FROM entities_fts JOIN entities e ON e.rowid = entities_fts.rowid WHERE entities_fts MATCH ?")
     params: list[object] = [match]
     if kinds:
-        sql += f" AND e.kind IN ({_marks(len(kinds))})"
+        sql += f" AND e.kind IN ({marks(len(kinds))})"
         params.extend(kinds)
     sql += " ORDER BY score DESC LIMIT ?"
     params.append(limit)
@@ -496,10 +472,10 @@ def edges_touching(
         return []
     seen: dict[tuple[str, str, str], tuple[str, str, str, str]] = {}
     for chunk in chunked(ids, max((MAX_PARAMS - len(kinds)) // 2, 1)):
-        marks = _marks(len(chunk))
+        holes = marks(len(chunk))
         for r in _query(
-                conn, f"SELECT src, dst, kind, resolution FROM edges WHERE (src IN ({marks}) OR dst IN ({marks})) "
-                f"AND kind IN ({_marks(len(kinds))})", [*chunk, *chunk, *kinds]):
+                conn, f"SELECT src, dst, kind, resolution FROM edges WHERE (src IN ({holes}) OR dst IN ({holes})) "
+                f"AND kind IN ({marks(len(kinds))})", [*chunk, *chunk, *kinds]):
             seen.setdefault(r[:3], r)
     return list(seen.values())
 
@@ -552,7 +528,7 @@ def file_summaries(conn: sqlite3.Connection, paths: Iterable[str]) -> dict[str, 
     found: dict[str, FileSummary] = {}
     for chunk in chunked(_distinct(paths)):
         for entity_id, end_line, doc in _query(
-            conn, f"SELECT id, end_line, doc FROM entities WHERE id IN ({_marks(len(chunk))}) AND kind = 'file'", chunk):
+            conn, f"SELECT id, end_line, doc FROM entities WHERE id IN ({marks(len(chunk))}) AND kind = 'file'", chunk):
             found[entity_id] = FileSummary(entity_id, end_line, doc)
     return found
 
@@ -564,7 +540,7 @@ def file_languages(conn: sqlite3.Connection, paths: Iterable[str] | None = None)
     found: dict[str, str] = {}
     for chunk in chunked(_distinct(paths)):
         found.update((r[0], r[1]) for r in _query(
-            conn, f"SELECT path, language FROM files WHERE path IN ({_marks(len(chunk))})", chunk))
+            conn, f"SELECT path, language FROM files WHERE path IN ({marks(len(chunk))})", chunk))
     return found
 
 
@@ -617,7 +593,7 @@ def paths_referencing(conn: sqlite3.Connection, names: Iterable[str]) -> set[str
     found: set[str] = set()
     for chunk in chunked(sorted(set(names))):
         found.update(r[0] for r in _query(
-            conn, f"SELECT DISTINCT path FROM refs WHERE name IN ({_marks(len(chunk))})", chunk))
+            conn, f"SELECT DISTINCT path FROM refs WHERE name IN ({marks(len(chunk))})", chunk))
     return found
 
 

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from cogd import safepath
-from cogd.index.store import chunked
+from cogd.inlist import chunked
 
 log = logging.getLogger("cogd.vectors")
 

@@ -340,3 +340,13 @@ class MemoryLedger:
                 if row["reason"] and not row["reason"].startswith("sha256:"):
                     self._conn.execute("UPDATE tombstones SET reason = ? WHERE hash = ?",
                                        (redaction_hash(row["reason"]), row["hash"]))
+
+
+def open_intents(conn: sqlite3.Connection) -> list[tuple[int, str, str, float, str]]:
+    """``(id, op, state, at, plan JSON text)`` of the intents in ``state.db``, oldest first, over a
+    connection the caller opened (the doctor's read-only one); ``[]`` when the ledger has no
+    ``intents`` table yet (a ledger made before memory was first written)."""
+    if conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'intents'").fetchone() is None:
+        return []
+    return [tuple(r) for r in conn.execute("SELECT id, op, state, at, plan FROM intents ORDER BY id")]
+

@@ -325,3 +325,34 @@ def row_to_hit(row: sqlite3.Row, score: float = 0.0) -> MemoryHit:
 
 def row_anchors(row: sqlite3.Row) -> list[Anchor]:
     return [Anchor(a["entity"], a.get("hash", "")) for a in json.loads(row["anchors"] or "[]")]
+
+
+# ---- reads over any connection (the doctor's read-only one) ---------------------------------
+# The Projection's own reads go through its locked connection; these take a connection the
+# caller opened (read-only, without -wal/-shm), so nothing outside this module writes SQL on
+# memory.db's tables.
+
+def memory_statuses(conn: sqlite3.Connection, statuses: tuple[str, ...] | None = None) -> dict[str, str]:
+    """``{memory id: status}`` of every memory (of those in ``statuses`` when given), by id."""
+    sql, args = "SELECT id, status FROM memories", ()
+    if statuses:
+        sql, args = sql + f" WHERE status IN ({','.join('?' * len(statuses))})", tuple(statuses)
+    return {r[0]: r[1] for r in conn.execute(sql + " ORDER BY id", args)}
+
+
+def anchored_memories(conn: sqlite3.Connection, statuses: tuple[str, ...]) -> list[tuple[str, str, list[dict]]]:
+    """``(id, status, anchors)`` of the memories in ``statuses`` that have anchors, by id.
+
+    ``anchors``: the stored JSON list of anchor objects (``{"entity", "path", …}``), parsed.
+    """
+    rows = conn.execute(
+        f"SELECT id, status, anchors FROM memories WHERE status IN ({','.join('?' * len(statuses))}) "
+        "AND anchors NOT IN ('', '[]') ORDER BY id", tuple(statuses))
+    return [(r[0], r[1], json.loads(r[2])) for r in rows]
+
+
+def file_problems(conn: sqlite3.Connection) -> list[tuple[str, str]]:
+    """``(record file path, problem JSON text)`` of the files the sync recorded a problem for, by path."""
+    return [(r[0], r[1]) for r in conn.execute(
+        "SELECT path, problem FROM files WHERE problem IS NOT NULL ORDER BY path")]
+

@@ -189,7 +189,8 @@ def wait_ready(layout: Layout, timeout: float = 30.0) -> bool:
     return False
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` exists and is not a zombie (another user's process counts as alive)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -238,7 +239,7 @@ def stop(layout: Layout, timeout: float = 15.0) -> bool:
     while time.monotonic() < deadline:
         # Stopped means the lock is free *and* the process is gone (it
         # releases the lock a moment before the interpreter exits).
-        if not is_running(layout) and not _alive(pid):
+        if not is_running(layout) and not alive(pid):
             return True
         time.sleep(0.05)
     try:

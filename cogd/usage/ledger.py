@@ -38,7 +38,7 @@ import time
 from pathlib import Path
 
 from cogd import safepath
-from cogd.index.store import chunked
+from cogd.inlist import MAX_PARAMS, chunked, marks
 from cogd.secrets import mask
 from cogd.usage.outcomes import PendingItem, match_hits, miss_weight, strength
 from cogd.usage.touches import Touch
@@ -280,23 +280,25 @@ class Ledger:
         sql = "SELECT id FROM deliveries WHERE session_id = ? AND closed_at IS NULL"
         args: list = [session_id]
         if events is not None:
-            sql += f" AND event IN ({','.join('?' * len(events))})"
+            sql += f" AND event IN ({marks(len(events))})"
             args += list(events)
         ids = [r[0] for r in self._conn.execute(sql, args)]
         if not ids:
             return 0
-        marks = ",".join("?" * len(ids))
-        missed = [
-            (entity_id, path, miss_weight(rank, bool(pointer), self.miss_halflife, self.pointer_miss_weight))
-            for entity_id, path, rank, pointer in self._conn.execute(
-                f"SELECT entity_id, path, rank, pointer FROM delivery_items WHERE outcome = 'pending' "
-                f"AND delivery_id IN ({marks})", ids)
-        ]
-        self._conn.execute(
-            f"UPDATE delivery_items SET outcome = 'miss', resolved_at = ? WHERE outcome = 'pending' "
-            f"AND delivery_id IN ({marks})", [now, *ids],
-        )
-        self._conn.execute(f"UPDATE deliveries SET closed_at = ? WHERE id IN ({marks})", [now, *ids])
+        missed = []
+        for chunk in chunked(ids, MAX_PARAMS - 1):  # one parameter is the time
+            holes = marks(len(chunk))
+            missed += [
+                (entity_id, path, miss_weight(rank, bool(pointer), self.miss_halflife, self.pointer_miss_weight))
+                for entity_id, path, rank, pointer in self._conn.execute(
+                    f"SELECT entity_id, path, rank, pointer FROM delivery_items WHERE outcome = 'pending' "
+                    f"AND delivery_id IN ({holes})", chunk)
+            ]
+            self._conn.execute(
+                f"UPDATE delivery_items SET outcome = 'miss', resolved_at = ? WHERE outcome = 'pending' "
+                f"AND delivery_id IN ({holes})", [now, *chunk],
+            )
+            self._conn.execute(f"UPDATE deliveries SET closed_at = ? WHERE id IN ({holes})", [now, *chunk])
         self._conn.executemany(
             "UPDATE entity_utility SET ignored_count = ignored_count + 1, failures = failures + ? WHERE entity_id = ?",
             [(weight, entity_id) for entity_id, _path, weight in missed],
@@ -356,14 +358,14 @@ class Ledger:
         return row is not None
 
     def _resolve_hits(self, session_id: str, touches: list[Touch], now: float) -> list[dict]:
-        paths = sorted({t.path for t in touches})
-        marks = ",".join("?" * len(paths))
-        rows = self._conn.execute(
-            f"SELECT i.delivery_id, i.rank, i.entity_id, i.kind, i.path, i.start_line, i.end_line, i.outcome, "
-            f"i.hit_weight, i.hit_action FROM delivery_items i JOIN deliveries d ON d.id = i.delivery_id "
-            f"WHERE d.session_id = ? AND d.closed_at IS NULL AND d.created_at <= ? AND i.outcome != 'miss' "
-            f"AND i.path IN ({marks})", [session_id, now, *paths],
-        ).fetchall()
+        rows = []
+        for chunk in chunked(sorted({t.path for t in touches}), MAX_PARAMS - 2):  # two are the session and time
+            rows += self._conn.execute(
+                f"SELECT i.delivery_id, i.rank, i.entity_id, i.kind, i.path, i.start_line, i.end_line, i.outcome, "
+                f"i.hit_weight, i.hit_action FROM delivery_items i JOIN deliveries d ON d.id = i.delivery_id "
+                f"WHERE d.session_id = ? AND d.closed_at IS NULL AND d.created_at <= ? AND i.outcome != 'miss' "
+                f"AND i.path IN ({marks(len(chunk))})", [session_id, now, *chunk],
+            ).fetchall()
         if not rows:
             return []
         previous = {(r[0], r[1]): (r[7], r[8], r[9]) for r in rows}
@@ -678,7 +680,7 @@ class LedgerReader:
         for chunk in _chunks(ids):
             for entity_id, n, hits, last in self._rows(
                     f"SELECT entity_id, retrieval_count, used_count, last_hit_at FROM entity_utility "
-                    f"WHERE entity_id IN ({_marks(chunk)})", chunk):
+                    f"WHERE entity_id IN ({marks(len(chunk))})", chunk):
                 out[entity_id] = (int(n or 0), int(hits or 0), last)
         return out
 
@@ -688,7 +690,7 @@ class LedgerReader:
         for chunk in _chunks(ids):
             for entity_id, n, hits in self._rows(
                     f"SELECT entity_id, count(*), sum(outcome = 'hit') FROM delivery_items "
-                    f"WHERE entity_id IN ({_marks(chunk)}) GROUP BY entity_id", chunk):
+                    f"WHERE entity_id IN ({marks(len(chunk))}) GROUP BY entity_id", chunk):
                 out[entity_id] = (int(n), int(hits or 0))
         return out
 
@@ -698,7 +700,7 @@ class LedgerReader:
         for chunk in _chunks(ids):
             found.update(r[0] for r in self._rows(
                 f"SELECT DISTINCT d.session_id FROM delivery_items i JOIN deliveries d ON d.id = i.delivery_id "
-                f"WHERE i.outcome = 'hit' AND i.entity_id IN ({_marks(chunk)})", chunk))
+                f"WHERE i.outcome = 'hit' AND i.entity_id IN ({marks(len(chunk))})", chunk))
         return sorted(found)
 
     def outcomes_since(self, ids: list[str], since: float) -> tuple[int, int, float | None]:
@@ -708,19 +710,17 @@ class LedgerReader:
         misses = hits = 0
         last: float | None = None
         for chunk in _chunks(ids):
-            marks = _marks(chunk)
+            holes = marks(len(chunk))
             counts = dict(self._rows(
                 f"SELECT i.outcome, count(*) FROM delivery_items i JOIN deliveries d ON d.id = i.delivery_id "
-                f"WHERE i.entity_id IN ({marks}) AND d.created_at > ? GROUP BY i.outcome", [*chunk, since]))
+                f"WHERE i.entity_id IN ({holes}) AND d.created_at > ? GROUP BY i.outcome", [*chunk, since]))
             misses += int(counts.get("miss", 0))
             hits += int(counts.get("hit", 0))
             for (when,) in self._rows(
                     f"SELECT max({self._hit_time}) FROM delivery_items i JOIN deliveries d ON d.id = i.delivery_id "
-                    f"WHERE i.outcome = 'hit' AND i.entity_id IN ({marks})", chunk):
+                    f"WHERE i.outcome = 'hit' AND i.entity_id IN ({holes})", chunk):
                 if when is not None and (last is None or when > last):
                     last = when
         return misses, hits, last
 
 
-def _marks(ids: list) -> str:
-    return ",".join("?" * len(ids))
