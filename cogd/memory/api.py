@@ -1099,60 +1099,31 @@ class MemoryStore:
                          raise_errors: bool = False, write_text: str | None = None, arrival: bool = False) -> str:
         """Accept (or refuse) a record file's new state — the hand-edit path.
 
-        ``old_status``: the last legal status (projection row, or the ledger's
-        last event after a rebuild; None for a record never seen). ``row``: the
-        projection row or None. ``write_text``: write this text to the file on
-        success (``cogd memory edit``); None means the file already holds it.
+        ``record``: the parsed file. ``old_status``: the last legal status (projection row, or the
+        ledger's last event after a rebuild; None for a record never seen). ``row``: the projection
+        row or None. ``actor``: who the events name. ``relpath``: the file under ``.cogd/memory``
+        (default: where the record belongs). ``write_text``: write this text to the file on
+        success (``cogd memory edit``); None means the file already holds it. ``arrival``: a file
+        the projection has not seen (a record never seen may arrive in any status, see
+        :func:`cogd.memory.lattice.allowed`).
         On refusal the file is never rewritten: an event (``illegal_transition``
         or ``refused``) is appended, the problem is stored against the file (shown
         by ``cogd status``), and the projection keeps the last legal state; with
         ``raise_errors`` the MemoryRefused is raised instead of being recorded
         as a file problem (nothing is written). Returns the action name
-        (``create``, ``edit``, ``reject`` … or ``unchanged``).
+        (``create``, ``edit``, ``reject`` … or ``unchanged``, or ``refused``).
         """
         relpath = relpath or record.relpath()
         try:
-            if old_status == "purged":
-                raise MemoryRefused("illegal_transition", f"{record.id} was purged (erased) here: it cannot come back",
-                                   id=record.id, **{"from": "purged", "to": record.status, "allowed": []})
-            action = lattice.transition(old_status, record.status, entity_id=record.id, arrival=arrival)
-            if record.status == "superseded" and old_status not in (None, "superseded"):
-                self._check_successor(record)
-            body = strip_private(record.body).strip()
-            if len(body) > BODY_MAX:  # the limit every other write path has (a hand edit must not bypass it)
-                raise bad_request(f"the body is {len(body)} characters; at most {BODY_MAX}", id=record.id)
-            chash = content_hash(body) if body else record.tombstone
-            text_changed = row is None or row["content_hash"] != chash or row["title"] != record.title
-            # Every field of the file, as it is written (private spans too: the file goes to git). The
-            # sync masks a hand-edited file's secrets before it gets here; `cogd memory edit` is refused.
-            self._check_secrets(*(text for _, text in free_text(record)))
-            if record.status in lattice.LIVE and text_changed:
-                self._check_tombstone(chash, record.id)
+            action, body, text_changed = self._judge_file_state(record, old_status, row, arrival)
         except MemoryRefused as exc:
             if raise_errors:
                 raise
-            problem = {"kind": exc.kind, "id": record.id, "message": str(exc),
-                       "fix": self._fix_hint(exc, old_status, record), **{k: v for k, v in exc.data.items()
-                                                                       if k in ("from", "to", "allowed")}}
-            self.ledger.append(actor, record.id, "illegal_transition" if exc.kind == "illegal_transition" else "refused",
-                               old_status, record.status if exc.kind == "illegal_transition" else None, None,
-                               {"path": relpath, "kind": exc.kind})
-            path = self.memory_dir / relpath
-            st = path.stat()
-            self.projection.set_file(relpath, st.st_mtime_ns, st.st_size, record.id, problem)
+            self._refuse_file_state(exc, record, old_status, actor, relpath)
             return "refused"
         if old_status == record.status and (row is None or not text_changed):
             action = "unchanged"  # a touch, a metadata edit, or a rebuilt projection re-reading a known record
-        ops = []
-        if record.status in ("rejected", "pruned") and (record.tombstone or body):
-            stone = record.tombstone or content_hash(body)
-            ops.append(tombstone_op(stone, record.id, record.rejected_reason or f"{record.status} by hand edit",
-                                          record.updated_at))
-        if action != "unchanged":
-            # updated_at stays what the file says even when a hand edit did not bump it: the projection
-            # must be rebuildable from the files (`cogd reset`); the event below carries the edit's time.
-            ops.append(event_op(actor, record.id, action, old_status, record.status, pre_image(row),
-                                   {"path": relpath, "via": "file"}))
+        ops = self._file_state_ops(record, action, old_status, row, body, actor, relpath)
         if ops or write_text is not None:
             self.commit("edit" if write_text is not None else "accept_file", actor,
                         [FileChange(record, relpath, text=write_text, write=write_text is not None,
@@ -1163,6 +1134,62 @@ class MemoryStore:
         self.projection.set_file(relpath, st.st_mtime_ns, st.st_size, record.id, None)
         self._anchor_mark = None
         return action
+
+    def _judge_file_state(self, record: Record, old_status: str | None, row,
+                          arrival: bool) -> tuple[str, str, bool]:
+        """The checks a file's new state must pass: ``(lattice action, projected body, text changed)``.
+
+        Raises MemoryRefused: ``illegal_transition`` (a purged record back, or a move the lattice
+        refuses), ``bad_request`` (superseded without a successor, a body over :data:`BODY_MAX`),
+        ``secret_detected``, ``tombstoned`` (a live record whose changed claim was rejected).
+        """
+        if old_status == "purged":
+            raise MemoryRefused("illegal_transition", f"{record.id} was purged (erased) here: it cannot come back",
+                               id=record.id, **{"from": "purged", "to": record.status, "allowed": []})
+        action = lattice.transition(old_status, record.status, entity_id=record.id, arrival=arrival)
+        if record.status == "superseded" and old_status not in (None, "superseded"):
+            self._check_successor(record)
+        body = strip_private(record.body).strip()
+        if len(body) > BODY_MAX:  # the limit every other write path has (a hand edit must not bypass it)
+            raise bad_request(f"the body is {len(body)} characters; at most {BODY_MAX}", id=record.id)
+        chash = content_hash(body) if body else record.tombstone
+        text_changed = row is None or row["content_hash"] != chash or row["title"] != record.title
+        # Every field of the file, as it is written (private spans too: the file goes to git). The
+        # sync masks a hand-edited file's secrets before it gets here; `cogd memory edit` is refused.
+        self._check_secrets(*(text for _, text in free_text(record)))
+        if record.status in lattice.LIVE and text_changed:
+            self._check_tombstone(chash, record.id)
+        return action, body, text_changed
+
+    def _refuse_file_state(self, exc: MemoryRefused, record: Record, old_status: str | None, actor: str,
+                           relpath: str) -> None:
+        """Record a refused file state: an ``illegal_transition`` or ``refused`` event, and the problem
+        (kind, message, fix) stored against the file; the file and the projection row stay as they are."""
+        problem = {"kind": exc.kind, "id": record.id, "message": str(exc),
+                   "fix": self._fix_hint(exc, old_status, record), **{k: v for k, v in exc.data.items()
+                                                                   if k in ("from", "to", "allowed")}}
+        self.ledger.append(actor, record.id, "illegal_transition" if exc.kind == "illegal_transition" else "refused",
+                           old_status, record.status if exc.kind == "illegal_transition" else None, None,
+                           {"path": relpath, "kind": exc.kind})
+        st = (self.memory_dir / relpath).stat()
+        self.projection.set_file(relpath, st.st_mtime_ns, st.st_size, record.id, problem)
+
+    @staticmethod
+    def _file_state_ops(record: Record, action: str, old_status: str | None, row, body: str, actor: str,
+                        relpath: str) -> list:
+        """The ledger ops of an accepted file state: a tombstone for a rejected or pruned claim, and
+        the event of the move (none for ``unchanged``)."""
+        ops = []
+        if record.status in ("rejected", "pruned") and (record.tombstone or body):
+            stone = record.tombstone or content_hash(body)
+            ops.append(tombstone_op(stone, record.id, record.rejected_reason or f"{record.status} by hand edit",
+                                    record.updated_at))
+        if action != "unchanged":
+            # updated_at stays what the file says even when a hand edit did not bump it: the projection
+            # must be rebuildable from the files (`cogd reset`); the event below carries the edit's time.
+            ops.append(event_op(actor, record.id, action, old_status, record.status, pre_image(row),
+                                {"path": relpath, "via": "file"}))
+        return ops
 
     def _check_successor(self, record: Record) -> None:
         """A hand edit into ``superseded`` must name its successor in ``superseded_by`` (as
