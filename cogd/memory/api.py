@@ -557,8 +557,8 @@ class MemoryStore:
             who = actor or source
             self.commit("record", who, [FileChange(record, text_changed=True, vector=vector)], [
                 event_op(who, entity_id, "create", None, status, None,
-                            {"path": record.relpath(), "source": source,
-                             "anchors": [a.as_dict() for a in anchor_list], "warnings": warnings})])
+                         {"path": record.relpath(), "source": source,
+                          "anchors": [a.as_dict() for a in anchor_list], "warnings": warnings})])
             return {"record": record.as_dict(), "path": str(self.path_of(record)), "warnings": warnings}
 
     def _clean_fields(self, text: str, title: str | None, tags: Iterable[str], creation_reason: str,
@@ -709,9 +709,9 @@ class MemoryStore:
             new.supersedes, new.updated_at = old_id, now
             self.commit("supersede", actor, [FileChange(old), FileChange(new)], [
                 event_op(actor, old_id, action, old_row["status"], "superseded", pre_image(old_row),
-                            {"superseded_by": new_id}),
+                         {"superseded_by": new_id}),
                 event_op(actor, new_id, "edit", new_row["status"], new_row["status"], None,
-                            {"supersedes": old_id})])
+                         {"supersedes": old_id})])
             return {"old": old.as_dict(), "new": new.as_dict()}
 
     def verify(self, entity_id: str, *, actor: str = "human") -> dict:
@@ -1091,7 +1091,7 @@ class MemoryStore:
         # (the scan projects the record; a broken file's intent is dropped and the file masked again)
         self.commit("mask", "daemon", [FileChange(None, relpath, text=masked)], [
             event_op("daemon", entity_id, "secret_masked", None, None, None,
-                        {"path": relpath, "findings": [f.as_dict() for f in findings]})])
+                     {"path": relpath, "findings": [f.as_dict() for f in findings]})])
         log.warning("%s held %d secret(s) (%s): rewritten with them masked", relpath, len(findings), ", ".join(kinds))
         return path.stat()
 

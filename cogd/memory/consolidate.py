@@ -393,11 +393,11 @@ def _merge(store: "MemoryStore", survivor_id: str, loser_id: str, match: dict, n
         # never left as a candidate → superseded "hand edit" the lattice would refuse.
         store.commit("merge", ACTOR, [FileChange(loser), FileChange(survivor)], [
             event_op(ACTOR, loser_id, action, lrow["status"], "superseded", pre_image(lrow),
-                         {"step": "dedup", "superseded_by": survivor_id, "how": match["how"],
-                          "score": match["score"]}),
+                     {"step": "dedup", "superseded_by": survivor_id, "how": match["how"],
+                      "score": match["score"]}),
             event_op(ACTOR, survivor_id, "merge", srow["status"], srow["status"], None,
-                         {"step": "dedup", "merged": loser_id, "how": match["how"], "score": match["score"],
-                          "anchors_added": [a.entity for a in added]})])
+                     {"step": "dedup", "merged": loser_id, "how": match["how"], "score": match["score"],
+                      "anchors_added": [a.entity for a in added]})])
 
 
 def _merged_into(store: "MemoryStore") -> dict[str, list]:
