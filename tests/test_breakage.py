@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from cogd.memory.api import TEXT_MAX
+from cogd.memory.api import BODY_MAX
 from cogd.memory.record import MAX_FILE_BYTES
 from conftest import WAIT_S, Daemon, lexical_only, make_repo, refused, run_cogd
 
@@ -48,7 +48,7 @@ def record_text(entity_id: str, body: str, status: str = "active", kind: str = "
 def test_huge_record_file_is_refused_unread_and_others_keep_syncing(store, root):
     """A 50 MB record file dropped into .cogd/memory/ was read, hashed and secret-scanned with the
     store's lock held (about 10 minutes, every memory request blocked), then accepted with a body
-    far over TEXT_MAX. Now it is a ``too_large`` problem at once, and the others still sync."""
+    far over BODY_MAX. Now it is a ``too_large`` problem at once, and the others still sync."""
     ok = store.record("knowledge", "the decoder keeps a cache of compiled patterns", source="human")
     big_id = "01M8MXAAAAAAAAAAAAAAAAAAAA"
     big = root / ".cogd" / "memory" / "knowledge" / f"{big_id}.md"
@@ -67,11 +67,11 @@ def test_huge_record_file_is_refused_unread_and_others_keep_syncing(store, root)
 
 
 def test_hand_written_body_over_text_max_is_refused(store, root):
-    """A file under the byte cap whose body exceeds TEXT_MAX bypassed the limit every other write
+    """A file under the byte cap whose body exceeds BODY_MAX bypassed the limit every other write
     path enforces. Now it is refused (the file is left alone, with a problem)."""
     entity_id = "01M8MXBBBBBBBBBBBBBBBBBBBB"
     path = root / ".cogd" / "memory" / "knowledge" / f"{entity_id}.md"
-    path.write_text(record_text(entity_id, "word " * (TEXT_MAX // 5 + 100)), encoding="utf-8")
+    path.write_text(record_text(entity_id, "word " * (BODY_MAX // 5 + 100)), encoding="utf-8")
     store.sync()
     assert store.projection.row(entity_id) is None
     assert path.exists()

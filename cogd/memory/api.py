@@ -41,7 +41,8 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Sequence
+from contextlib import contextmanager
+from typing import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -52,7 +53,7 @@ from cogd.memory import lattice
 from cogd.memory.anchors import CodeIndex, entity_path
 from cogd.memory.dedup import Existing, find_duplicate, nearest
 from cogd.memory.errors import MemoryRefused, bad_request, not_found
-from cogd.memory.events import MemoryLedger, owner_alive, process_token
+from cogd.memory.events import MemoryLedger, event_op, owner_alive, pre_image, process_token, tombstone_op
 from cogd.memory.gitstate import UncommittedMemory
 from cogd.memory.normalise import content_hash
 from cogd.memory.projection import MemoryHit, Projection, row_anchors, row_to_hit
@@ -61,14 +62,16 @@ from cogd.memory.record import (
     mask_record, new_id, parse, read_text, serialise,
 )
 from cogd.memory.sync import scan as scan_files
-from cogd.secrets import mask as mask_secrets
 from cogd.secrets import redact
 from cogd.secrets import scan as scan_secrets
 from cogd.secrets import strip_private
 
 log = logging.getLogger("cogd.memory")
 
-TEXT_MAX = 100_000  # characters of one memory's body
+# Characters of one memory's body once private spans are stripped, on every write path (record,
+# edit, import, a hand-edited file). Not the daemon's limits on request strings (cogd.daemon.params,
+# cogd.daemon.memory_methods): those bound what a request may carry, this bounds what a record holds.
+BODY_MAX = 100_000
 
 # embed(text) -> (model id, unit float32 vector) or None while no encoder is available
 Embed = Callable[[str], "tuple[str, np.ndarray] | None"]
@@ -241,8 +244,19 @@ class MemoryStore:
         vectors = self.projection.vectors([r["id"] for r in rows], model) if model else {}
         return [Existing(r["id"], r["title"], r["content_hash"], vectors.get(r["id"])) for r in rows]
 
-    def _load(self, entity_id: str) -> tuple[Record, "object"]:
-        """The record file of ``entity_id`` and its projection row; not_found / bad_request otherwise."""
+    def encoder_model(self) -> str | None:
+        """The model id the encoder gives vectors of now (it embeds a short probe text); None without
+        an encoder or when the encoder fails (the failure is logged)."""
+        got = self._vector("probe")
+        return got[0] if got is not None else None
+
+    def load(self, entity_id: str) -> tuple[Record, "object"]:
+        """The record file of ``entity_id`` (a :class:`Record`) and its projection row (sqlite3.Row).
+
+        Raises MemoryRefused ``bad_request`` (not a non-empty string, the file has an unresolved
+        problem, or it cannot be read or parsed) and ``not_found`` (no such memory in the projection).
+        Takes no lock: to change the record, load it through :meth:`editing`.
+        """
         if not isinstance(entity_id, str) or not entity_id:
             raise bad_request("id must be a non-empty string")
         row = self.projection.row(entity_id)
@@ -286,6 +300,18 @@ class MemoryStore:
             self._stat_file(record)
 
     # ---- the write path: intent, files, events, projection -------------------------------------
+    @contextmanager
+    def editing(self, *entity_ids: str) -> Iterator[list[tuple[Record, "object"]]]:
+        """Hold the store's write lock and load ``entity_ids`` (in order, each as :meth:`load`).
+
+        Yields ``[(record, projection row), ...]``, one per id. Change the records and hand them to
+        :meth:`commit` inside the block: nothing else mutates the store or syncs until it ends, so
+        the rows are still the accepted state when the events (their pre-images) are written.
+        Raises what :meth:`load` raises, with the lock released.
+        """
+        with self._lock:
+            yield [self.load(entity_id) for entity_id in entity_ids]
+
     def commit(self, op: str, actor: str, changes: Sequence[FileChange], ops: list, *,
                erase: Sequence[str] = ()) -> list:
         """Carry out one memory operation so that a crash at any step is completed on restart.
@@ -454,24 +480,6 @@ class MemoryStore:
         log.warning("completed a memory %s interrupted by a crash (intent %d, %s, %s)", intent.op, intent.id,
                     intent.actor, ", ".join(f["path"] for f in files) or "no files")
 
-    @staticmethod
-    def _event(actor: str, entity_id: str, action: str, old: str | None, new: str | None,
-               pre_image: str | None = None, detail: dict | None = None) -> list:
-        """One ``["event", {...}]`` op for :meth:`commit`, stamped now (a completion after a crash keeps this time)."""
-        return ["event", {"actor": actor, "entity_id": entity_id, "action": action, "old_status": old,
-                          "new_status": new, "pre_image": pre_image, "detail": detail or {}, "at": time.time()}]
-
-    @staticmethod
-    def _tombstone_op(content_hash: str, entity_id: str, reason: str, at: float) -> list:
-        return ["tombstone", {"content_hash": content_hash, "entity_id": entity_id, "reason": reason, "at": at}]
-
-    @staticmethod
-    def _pre_image(row) -> str | None:
-        if row is None:
-            return None
-        # masked: a row projected before the scanner knew a key family may hold one in clear
-        return mask_secrets(f"{row['title']}\n\n{row['body']}" if row["body"] else row["title"])
-
     def _check_secrets(self, *texts: str) -> None:
         findings, seen = [], set()
         for text in texts:
@@ -548,9 +556,9 @@ class MemoryStore:
             )
             who = actor or source
             self.commit("record", who, [FileChange(record, text_changed=True, vector=vector)], [
-                self._event(who, entity_id, "create", None, status, None,
-                            {"path": record.relpath(), "source": source,
-                             "anchors": [a.as_dict() for a in anchor_list], "warnings": warnings})])
+                event_op(who, entity_id, "create", None, status, None,
+                         {"path": record.relpath(), "source": source,
+                          "anchors": [a.as_dict() for a in anchor_list], "warnings": warnings})])
             return {"record": record.as_dict(), "path": str(self.path_of(record)), "warnings": warnings}
 
     def _clean_fields(self, text: str, title: str | None, tags: Iterable[str], creation_reason: str,
@@ -565,8 +573,8 @@ class MemoryStore:
         body = strip_private(text).strip()
         if not body:
             raise bad_request("the text is empty (after removing any <private>…</private> spans)")
-        if len(body) > TEXT_MAX:
-            raise bad_request(f"the text is {len(body)} characters; at most {TEXT_MAX}")
+        if len(body) > BODY_MAX:
+            raise bad_request(f"the text is {len(body)} characters; at most {BODY_MAX}")
         head = " ".join(strip_private(title or "").split()) or derive_title(body)
         if len(head) > TITLE_MAX:
             raise bad_request(f"the title is {len(head)} characters; at most {TITLE_MAX}")
@@ -653,25 +661,25 @@ class MemoryStore:
         reason = reason[:1000]
         with self._lock:
             self.sync()
-            record, row = self._load(entity_id)
+            record, row = self.load(entity_id)
             old = row["status"]
             action = lattice.transition(old, to, entity_id=entity_id)
             if old == to:
                 raise bad_request(f"{entity_id} is already {to}", id=entity_id)
-            pre = self._pre_image(row)
+            pre = pre_image(row)
             record.status = to
             record.updated_at = self.clock()
             ops = []
             if to == "rejected":
                 record.rejected_reason = reason
                 record.tombstone = content_hash(strip_private(record.body).strip())
-                ops.append(self._tombstone_op(record.tombstone, entity_id, reason, record.updated_at))
+                ops.append(tombstone_op(record.tombstone, entity_id, reason, record.updated_at))
             if to == "pruned":
                 if not record.tombstone:
                     record.tombstone = content_hash(strip_private(record.body).strip())
-                    ops.append(self._tombstone_op(record.tombstone, entity_id, reason or "pruned", record.updated_at))
+                    ops.append(tombstone_op(record.tombstone, entity_id, reason or "pruned", record.updated_at))
                 record.body = ""
-            ops.append(self._event(actor, entity_id, action, old, to, pre, {"reason": reason} if reason else {}))
+            ops.append(event_op(actor, entity_id, action, old, to, pre, {"reason": reason} if reason else {}))
             self.commit("transition", actor, [FileChange(record)], ops)
             return {"record": record.as_dict()}
 
@@ -685,8 +693,8 @@ class MemoryStore:
             raise bad_request("a memory cannot supersede itself")
         with self._lock:
             self.sync()
-            old, old_row = self._load(old_id)
-            new, new_row = self._load(new_id)
+            old, old_row = self.load(old_id)
+            new, new_row = self.load(new_id)
             if new_row["status"] not in ("candidate", "active"):
                 raise bad_request(f"the successor {new_id} is {new_row['status']}; it must be candidate or active")
             if new.type != old.type:
@@ -700,10 +708,10 @@ class MemoryStore:
             old.status, old.superseded_by, old.updated_at = "superseded", new_id, now
             new.supersedes, new.updated_at = old_id, now
             self.commit("supersede", actor, [FileChange(old), FileChange(new)], [
-                self._event(actor, old_id, action, old_row["status"], "superseded", self._pre_image(old_row),
-                            {"superseded_by": new_id}),
-                self._event(actor, new_id, "edit", new_row["status"], new_row["status"], None,
-                            {"supersedes": old_id})])
+                event_op(actor, old_id, action, old_row["status"], "superseded", pre_image(old_row),
+                         {"superseded_by": new_id}),
+                event_op(actor, new_id, "edit", new_row["status"], new_row["status"], None,
+                         {"supersedes": old_id})])
             return {"old": old.as_dict(), "new": new.as_dict()}
 
     def verify(self, entity_id: str, *, actor: str = "human") -> dict:
@@ -715,7 +723,7 @@ class MemoryStore:
         """
         with self._lock:
             self.sync()
-            record, row = self._load(entity_id)
+            record, row = self.load(entity_id)
             old = row["status"]
             to = "active" if old == "stale" else old
             lattice.transition(old, to, entity_id=entity_id)
@@ -730,7 +738,7 @@ class MemoryStore:
             record.status = to
             record.updated_at = self.clock()
             self.commit("verify", actor, [FileChange(record)],
-                        [self._event(actor, entity_id, "verify", old, to, None, {"anchors": changes})])
+                        [event_op(actor, entity_id, "verify", old, to, None, {"anchors": changes})])
             self._anchor_mark = None
             return {"record": record.as_dict(), "anchors": changes}
 
@@ -754,7 +762,7 @@ class MemoryStore:
             raise bad_request(f"the edited record's id is {record.id}, not {entity_id}: ids cannot change")
         with self._lock:
             self.sync()
-            _, row = self._load(entity_id)
+            _, row = self.load(entity_id)
             if record.type != row["type"]:
                 raise bad_request(f"the type cannot change ({row['type']} → {record.type}): record a new memory")
             if text == read_text(self.memory_dir / row["path"]):
@@ -787,7 +795,7 @@ class MemoryStore:
             old = row["status"] if row is not None else None
             results = self.commit("purge", actor, [FileChange(None, rel, delete=True) for rel in files], [
                 ["redact", entity_id], ["redact_reasons", entity_id],
-                self._event(actor, entity_id, "purge", old, "purged", None, {"files": len(files)})],
+                event_op(actor, entity_id, "purge", old, "purged", None, {"files": len(files)})],
                 erase=[entity_id])
             redacted = results[0]
             self.ledger.checkpoint()
@@ -1029,14 +1037,14 @@ class MemoryStore:
             if not changed:
                 continue
             try:
-                record, _ = self._load(row["id"])
+                record, _ = self.load(row["id"])
             except MemoryRefused:
                 continue  # a file with a pending problem is left to its owner
             action = lattice.transition("active", "stale", entity_id=row["id"])
             record.status = "stale"
             record.updated_at = self.clock()
             self.commit("stale", "daemon", [FileChange(record)],
-                        [self._event("daemon", row["id"], action, "active", "stale", None, {"anchors": changed})])
+                        [event_op("daemon", row["id"], action, "active", "stale", None, {"anchors": changed})])
             staled += 1
         if staled:
             self._anchor_mark = None
@@ -1082,8 +1090,8 @@ class MemoryStore:
         # through the intent like every write: a crash between the file and its event is completed
         # (the scan projects the record; a broken file's intent is dropped and the file masked again)
         self.commit("mask", "daemon", [FileChange(None, relpath, text=masked)], [
-            self._event("daemon", entity_id, "secret_masked", None, None, None,
-                        {"path": relpath, "findings": [f.as_dict() for f in findings]})])
+            event_op("daemon", entity_id, "secret_masked", None, None, None,
+                     {"path": relpath, "findings": [f.as_dict() for f in findings]})])
         log.warning("%s held %d secret(s) (%s): rewritten with them masked", relpath, len(findings), ", ".join(kinds))
         return path.stat()
 
@@ -1091,60 +1099,31 @@ class MemoryStore:
                          raise_errors: bool = False, write_text: str | None = None, arrival: bool = False) -> str:
         """Accept (or refuse) a record file's new state — the hand-edit path.
 
-        ``old_status``: the last legal status (projection row, or the ledger's
-        last event after a rebuild; None for a record never seen). ``row``: the
-        projection row or None. ``write_text``: write this text to the file on
-        success (``cogd memory edit``); None means the file already holds it.
+        ``record``: the parsed file. ``old_status``: the last legal status (projection row, or the
+        ledger's last event after a rebuild; None for a record never seen). ``row``: the projection
+        row or None. ``actor``: who the events name. ``relpath``: the file under ``.cogd/memory``
+        (default: where the record belongs). ``write_text``: write this text to the file on
+        success (``cogd memory edit``); None means the file already holds it. ``arrival``: a file
+        the projection has not seen (a record never seen may arrive in any status, see
+        :func:`cogd.memory.lattice.allowed`).
         On refusal the file is never rewritten: an event (``illegal_transition``
         or ``refused``) is appended, the problem is stored against the file (shown
         by ``cogd status``), and the projection keeps the last legal state; with
         ``raise_errors`` the MemoryRefused is raised instead of being recorded
         as a file problem (nothing is written). Returns the action name
-        (``create``, ``edit``, ``reject`` … or ``unchanged``).
+        (``create``, ``edit``, ``reject`` … or ``unchanged``, or ``refused``).
         """
         relpath = relpath or record.relpath()
         try:
-            if old_status == "purged":
-                raise MemoryRefused("illegal_transition", f"{record.id} was purged (erased) here: it cannot come back",
-                                   id=record.id, **{"from": "purged", "to": record.status, "allowed": []})
-            action = lattice.transition(old_status, record.status, entity_id=record.id, arrival=arrival)
-            if record.status == "superseded" and old_status not in (None, "superseded"):
-                self._check_successor(record)
-            body = strip_private(record.body).strip()
-            if len(body) > TEXT_MAX:  # the limit every other write path has (a hand edit must not bypass it)
-                raise bad_request(f"the body is {len(body)} characters; at most {TEXT_MAX}", id=record.id)
-            chash = content_hash(body) if body else record.tombstone
-            text_changed = row is None or row["content_hash"] != chash or row["title"] != record.title
-            # Every field of the file, as it is written (private spans too: the file goes to git). The
-            # sync masks a hand-edited file's secrets before it gets here; `cogd memory edit` is refused.
-            self._check_secrets(*(text for _, text in free_text(record)))
-            if record.status in lattice.LIVE and text_changed:
-                self._check_tombstone(chash, record.id)
+            action, body, text_changed = self._judge_file_state(record, old_status, row, arrival)
         except MemoryRefused as exc:
             if raise_errors:
                 raise
-            problem = {"kind": exc.kind, "id": record.id, "message": str(exc),
-                       "fix": self._fix_hint(exc, old_status, record), **{k: v for k, v in exc.data.items()
-                                                                       if k in ("from", "to", "allowed")}}
-            self.ledger.append(actor, record.id, "illegal_transition" if exc.kind == "illegal_transition" else "refused",
-                               old_status, record.status if exc.kind == "illegal_transition" else None, None,
-                               {"path": relpath, "kind": exc.kind})
-            path = self.memory_dir / relpath
-            st = path.stat()
-            self.projection.set_file(relpath, st.st_mtime_ns, st.st_size, record.id, problem)
+            self._refuse_file_state(exc, record, old_status, actor, relpath)
             return "refused"
         if old_status == record.status and (row is None or not text_changed):
             action = "unchanged"  # a touch, a metadata edit, or a rebuilt projection re-reading a known record
-        ops = []
-        if record.status in ("rejected", "pruned") and (record.tombstone or body):
-            stone = record.tombstone or content_hash(body)
-            ops.append(self._tombstone_op(stone, record.id, record.rejected_reason or f"{record.status} by hand edit",
-                                          record.updated_at))
-        if action != "unchanged":
-            # updated_at stays what the file says even when a hand edit did not bump it: the projection
-            # must be rebuildable from the files (`cogd reset`); the event below carries the edit's time.
-            ops.append(self._event(actor, record.id, action, old_status, record.status, self._pre_image(row),
-                                   {"path": relpath, "via": "file"}))
+        ops = self._file_state_ops(record, action, old_status, row, body, actor, relpath)
         if ops or write_text is not None:
             self.commit("edit" if write_text is not None else "accept_file", actor,
                         [FileChange(record, relpath, text=write_text, write=write_text is not None,
@@ -1155,6 +1134,62 @@ class MemoryStore:
         self.projection.set_file(relpath, st.st_mtime_ns, st.st_size, record.id, None)
         self._anchor_mark = None
         return action
+
+    def _judge_file_state(self, record: Record, old_status: str | None, row,
+                          arrival: bool) -> tuple[str, str, bool]:
+        """The checks a file's new state must pass: ``(lattice action, projected body, text changed)``.
+
+        Raises MemoryRefused: ``illegal_transition`` (a purged record back, or a move the lattice
+        refuses), ``bad_request`` (superseded without a successor, a body over :data:`BODY_MAX`),
+        ``secret_detected``, ``tombstoned`` (a live record whose changed claim was rejected).
+        """
+        if old_status == "purged":
+            raise MemoryRefused("illegal_transition", f"{record.id} was purged (erased) here: it cannot come back",
+                               id=record.id, **{"from": "purged", "to": record.status, "allowed": []})
+        action = lattice.transition(old_status, record.status, entity_id=record.id, arrival=arrival)
+        if record.status == "superseded" and old_status not in (None, "superseded"):
+            self._check_successor(record)
+        body = strip_private(record.body).strip()
+        if len(body) > BODY_MAX:  # the limit every other write path has (a hand edit must not bypass it)
+            raise bad_request(f"the body is {len(body)} characters; at most {BODY_MAX}", id=record.id)
+        chash = content_hash(body) if body else record.tombstone
+        text_changed = row is None or row["content_hash"] != chash or row["title"] != record.title
+        # Every field of the file, as it is written (private spans too: the file goes to git). The
+        # sync masks a hand-edited file's secrets before it gets here; `cogd memory edit` is refused.
+        self._check_secrets(*(text for _, text in free_text(record)))
+        if record.status in lattice.LIVE and text_changed:
+            self._check_tombstone(chash, record.id)
+        return action, body, text_changed
+
+    def _refuse_file_state(self, exc: MemoryRefused, record: Record, old_status: str | None, actor: str,
+                           relpath: str) -> None:
+        """Record a refused file state: an ``illegal_transition`` or ``refused`` event, and the problem
+        (kind, message, fix) stored against the file; the file and the projection row stay as they are."""
+        problem = {"kind": exc.kind, "id": record.id, "message": str(exc),
+                   "fix": self._fix_hint(exc, old_status, record), **{k: v for k, v in exc.data.items()
+                                                                   if k in ("from", "to", "allowed")}}
+        self.ledger.append(actor, record.id, "illegal_transition" if exc.kind == "illegal_transition" else "refused",
+                           old_status, record.status if exc.kind == "illegal_transition" else None, None,
+                           {"path": relpath, "kind": exc.kind})
+        st = (self.memory_dir / relpath).stat()
+        self.projection.set_file(relpath, st.st_mtime_ns, st.st_size, record.id, problem)
+
+    @staticmethod
+    def _file_state_ops(record: Record, action: str, old_status: str | None, row, body: str, actor: str,
+                        relpath: str) -> list:
+        """The ledger ops of an accepted file state: a tombstone for a rejected or pruned claim, and
+        the event of the move (none for ``unchanged``)."""
+        ops = []
+        if record.status in ("rejected", "pruned") and (record.tombstone or body):
+            stone = record.tombstone or content_hash(body)
+            ops.append(tombstone_op(stone, record.id, record.rejected_reason or f"{record.status} by hand edit",
+                                    record.updated_at))
+        if action != "unchanged":
+            # updated_at stays what the file says even when a hand edit did not bump it: the projection
+            # must be rebuildable from the files (`cogd reset`); the event below carries the edit's time.
+            ops.append(event_op(actor, record.id, action, old_status, record.status, pre_image(row),
+                                {"path": relpath, "via": "file"}))
+        return ops
 
     def _check_successor(self, record: Record) -> None:
         """A hand edit into ``superseded`` must name its successor in ``superseded_by`` (as

@@ -74,9 +74,10 @@ from cogd.memory import lattice
 from cogd.memory.api import FileChange
 from cogd.memory.dedup import TITLE_RATIO, title_score
 from cogd.memory.errors import MemoryRefused, bad_request
+from cogd.memory.events import event_op, pre_image, tombstone_op
 from cogd.memory.normalise import content_hash, normalise
 from cogd.memory.record import Anchor, iso
-from cogd.memory.secrets import strip_private
+from cogd.secrets import strip_private
 from cogd.usage.ledger import LedgerReader
 
 if TYPE_CHECKING:
@@ -254,13 +255,10 @@ def resolve_survivor(store: "MemoryStore", entity_id: str) -> dict:
 
 def _vector_model(store: "MemoryStore") -> str | None:
     """The model whose vectors dedup compares: the encoder's when loaded, else the most common stored one."""
-    got = store._vector("probe") if store.embed is not None else None
-    if got is not None:
-        return got[0]
-    with store.projection._lock:
-        row = store.projection.conn.execute(
-            "SELECT model, count(*) AS n FROM memory_vectors GROUP BY model ORDER BY n DESC LIMIT 1").fetchone()
-    return row[0] if row else None
+    model = store.encoder_model() if store.embed is not None else None
+    if model is not None:
+        return model
+    return store.projection.commonest_vector_model()
 
 
 def _fill_vectors(store: "MemoryStore", rounds: int = 16) -> None:
@@ -369,9 +367,7 @@ def _judge(a: _Item, b: _Item, config) -> dict | None:
 
 def _merge(store: "MemoryStore", survivor_id: str, loser_id: str, match: dict, now: float) -> None:
     """Fold ``loser_id`` into ``survivor_id`` (both files, both events, the projection). Raises MemoryRefused."""
-    with store._lock:
-        survivor, srow = store._load(survivor_id)
-        loser, lrow = store._load(loser_id)
+    with store.editing(survivor_id, loser_id) as [(survivor, srow), (loser, lrow)]:
         for row in (srow, lrow):
             if row["status"] not in ("candidate", "active"):
                 raise bad_request(f"{row['id']} is {row['status']} now: not merged", id=row["id"])
@@ -396,12 +392,12 @@ def _merge(store: "MemoryStore", survivor_id: str, loser_id: str, match: dict, n
         # One commit for both files and both events: a crash half way is completed on restart,
         # never left as a candidate → superseded "hand edit" the lattice would refuse.
         store.commit("merge", ACTOR, [FileChange(loser), FileChange(survivor)], [
-            store._event(ACTOR, loser_id, action, lrow["status"], "superseded", store._pre_image(lrow),
-                         {"step": "dedup", "superseded_by": survivor_id, "how": match["how"],
-                          "score": match["score"]}),
-            store._event(ACTOR, survivor_id, "merge", srow["status"], srow["status"], None,
-                         {"step": "dedup", "merged": loser_id, "how": match["how"], "score": match["score"],
-                          "anchors_added": [a.entity for a in added]})])
+            event_op(ACTOR, loser_id, action, lrow["status"], "superseded", pre_image(lrow),
+                     {"step": "dedup", "superseded_by": survivor_id, "how": match["how"],
+                      "score": match["score"]}),
+            event_op(ACTOR, survivor_id, "merge", srow["status"], srow["status"], None,
+                     {"step": "dedup", "merged": loser_id, "how": match["how"], "score": match["score"],
+                      "anchors_added": [a.entity for a in added]})])
 
 
 def _merged_into(store: "MemoryStore") -> dict[str, list]:
@@ -444,7 +440,7 @@ def _plan_promote(store: "MemoryStore", ledger: LedgerReader, config) -> list[tu
         if config.promote_corroborations:
             others = {r["id"]: r["session_id"] for r in merged if r["session_id"] != row["session_id"]}
             try:
-                record, _ = store._load(row["id"])
+                record, _ = store.load(row["id"])
                 for entry in record.extra.get("evidence") or []:
                     if isinstance(entry, dict) and entry.get("session_id", "") != row["session_id"]:
                         others.setdefault(str(entry.get("id")), str(entry.get("session_id", "")))
@@ -515,8 +511,7 @@ def _plan_retention(store: "MemoryStore", config, now: float) -> list[tuple[str,
 
 def _set_status(store: "MemoryStore", entity_id: str, to: str, detail: dict, now: float, action_name: str = "") -> None:
     """One status move through the lattice: file, event (actor consolidation), projection. Raises MemoryRefused."""
-    with store._lock:
-        record, row = store._load(entity_id)
+    with store.editing(entity_id) as [(record, row)]:
         old = row["status"]
         action = lattice.transition(old, to, entity_id=entity_id)
         if old == to:
@@ -524,13 +519,12 @@ def _set_status(store: "MemoryStore", entity_id: str, to: str, detail: dict, now
         record.status = to
         record.updated_at = now
         store.commit(str(detail.get("step") or "consolidate"), ACTOR, [FileChange(record)],
-                     [store._event(ACTOR, entity_id, action_name or action, old, to, store._pre_image(row), detail)])
+                     [event_op(ACTOR, entity_id, action_name or action, old, to, pre_image(row), detail)])
 
 
 def _prune(store: "MemoryStore", entity_id: str, detail: dict, now: float) -> dict:
     """Retention: body removed, tombstone kept, the events' text redacted. Returns the detail logged."""
-    with store._lock:
-        record, row = store._load(entity_id)
+    with store.editing(entity_id) as [(record, row)]:
         old = row["status"]
         action = lattice.transition(old, "pruned", entity_id=entity_id)
         body = strip_private(record.body).strip()
@@ -543,7 +537,7 @@ def _prune(store: "MemoryStore", entity_id: str, detail: dict, now: float) -> di
         ops = []
         if stone:
             reason = record.rejected_reason or (f"superseded by {record.superseded_by}" if old == "superseded" else "")
-            ops.append(store._tombstone_op(stone, entity_id, reason or f"{old}; pruned by consolidation", now))
+            ops.append(tombstone_op(stone, entity_id, reason or f"{old}; pruned by consolidation", now))
         record.tombstone = stone
         record.body = ""
         record.status = "pruned"
@@ -551,16 +545,14 @@ def _prune(store: "MemoryStore", entity_id: str, detail: dict, now: float) -> di
         # the count is what the redaction below finds: nothing else writes while the lock is held
         logged = {**detail, "step": "retention", "tombstone": bool(stone),
                   "events_redacted": store.ledger.unredacted(entity_id)}
-        ops += [["redact", entity_id], store._event(ACTOR, entity_id, action, old, "pruned", None, logged)]
+        ops += [["redact", entity_id], event_op(ACTOR, entity_id, action, old, "pruned", None, logged)]
         store.commit("retention", ACTOR, [FileChange(record)], ops)
         return logged
 
 
 def _erase_leftovers(store: "MemoryStore") -> None:
     """After pruning: merge FTS segments and checkpoint both WALs so removed text leaves the files."""
-    with store.projection._lock:
-        store.projection.conn.execute("INSERT INTO memory_fts(memory_fts) VALUES ('optimize')")
-        store.projection.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    store.projection.merge_text()
     store.ledger.checkpoint()
 
 

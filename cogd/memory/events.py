@@ -38,6 +38,7 @@ from pathlib import Path
 
 from cogd import safepath
 from cogd.memory.normalise import redaction_hash
+from cogd.secrets import mask as mask_secrets
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS events (
@@ -129,6 +130,34 @@ def owner_alive(token: str) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def event_op(actor: str, entity_id: str, action: str, old: str | None, new: str | None,
+             pre_image: str | None = None, detail: dict | None = None) -> list:
+    """One ``["event", {...}]`` op for an intent (:class:`Intent`, ``plan["ops"]``), stamped now.
+
+    The keys are :meth:`MemoryLedger.append`'s arguments; ``at`` is unix seconds when the op is
+    built, so a completion after a crash keeps the time of the operation, not of the recovery.
+    """
+    return ["event", {"actor": actor, "entity_id": entity_id, "action": action, "old_status": old,
+                      "new_status": new, "pre_image": pre_image, "detail": detail or {}, "at": time.time()}]
+
+
+def tombstone_op(content_hash: str, entity_id: str, reason: str, at: float) -> list:
+    """One ``["tombstone", {...}]`` op for an intent: :meth:`MemoryLedger.add_tombstone`'s arguments
+    (``content_hash``: the normalised-content hash, ``at``: unix seconds)."""
+    return ["tombstone", {"content_hash": content_hash, "entity_id": entity_id, "reason": reason, "at": at}]
+
+
+def pre_image(row) -> str | None:
+    """The ``pre_image`` an event stores for a memory's projection row (``title``, ``body``): the
+    title, then a blank line and the body when there is one; None for no row (a creation).
+
+    Masked: a row projected before the secret scanner knew a key family may hold one in clear.
+    """
+    if row is None:
+        return None
+    return mask_secrets(f"{row['title']}\n\n{row['body']}" if row["body"] else row["title"])
 
 
 @dataclass

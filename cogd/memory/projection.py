@@ -216,7 +216,8 @@ class Projection:
 
     def merge_text(self) -> None:
         """Merge the FTS segments and checkpoint the WAL, so that text replaced in place (a secret
-        masked in a record already projected) is gone from the file, not only from the tables."""
+        masked in a record already projected, the body of a record pruned by consolidation) is gone
+        from the file, not only from the tables."""
         with self._lock:
             self.conn.execute("INSERT INTO memory_fts(memory_fts) VALUES ('optimize')")
             self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
@@ -292,6 +293,14 @@ class Projection:
         wanted = set(ids) if ids is not None else None
         return {r["id"]: np.frombuffer(r["vector"], dtype=np.float32)
                 for r in rows if wanted is None or r["id"] in wanted}
+
+    def commonest_vector_model(self) -> str | None:
+        """The model id most stored vectors were made by (a tie: whichever SQLite groups first); None
+        when no vector is stored."""
+        with self._lock:
+            row = self.conn.execute(
+                "SELECT model, count(*) AS n FROM memory_vectors GROUP BY model ORDER BY n DESC LIMIT 1").fetchone()
+        return row[0] if row else None
 
     def missing_vectors(self, model: str, limit: int = 32) -> list[sqlite3.Row]:
         """Non-pruned memories with no vector of ``model``."""

@@ -37,7 +37,7 @@ from cogd.memory.vocabulary import FOLDERS, TYPES  # noqa: F401 (re-exported for
 SOURCES = ("agent", "human", "consolidation", "import")
 TITLE_MAX = 200
 # A record file larger than this is not read at all (a body holds at most 100,000 characters:
-# ``api.TEXT_MAX``). Reading, hashing and secret-scanning a 50 MB file held the store's lock for
+# ``api.BODY_MAX``). Reading, hashing and secret-scanning a 50 MB file held the store's lock for
 # minutes, so every memory request — and the daemon's housekeeping — waited behind it.
 MAX_FILE_BYTES = 1 << 20
 

@@ -33,9 +33,10 @@ import os
 from pathlib import Path
 
 from cogd.memory.errors import MemoryRefused
+from cogd.memory.events import pre_image
 from cogd.memory.normalise import content_hash
 from cogd.memory.record import FOLDERS, RecordError, read
-from cogd.memory.secrets import strip_private
+from cogd.secrets import strip_private
 
 
 def record_files(memory_dir) -> dict[str, os.stat_result]:
@@ -220,7 +221,7 @@ def _drop_removed(store, known: dict, on_disk: dict[str, os.stat_result], claime
         row = projection.row(entity_id) if entity_id else None
         if row is None or row["path"] != rel or entity_id in claimed and claimed[entity_id] != rel:
             continue
-        store.ledger.append("human", entity_id, "file_removed", row["status"], None, store._pre_image(row),
+        store.ledger.append("human", entity_id, "file_removed", row["status"], None, pre_image(row),
                             {"path": rel})
         projection.delete(entity_id)
         removed += 1
