@@ -251,8 +251,8 @@ class MemoryStore:
         path = self.memory_dir / row["path"]
         problem = self._problem(row["path"])
         if problem:
-            raise bad_request(f"{path} has an unresolved problem ({problem.get('message')})",
-                              f"fix the file first: {problem.get('fix', '')}", id=entity_id, path=str(path),
+            raise bad_request(f"{path} has an unresolved problem ({problem.get('message')}): fix the file first",
+                              problem.get("fix") or None, id=entity_id, path=str(path),
                               problem=problem)
         try:
             record = parse(read_text(path))
