@@ -1,16 +1,22 @@
 """cogd's one error type: a stable kind, a message for a person, and a fix they can carry out.
 
 Standard library only and at the bottom of the import graph, so every layer (and the hook)
-may raise it. The kinds are the protocol's: the daemon maps a :class:`CogdError` to a
-JSON-RPC error object once (``Service.call``), with ``code = CODES[kind]`` and
-``data = {"kind": kind, "fix": fix, **data}``; the CLI maps one to a one-line message once,
-at its edge. Clients match on ``kind``, never on the message.
+may raise it. The kinds are the protocol's (docs/protocol.md, "Errors", lists each with its
+code; a test keeps that table and :data:`CODES` equal). The daemon maps a :class:`CogdError`
+to a JSON-RPC error object once (``Service.call``), with ``data = {"kind": kind, "fix": fix,
+**data}`` and ``code = CODES[kind]`` -- except where the refusal is one JSON-RPC itself names,
+which :class:`cogd.rpc.protocol.RpcError` answers with JSON-RPC's own code and a cogd kind
+beside it: a parameter that fails validation is -32602 (invalid params) with kind
+``bad_request``, an unknown method -32601 with ``not_found``, an unparsable line -32700 and a
+request that is not JSON-RPC -32600, both with ``bad_request``. The CLI maps one to a message
+once, at its edge. Clients match on ``kind``, never on the message or the code.
 """
 
 from __future__ import annotations
 
 # kind -> JSON-RPC error code. -32001 … -32099 is the range JSON-RPC 2.0 leaves to
 # implementations ("Server error", https://www.jsonrpc.org/specification#error_object).
+# -32008 is not reused: it once named a kind that nothing ever sent.
 CODES: dict[str, int] = {
     "bad_request": -32001,
     "not_found": -32002,
@@ -19,11 +25,11 @@ CODES: dict[str, int] = {
     "secret_detected": -32005,
     "duplicate": -32006,
     "busy": -32007,
-    "shutting_down": -32008,
     "unsafe_path": -32009,
     "store_refused": -32010,
     "config": -32011,
     "unavailable": -32012,
+    "model": -32013,
     "internal": -32603,  # JSON-RPC's own "Internal error"
 }
 

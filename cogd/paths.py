@@ -14,13 +14,28 @@ from cogd.rpc import locate
 from cogd.rpc.locate import AF_UNIX_PATH_MAX, COGD_DIR  # noqa: F401 (re-exported)
 
 GITIGNORE_TEXT = """\
+# cogd: the memory records, the config and query overrides are meant for git; the rest is rebuilt locally.
+*
+!.gitignore
+!config.toml
+!memory/
+!memory/**
+!queries/
+!queries/**
+"""
+
+# What earlier versions of cogd wrote as .cogd/.gitignore, byte for byte. One of these is cogd's own
+# and is replaced by GITIGNORE_TEXT; any other text is the user's and is never touched.
+OLD_GITIGNORE_TEXTS = (
+    """\
 # cogd: only the memory records and the config are meant for git; the rest is rebuilt locally.
 *
 !.gitignore
 !config.toml
 !memory/
 !memory/**
-"""
+""",
+)
 
 
 def find_root(start: str | os.PathLike[str]) -> Path | None:
@@ -107,6 +122,9 @@ class Layout:
     def ensure(self) -> "Layout":
         """Create ``.cogd/`` and its folders and ``.gitignore`` if missing, and make it private.
 
+        A ``.gitignore`` that is exactly one cogd wrote before (:data:`OLD_GITIGNORE_TEXTS`) is
+        brought up to :data:`GITIGNORE_TEXT`; one with any other content is the user's and is left alone.
+
         Walks the whole existing ``.cogd/`` first (:func:`cogd.safepath.secure_tree`):
         what is ours but too open (a fresh clone's 0755/0644) is tightened to
         0700/0600; a symbolic link, another user's entry or a special file
@@ -123,6 +141,18 @@ class Layout:
         for folder in (self.cogd_dir, self.run_dir, self.logs_dir, self.index_dir):
             safepath.check_dir(folder, create=True)
         gitignore = self.cogd_dir / ".gitignore"
-        if not os.path.lexists(gitignore):
+        if not os.path.lexists(gitignore) or _generated_before(gitignore):
             safepath.write_atomic(gitignore, GITIGNORE_TEXT.encode("utf-8"))
         return self
+
+
+def _generated_before(gitignore: Path) -> bool:
+    """True when ``gitignore`` (a regular file: :meth:`Layout.ensure` checked the tree) holds exactly
+    a text an earlier cogd wrote. Reads at most a few hundred bytes; False when it cannot be read."""
+    limit = max(len(text) for text in OLD_GITIGNORE_TEXTS) + 1
+    try:
+        with open(gitignore, "rb") as f:
+            held = f.read(limit)
+    except OSError:
+        return False
+    return any(held == text.encode("utf-8") for text in OLD_GITIGNORE_TEXTS)

@@ -63,6 +63,9 @@ def test_the_group_maps_each_error_type_once():
         "remote": RemoteError({"code": -32003, "message": "stale cannot become candidate",
                                "data": {"kind": "illegal_transition"}}),
         "silent": DaemonUnavailable("timed out after 5 s"),
+        "remotefix": RemoteError({"code": -32001, "message": "superseded_by names nothing",
+                                  "data": {"kind": "bad_request", "fix": "set `superseded_by:`"}}),
+        "silentfix": DaemonUnavailable("no socket", "run `cogd start`"),
     }
 
     @click.group(cls=CogdGroup)
@@ -85,6 +88,8 @@ def test_the_group_maps_each_error_type_once():
         "store": (1, "Error: state.db: /r/.cogd/state.db is busy\n  fix: stop the other process\n"),
         "remote": (1, "Error: stale cannot become candidate (illegal_transition)\n"),
         "silent": (1, "Error: the daemon did not answer: timed out after 5 s\n"),
+        "remotefix": (1, "Error: superseded_by names nothing (bad_request)\n  fix: set `superseded_by:`\n"),
+        "silentfix": (1, "Error: the daemon did not answer: no socket\n  fix: run `cogd start`\n"),
     }
     # The refusal types stay what callers catch them as.
     assert isinstance(raised["unsafe"], PermissionError) and raised["unsafe"].kind == "unsafe_path"
@@ -110,3 +115,16 @@ def test_a_bug_keeps_its_traceback():
 
     result = CliRunner().invoke(group, ["bug"])
     assert isinstance(result.exception, KeyError) and result.exit_code == 1
+
+
+def test_a_refusal_from_the_in_process_service_prints_its_fix(tmp_path):
+    root = lexical_only(make_repo(tmp_path / "repo", {"a.py": "def f():\n    return 1\n"}))
+    rid = run_cogd(root, "memory", "add", "rule", "Never import the daemon from memory").stdout.split()[2]
+    path = root / ".cogd" / "memory" / "rules" / f"{rid}.md"
+    path.write_text(path.read_text(encoding="utf-8").replace("status: active", "status: pruned"), encoding="utf-8")
+    proc = run_cogd(root, "memory", "prune", rid, check=False)
+    assert (proc.returncode, proc.stderr) == (1, (
+        f"Error: {path} has an unresolved problem ({rid} cannot go from active to pruned; from active it can go "
+        "to rejected, stale, superseded): fix the file first (bad_request)\n"
+        "  fix: set `status:` back to 'active' or 'rejected' or 'stale' or 'superseded' in the file\n"))
+    assert "status: pruned" in path.read_text(encoding="utf-8")  # the file is the user's: left as it is

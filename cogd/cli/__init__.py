@@ -1,16 +1,19 @@
 """``cogd``: the command line.
 
-Every command works on the repository that contains the current directory (or ``--root``)
-and initialises ``.cogd/`` there if it is missing. Commands talk to the repository's daemon
-when one runs; when none does, they take the daemon lock and do the same work in-process
-(single writer; see docs/architecture.md).
+Every command works on the repository that contains the current directory (or ``--root``).
+Those that only look or stop — ``status``, ``doctor``, ``logs`` and ``stop`` — never create
+``.cogd/`` (``layout_from(ctx, create=False)``); every other command initialises it there if
+it is missing. Commands talk to the repository's daemon when one runs; when none does, they
+take the daemon lock and do the same work in-process (single writer; see docs/architecture.md).
 
 Modules: :mod:`~cogd.cli.base` (layout, backends, output helpers, the one place errors become
-messages), then one per command group — :mod:`~cogd.cli.lifecycle` (up, start, stop, daemon,
+messages), :mod:`~cogd.cli.progress` (the progress bars of indexing and embedding and the embedding's
+phase, shared by ``up``, ``index`` and ``status``), then one per command group — :mod:`~cogd.cli.lifecycle` (up, start, stop, daemon,
 mcp, logs), :mod:`~cogd.cli.status`, :mod:`~cogd.cli.index` (index, search, show, stats,
 context, models), :mod:`~cogd.cli.memory` (memory …, verify, events, export, import,
 consolidate), :mod:`~cogd.cli.doctor` (over :mod:`~cogd.cli.doctor_checks`),
-:mod:`~cogd.cli.reset`, :mod:`~cogd.cli.install`. This module only assembles them.
+:mod:`~cogd.cli.reset`, :mod:`~cogd.cli.install`. ``python -m cogd.cli`` runs it
+(:mod:`~cogd.cli.__main__`). This module only assembles them.
 """
 
 from __future__ import annotations

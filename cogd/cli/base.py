@@ -4,7 +4,7 @@ A command calls the repository's daemon when one runs; when none does, it takes 
 lock and runs the same service in-process (single writer; see docs/architecture.md). Errors
 are not translated here, call by call: they propagate to :class:`CogdGroup`, which maps a
 :class:`~cogd.errors.CogdError`, a daemon's refusal (:class:`~cogd.rpc.client.RemoteError`,
-which carries its kind) and a daemon that does not answer to one line, once, for every command.
+which carries its kind and fix) and a daemon that does not answer to a message, once, for every command.
 
 This module imports no command module: the command modules import it.
 """
@@ -33,31 +33,32 @@ ULID = re.compile(r"^[0-9A-HJKMNP-TV-Z]{26}$")  # a memory id; code ids hold "::
 
 
 def edge_message(exc: BaseException) -> str | None:
-    """The one line a command prints for ``exc``, or None when ``exc`` is not the user's situation
+    """The message a command prints for ``exc``, or None when ``exc`` is not the user's situation
     (a bug, which keeps its traceback).
 
-    A :class:`CogdError` says it itself (:meth:`~cogd.errors.CogdError.line`); a daemon's refusal
-    is its message and its kind; a daemon that does not answer is named as such.
+    A daemon that does not answer is named as such; any other :class:`CogdError` says it itself
+    (:meth:`~cogd.errors.CogdError.line`). A refusal, from the daemon or from the in-process
+    service alike (both arrive as :class:`~cogd.rpc.client.RemoteError`), is its message and its
+    kind, then its fix on a second line (``  fix: …``) when it carries one.
     """
     if isinstance(exc, click.ClickException):
         return exc.format_message()
+    if isinstance(exc, DaemonUnavailable):
+        head = f"the daemon did not answer: {exc}"
+        return f"{head}\n  fix: {exc.fix}" if exc.fix else head
     if isinstance(exc, CogdError):
         return exc.line()
-    if isinstance(exc, RemoteError):
-        return f"{exc} ({exc.kind})"
-    if isinstance(exc, DaemonUnavailable):
-        return f"the daemon did not answer: {exc}"
     return None
 
 
 class CogdGroup(click.Group):
-    """The ``cogd`` group: every command's errors are mapped to a one-line message here, once
+    """The ``cogd`` group: every command's errors are mapped to a message here, once
     (:func:`edge_message`), so no command translates exceptions itself."""
 
     def invoke(self, ctx: click.Context):
         try:
             return super().invoke(ctx)
-        except (CogdError, RemoteError, DaemonUnavailable) as exc:
+        except CogdError as exc:  # RemoteError and DaemonUnavailable included
             raise click.ClickException(edge_message(exc)) from exc
 
 
@@ -81,7 +82,8 @@ class LocalBackend:
             raise
 
     def call(self, method: str, params: dict | None = None, timeout: float = 0) -> object:
-        """``method``'s result; a refusal is a RemoteError, as it would be from the daemon."""
+        """``method``'s result; a refusal is a RemoteError, as it would be from the daemon (its
+        kind, fix and data included, so the edge prints both the same way)."""
         from cogd.rpc.protocol import RpcError
 
         try:

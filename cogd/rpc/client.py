@@ -15,6 +15,7 @@ import time
 
 import _socket
 
+from cogd.errors import CogdError
 from cogd.rpc.fastjson import dumps, loads
 
 
@@ -39,8 +40,16 @@ def parse_deadline_ms(value: object) -> int | None:
     return min(value, MAX_DEADLINE_MS)
 
 
-class DaemonUnavailable(ConnectionError):
-    """No daemon answers on the socket (missing socket, refused, or timed out)."""
+class DaemonUnavailable(CogdError, ConnectionError):
+    """No daemon answers on the socket (missing socket, refused, or timed out).
+
+    A :class:`~cogd.errors.CogdError` of kind ``unavailable`` that is still a ``ConnectionError``
+    (callers catch it as either). ``message``: what was tried and what happened; ``fix``: what to
+    do, or None.
+    """
+
+    def __init__(self, message: str, fix: str | None = None):
+        super().__init__("unavailable", message, fix)
 
 
 class UntrustedListener(DaemonUnavailable):
@@ -72,15 +81,43 @@ class AnswerTooLarge(ValueError):
     """The answer line grew past the caller's ``limit`` before its newline: it is not read further."""
 
 
-class RemoteError(RuntimeError):
-    """The daemon answered with a JSON-RPC error. ``kind`` is its ``data.kind``."""
+class RemoteError(CogdError, RuntimeError):
+    """The daemon answered with a JSON-RPC error: a :class:`~cogd.errors.CogdError` as it was sent.
+
+    ``error``: the answer's ``error`` object, ``{"code", "message", "data"?}``. Attributes:
+    ``message``; ``code``, the code as sent (may be None); ``data``, the whole ``data`` object
+    as sent (``kind`` and ``fix`` included; ``{}`` when absent or not an object); ``kind``, its
+    ``data.kind`` (``""`` when absent); ``fix``, its ``data.fix`` when a string, else None.
+    The kind is kept as sent, even one this client does not know (a daemon of another
+    version), so it is not checked against :data:`cogd.errors.CODES`. Never raises.
+    """
 
     def __init__(self, error: dict):
-        super().__init__(error.get("message", "error"))
-        self.code = error.get("code")
+        message = error.get("message", "error")
+        message = message if isinstance(message, str) else str(message)
+        Exception.__init__(self, message)  # not CogdError.__init__: the remote's kind is not ours to refuse
         data = error.get("data")
         self.data = data if isinstance(data, dict) else {}
-        self.kind = self.data.get("kind", "")
+        kind, fix = self.data.get("kind", ""), self.data.get("fix")
+        self.kind = kind if isinstance(kind, str) else str(kind)
+        self.message = message
+        self.fix = fix if isinstance(fix, str) and fix else None
+        self._code = error.get("code")
+
+    @property
+    def code(self) -> int | None:
+        """The JSON-RPC error code the daemon sent (None when it sent none)."""
+        return self._code
+
+    def to_json(self) -> dict:
+        """The error object as the daemon sent it (``data`` as received)."""
+        return {"code": self._code, "message": self.message, "data": dict(self.data)}
+
+    def line(self) -> str:
+        """The refusal for a terminal: ``message (kind)``, then ``  fix: …`` on a second line when
+        the daemon gave one."""
+        head = f"{self.message} ({self.kind})" if self.kind else self.message
+        return f"{head}\n  fix: {self.fix}" if self.fix else head
 
 
 def encode_request(method: str, params: dict | None = None, request_id: int | str = 1) -> bytes:

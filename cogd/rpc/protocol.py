@@ -1,9 +1,13 @@
 """cogd's wire protocol: JSON-RPC 2.0, one UTF-8 JSON object per line (docs/protocol.md).
 
-Standard library only. Error codes: cogd's, by kind, come from the one table
-:data:`cogd.errors.CODES` (the -32000 range, each with a stable ``data.kind``
-that clients match on instead of the message); this module adds only JSON-RPC's
-own protocol-level codes (-32700 … -32603), which :class:`RpcError` may carry.
+Imports only the standard library and :mod:`cogd.errors`. Error codes: cogd's, by
+kind, come from the one table :data:`cogd.errors.CODES` (the -32000 range, each with a
+stable ``data.kind`` that clients match on instead of the message); this module adds
+only JSON-RPC's own protocol-level codes (-32700 … -32603), which :class:`RpcError`
+carries in place of its kind's code where JSON-RPC names the refusal itself: -32602
+(invalid params) with kind ``bad_request`` for a parameter that fails validation,
+-32601 with ``not_found`` for an unknown method, -32700 and -32600 with
+``bad_request`` for a line that does not parse or is not a JSON-RPC request.
 """
 
 from __future__ import annotations
