@@ -103,7 +103,7 @@ def test_every_method_refuses_bad_params_the_same_way(service):
     cases = [
         ("search", {"query": "helper", "limit": 0}, "limit must be an integer in 1..1000"),
         ("search", {"query": "helper", "kind": "k" * 41}, "kind is longer than 40 characters"),
-        ("context.prompt", {"prompt": "x" * (p.TEXT_MAX + 1)}, f"prompt is longer than {p.TEXT_MAX} characters"),
+        ("context.prompt", {"prompt": "x" * (p.PROMPT_MAX + 1)}, f"prompt is longer than {p.PROMPT_MAX} characters"),
         ("context.prompt", {"prompt": "helper", "mode": "fuzzy"}, "mode must be one of bm25, vector, hybrid"),
         ("index.touch", {"paths": "app.py"}, "paths must be a list of at most 10000 strings"),
         ("graph.impact", {"id": "app.py::helper", "depth": 11}, "depth must be an integer in 1..10"),

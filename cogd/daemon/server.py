@@ -40,7 +40,7 @@ from cogd.errors import CogdError
 from cogd.paths import Layout
 from cogd.secrets import MaskingLogFilter, warm_secret_scan
 
-log = logging.getLogger("cogd.daemon")
+log = logging.getLogger(__name__)
 
 HOUSEKEEPING_S = 1.0
 MAX_CONNECTIONS = 256  # open client connections; more are closed at once (file descriptors are finite)
