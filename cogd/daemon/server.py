@@ -53,7 +53,7 @@ IDLE_CONNECTION_S = 30.0  # a connection that sends no complete line for this lo
 # that gave up at its deadline closes its connection; if it is gone before its request's turn
 # no pack is built (under overload this sheds the work for clients that left). A client that
 # asks to acknowledge (the hook) gets its delivery recorded only on the ack that follows its
-# printed pack (see _handle); for one that does not, a delivery whose client left while the
+# printed pack (see Connection); for one that does not, a delivery whose client left while the
 # pack was built is taken back out of the ledger.
 DELIVERING = frozenset({"context.prompt", "context.session_start"})
 
