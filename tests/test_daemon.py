@@ -202,6 +202,6 @@ def test_idle_exit(repo):
     [pid] = daemon_pids(repo)
     wait_for(lambda: not daemon_pids(repo), WAIT_S, "the idle daemon to exit")
     log = (repo / ".cogd" / "logs" / "daemon.log").read_text()
-    assert f"{pid} INFO cogd.daemon: stopping: idle for 2 s" in log
+    assert f"{pid} INFO cogd.daemon.server: stopping: idle for 2 s" in log
     assert "stopped (idle for 2 s)" in log
     assert not Layout(repo).socket_path.exists()

@@ -84,6 +84,27 @@ def test_ledger_labels_are_masked_before_the_deliberate_cut():
     assert str(info.value) == "reason must be a string"
 
 
+def test_ids_and_limits_follow_one_policy_for_every_method_module():
+    assert p.identifier({"id": "app.py::helper"}, p.ENTITY_ID) == "app.py::helper"
+    for params in ({}, {"id": None}, {"id": ""}):
+        with pytest.raises(RpcError) as info:
+            p.identifier(params, p.ENTITY_ID)
+        assert str(info.value) == "id must be a non-empty entity id such as 'json/decoder.py::JSONDecoder.decode'"
+    with pytest.raises(RpcError) as info:
+        p.identifier({"old_id": ""}, p.MEMORY_ID, "old_id")
+    assert str(info.value) == "old_id must be a non-empty memory id such as '01ARZ3NDEKTSV4RRFFQ69G5FAV'"
+    assert p.identifier({"id": "x" * p.ID_MAX}, p.MEMORY_ID) == "x" * p.ID_MAX
+    with pytest.raises(RpcError) as info:
+        p.identifier({"id": "x" * (p.ID_MAX + 1)}, p.MEMORY_ID)
+    assert str(info.value) == "id is longer than 10000 characters"
+    assert (p.limit({}, None), p.limit({"limit": None}, 10), p.limit({"limit": 100_000}, None)) == (None, 10, 100_000)
+    with pytest.raises(RpcError) as info:
+        p.limit({"limit": 51}, 50, 50)
+    assert str(info.value) == "limit must be an integer in 1..50"
+    # Three limits on text, each for one kind of string: ids < memory strings < prompts.
+    assert p.ID_MAX < p.MEMORY_TEXT_MAX < p.PROMPT_MAX
+
+
 @pytest.fixture
 def service(tmp_path):
     root = make_repo(tmp_path / "repo", {"app.py": "def helper(x):\n    return x + 1\n\n\n"
@@ -103,12 +124,18 @@ def test_every_method_refuses_bad_params_the_same_way(service):
     cases = [
         ("search", {"query": "helper", "limit": 0}, "limit must be an integer in 1..1000"),
         ("search", {"query": "helper", "kind": "k" * 41}, "kind is longer than 40 characters"),
-        ("context.prompt", {"prompt": "x" * (p.TEXT_MAX + 1)}, f"prompt is longer than {p.TEXT_MAX} characters"),
+        ("context.prompt", {"prompt": "x" * (p.PROMPT_MAX + 1)}, f"prompt is longer than {p.PROMPT_MAX} characters"),
         ("context.prompt", {"prompt": "helper", "mode": "fuzzy"}, "mode must be one of bm25, vector, hybrid"),
         ("index.touch", {"paths": "app.py"}, "paths must be a list of at most 10000 strings"),
         ("graph.impact", {"id": "app.py::helper", "depth": 11}, "depth must be an integer in 1..10"),
         ("graph.callers", {"id": ""}, "id must be a non-empty entity id such as 'json/decoder.py::JSONDecoder.decode'"),
         ("memory.list", {"limit": 0}, "limit must be an integer in 1..100000"),
+        ("memory.get", {}, "id must be a non-empty memory id such as '01ARZ3NDEKTSV4RRFFQ69G5FAV'"),
+        ("memory.supersede", {"old_id": "a", "new_id": ""},
+         "new_id must be a non-empty memory id such as '01ARZ3NDEKTSV4RRFFQ69G5FAV'"),
+        ("memory.record", {"type": "observation", "text": "x" * (p.MEMORY_TEXT_MAX + 1)},
+         f"text is longer than {p.MEMORY_TEXT_MAX} characters"),
+        ("entity.get", {"id": ""}, "id must be a non-empty entity id such as 'json/decoder.py::JSONDecoder.decode'"),
         ("memory.consolidate", {"dry_run": "yes"}, "dry_run must be true or false"),
         ("usage.tool_use", {"payload": []}, "payload must be the PostToolUse object"),
     ]

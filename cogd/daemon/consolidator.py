@@ -14,7 +14,7 @@ from pathlib import Path
 from cogd.config import ConsolidateConfig
 from cogd.errors import CogdError
 
-log = logging.getLogger("cogd.memory")
+log = logging.getLogger(__name__)
 
 
 class Consolidator:

@@ -13,12 +13,9 @@ import hashlib
 import logging
 import sqlite3
 import time
-from collections.abc import Callable
-
 from cogd import faults
 from cogd.daemon import params as p
-from cogd.daemon.parts import Parts
-from cogd.daemon.session_methods import session_working_set
+from cogd.daemon.parts import Handler, Parts, bind
 from cogd.index import store
 from cogd.retrieve.feedback import Feedback
 from cogd.retrieve.lexical import match_expression, query_terms
@@ -26,7 +23,7 @@ from cogd.retrieve.memories import MEMORY_SHARE, render_memories
 from cogd.retrieve.pack import Pack, Preface, overview_pack, prompt_pack, working_set_pack
 from cogd.fusion import MODES
 
-log = logging.getLogger("cogd.service")
+log = logging.getLogger(__name__)
 
 
 def session_start(parts: Parts, params: dict) -> dict:
@@ -38,7 +35,7 @@ def session_start(parts: Parts, params: dict) -> dict:
     if source == "compact":
         entities = parts.ledger.latest_working_set(session)
         if entities is None:
-            entities = session_working_set(parts, session)
+            entities = parts.working_set(session)
         pack = working_set_pack(parts.reader(), parts.layout.root, entities, parts.config.pack,
                                 _with_git_note(parts, memory_preface(parts, None, rules_only=True)))
         return _deliver(parts, params, "session_start", source, "", pack, None if entities else "no_working_set")
@@ -62,7 +59,7 @@ def prompt(parts: Parts, params: dict) -> dict:
     pinned: list[str] = []
     source = ""
     if record and parts.ledger.compact_acknowledged(session) is False:
-        pinned = parts.ledger.latest_working_set(session) or session_working_set(parts, session)
+        pinned = parts.ledger.latest_working_set(session) or parts.working_set(session)
         source = "compact_recovery"
     pack = prompt_pack(parts.reader(), parts.layout.root, text, parts.config.pack, parts.config.retrieve,
                        mode=mode, query_vector=vector, dense=dense,
@@ -207,9 +204,13 @@ def fingerprint(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8", "replace")).hexdigest()[:16]
 
 
-def context_methods(parts: Parts) -> dict[str, Callable[[dict], dict]]:
-    """Method name → handler(params), over ``parts``' index readers, ledger and memory store."""
-    return {
-        "context.session_start": lambda params: session_start(parts, params),
-        "context.prompt": lambda params: prompt(parts, params),
-    }
+HANDLERS = {"context.session_start": session_start, "context.prompt": prompt}
+
+
+def methods(parts: Parts) -> dict[str, Handler]:
+    """Method name → handler(params), over ``parts``' index readers, ledger and memory store.
+
+    ``context.ack`` is not among them: the socket server answers it on the connection
+    that received the pack (cogd/daemon/server.py), through :func:`confirm` and :func:`withdraw`.
+    """
+    return bind(parts, HANDLERS)

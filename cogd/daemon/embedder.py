@@ -41,7 +41,7 @@ from cogd.index import store
 from cogd.inlist import chunked
 from cogd.index.vectors import DenseIndex, VectorStore, open_vectors
 
-log = logging.getLogger("cogd.embedder")
+log = logging.getLogger(__name__)
 
 CHUNK = 64  # entities per store write: readers see coverage grow in steps this size
 QUERY_CACHE_SIZE = 4  # recent query embeddings kept: enough for one request's code and memory searches (the oldest goes first)

@@ -12,22 +12,17 @@ a CogdError, passed on as it is).
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from cogd.daemon import params as p
-from cogd.daemon.parts import Parts
+from cogd.daemon.parts import Handler, Parts, bind
 from cogd.retrieve import graph
 
 
 def _id(params: dict) -> str:
-    entity_id = p.text(params, "id", limit=p.TEXT_MAX)
-    if not entity_id:
-        raise p.invalid("id", "must be a non-empty entity id such as 'json/decoder.py::JSONDecoder.decode'")
-    return entity_id
+    return p.identifier(params, p.ENTITY_ID)
 
 
 def _limit(params: dict) -> int:
-    return p.integer(params, "limit", graph.DEFAULT_LIMIT, 1, graph.MAX_LIMIT)
+    return p.limit(params, graph.DEFAULT_LIMIT, graph.MAX_LIMIT)
 
 
 def callers(parts: Parts, params: dict) -> dict:
@@ -43,10 +38,9 @@ def impact(parts: Parts, params: dict) -> dict:
     return graph.impact(parts.reader(), _id(params), depth, _limit(params))
 
 
-def graph_methods(parts: Parts) -> dict[str, Callable[[dict], dict]]:
+HANDLERS = {"graph.callers": callers, "graph.callees": callees, "graph.impact": impact}
+
+
+def methods(parts: Parts) -> dict[str, Handler]:
     """Method name → handler(params), over ``parts``' index readers."""
-    return {
-        "graph.callers": lambda params: callers(parts, params),
-        "graph.callees": lambda params: callees(parts, params),
-        "graph.impact": lambda params: impact(parts, params),
-    }
+    return bind(parts, HANDLERS)

@@ -10,11 +10,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
-
 from cogd.daemon import params as p
-from cogd.daemon.parts import Parts
-from cogd.daemon.session_methods import associate
+from cogd.daemon.parts import Handler, Parts, bind
 from cogd.errors import not_found
 from cogd.index import store
 from cogd.index.boundary import tree_relpath
@@ -22,7 +19,7 @@ from cogd.retrieve.hybrid import retrieve
 from cogd.usage.touches import Touch
 from cogd.fusion import MODES
 
-log = logging.getLogger("cogd.service")
+log = logging.getLogger(__name__)
 
 SAVE_SESSION_WINDOW_S = 1800.0  # an editor's save counts for sessions with a pack this recent
 MAX_TOUCHED_PATHS = 10_000
@@ -71,7 +68,7 @@ def attribute_saves(parts: Parts, paths: list[str], before: dict[str, str], tick
             touches = [Touch(path, "write") for path in paths]
         for session in parts.ledger.open_sessions(since=now - SAVE_SESSION_WINDOW_S):
             parts.ledger.record_tool_use(session, "FileSave", "", touches, now=now)
-            associate(parts, session, touches, now)
+            parts.associate(session, touches, now)
     except Exception:
         log.exception("could not attribute saved files %s", paths[:5])
 
@@ -102,7 +99,7 @@ def search(parts: Parts, params: dict) -> dict:
 
 def entity_get(parts: Parts, params: dict) -> dict:
     """One entity with its edges both ways, its body and its delivery counts; ``not_found`` for an unknown id."""
-    entity_id = p.text(params, "id", required=True)
+    entity_id = p.identifier(params, p.ENTITY_ID)
     detail = store.entity_detail(parts.reader(), entity_id)
     if detail is None:
         raise not_found(f"no entity {entity_id!r}", id=entity_id)
@@ -126,12 +123,10 @@ def stats(parts: Parts, params: dict) -> dict:
     }
 
 
-def index_methods(parts: Parts) -> dict[str, Callable[[dict], dict]]:
+HANDLERS = {"index.touch": touch, "index.refresh": refresh, "search": search, "entity.get": entity_get,
+            "stats": stats}
+
+
+def methods(parts: Parts) -> dict[str, Handler]:
     """Method name → handler(params), over ``parts``' index readers, index worker and ledger."""
-    return {
-        "index.touch": lambda params: touch(parts, params),
-        "index.refresh": lambda params: refresh(parts, params),
-        "search": lambda params: search(parts, params),
-        "entity.get": lambda params: entity_get(parts, params),
-        "stats": lambda params: stats(parts, params),
-    }
+    return bind(parts, HANDLERS)

@@ -10,31 +10,23 @@ See docs/protocol.md for one example per method.
 
 from __future__ import annotations
 
-from functools import partial
-from typing import Callable
-
 from cogd.daemon import params as p
-from cogd.daemon.parts import Parts
+from cogd.daemon.parts import Handler, Parts, bind
 
 ACTORS = ("agent", "human", "consolidation", "import")  # who may act on a memory (its events' actor)
 MAX_IMPORT_ITEMS = 10_000
-TEXT_MAX = 200_000  # characters of any memory string parameter (a claim's text included)
 
 
-def _str(params: dict, name: str, *, required: bool = False, limit: int = TEXT_MAX) -> str | None:
+def _str(params: dict, name: str, *, required: bool = False, limit: int = p.MEMORY_TEXT_MAX) -> str | None:
     return p.text(params, name, required=required, limit=limit)
 
 
 def _id(params: dict, name: str = "id") -> str:
-    return _str(params, name, required=True)
+    return p.identifier(params, p.MEMORY_ID, name)
 
 
 def _actor(params: dict, default: str) -> str:
     return p.choice(params, "actor", ACTORS, default)
-
-
-def _limit(params: dict) -> int | None:
-    return p.integer(params, "limit", None, 1, 100_000)
 
 
 def record(parts: Parts, params: dict) -> dict:
@@ -65,7 +57,7 @@ def get(parts: Parts, params: dict) -> dict:
 
 def list_(parts: Parts, params: dict) -> dict:
     return {"memories": parts.memory.list(type=_str(params, "type"), status=_str(params, "status"),
-                                          limit=_limit(params))}
+                                          limit=p.limit(params, None))}
 
 
 def edit(parts: Parts, params: dict) -> dict:
@@ -86,7 +78,7 @@ def purge(parts: Parts, params: dict) -> dict:
 
 
 def events(parts: Parts, params: dict) -> dict:
-    return {"events": parts.memory.events(_str(params, "entity"), _limit(params))}
+    return {"events": parts.memory.events(_str(params, "entity"), p.limit(params, None))}
 
 
 def export(parts: Parts, params: dict) -> dict:
@@ -98,7 +90,7 @@ def import_(parts: Parts, params: dict) -> dict:
 
 
 def search(parts: Parts, params: dict) -> dict:
-    limit = _limit(params) or 10
+    limit = p.limit(params, 10)
     statuses = p.str_list(params, "statuses", 6) or ["active", "stale"]
     hits = parts.memory.search(_str(params, "query", required=True, limit=20_000), limit, tuple(statuses))
     return {"hits": [h.as_dict() for h in hits]}
@@ -120,6 +112,6 @@ HANDLERS = {
 }
 
 
-def memory_methods(parts: Parts) -> dict[str, Callable[[dict], object]]:
+def methods(parts: Parts) -> dict[str, Handler]:
     """``{method name: handler(params) -> result}`` over ``parts.memory`` and ``parts.consolidator``."""
-    return {name: partial(fn, parts) for name, fn in HANDLERS.items()}
+    return bind(parts, HANDLERS)

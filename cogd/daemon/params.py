@@ -18,8 +18,13 @@ import time
 from cogd.rpc.protocol import INVALID_PARAMS, RpcError
 from cogd.secrets import mask as mask_secrets
 
-TEXT_MAX = 2_000_000  # characters: a prompt or a query (about 500,000 tokens, past any model's window)
+# The string limits, in characters, each named for what it limits.
+PROMPT_MAX = 2_000_000  # a prompt or a search query (about 500,000 tokens, past any model's window)
+MEMORY_TEXT_MAX = 200_000  # any string parameter of a memory.* method (the store caps a body lower: memory/api.py)
+ID_MAX = 10_000  # an entity or memory id (an entity id is a path, at most 4,096, plus a qualified name)
 SESSION_ID_MAX = 200
+
+LIMIT_MAX = 100_000  # items: the default highest ``limit`` of a listing (memory.list, memory.events, memory.search)
 
 
 def invalid(name: str, message: str) -> RpcError:
@@ -31,7 +36,7 @@ def _safe(value: str) -> str:
     return value.encode("utf-8", errors="replace").decode("utf-8")
 
 
-def text(params: dict, name: str, *, required: bool = False, limit: int = TEXT_MAX) -> str | None:
+def text(params: dict, name: str, *, required: bool = False, limit: int = PROMPT_MAX) -> str | None:
     """``params[name]`` as a string of at most ``limit`` characters, or None when absent.
 
     Raises :func:`invalid` when it is absent and ``required``, not a string, or longer than ``limit``.
@@ -46,6 +51,28 @@ def text(params: dict, name: str, *, required: bool = False, limit: int = TEXT_M
     if len(value) > limit:
         raise invalid(name, f"is longer than {limit} characters")
     return _safe(value)
+
+
+ENTITY_ID = ("entity id", "json/decoder.py::JSONDecoder.decode")  # (what, example) for identifier()
+MEMORY_ID = ("memory id", "01ARZ3NDEKTSV4RRFFQ69G5FAV")
+
+
+def identifier(params: dict, kind: tuple[str, str], name: str = "id") -> str:
+    """``params[name]`` as a non-empty id of at most ID_MAX characters (whether it exists is the callee's to say).
+
+    ``kind``: :data:`ENTITY_ID` or :data:`MEMORY_ID`, ``(what, example)`` for the message.
+    Raises :func:`invalid` when it is absent, empty, not a string or too long.
+    """
+    value = text(params, name, limit=ID_MAX)
+    if not value:
+        what, example = kind
+        raise invalid(name, f"must be a non-empty {what} such as {example!r}")
+    return value
+
+
+def limit(params: dict, default: int | None, high: int = LIMIT_MAX, name: str = "limit") -> int | None:
+    """``params[name]``: how many items an answer may hold, an integer in ``1..high`` (``default`` when absent)."""
+    return integer(params, name, default, 1, high)
 
 
 def ledger_text(params: dict, name: str, keep: int) -> str:

@@ -1,10 +1,14 @@
 """The daemon's collaborators, created in one place (:func:`build_parts`) and shared by every method module.
 
-:class:`Parts` is what a method module (``context_methods``, ``index_methods``,
-``graph_methods``, ``memory_methods``) is given: the ledger, the index worker,
-the memory store, the consolidator, per-thread index readers, the packs held
-for acknowledgement, and the record of current problems. Nothing here answers a
-request; :class:`cogd.daemon.service.Service` owns the lifecycle and the dispatch.
+:class:`Parts` is what every method module is given — ``context_methods``,
+``session_methods``, ``index_methods``, ``graph_methods``, ``memory_methods``
+and ``status_methods``: the ledger, the index worker, the memory store, the
+consolidator, per-thread index readers, the packs held for acknowledgement,
+and the record of current problems, with the few reads more than one method
+module needs (:meth:`Parts.working_set`, :meth:`Parts.associate`). Each method
+module exposes ``methods(parts)``, its handlers bound to ``parts`` by
+:func:`bind`. Nothing here answers a request;
+:class:`cogd.daemon.service.Service` owns the lifecycle and the dispatch.
 """
 
 from __future__ import annotations
@@ -13,7 +17,9 @@ import logging
 import sqlite3
 import threading
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -26,7 +32,9 @@ from cogd.index import store
 from cogd.index.sources import recently_changed_files
 from cogd.paths import Layout
 from cogd.retrieve.repomap import RankedGraph, pagerank
+from cogd.retrieve.workingset import entities_at, working_set
 from cogd.usage.ledger import Ledger
+from cogd.usage.touches import Touch
 from cogd.usage.utility import UtilityModel
 from cogd.fusion import BM25
 
@@ -34,7 +42,7 @@ if TYPE_CHECKING:  # heavy (onnxruntime, lancedb) or only for the annotations
     from cogd.daemon.embedder import EmbeddingWorker
     from cogd.memory.api import MemoryStore
 
-log = logging.getLogger("cogd.service")
+log = logging.getLogger(__name__)
 
 RECENT_FILES_TTL_S = 10.0
 REPO_MAP_TTL_S = 60.0  # the PageRank map is recomputed at most this often (0.6 s on a 60,000-entity index)
@@ -201,6 +209,42 @@ class Parts:
         if mode == BM25 or self.embedder is None:
             return None, None
         return self.embedder.query_vector(text[:4000]), self.embedder.dense
+
+    def working_set(self, session_id: str) -> list[str]:
+        """Entity ids the session worked on: edited, then hit, then read (strongest first).
+
+        Read by ``session.pre_compact`` (the snapshot) and by the context methods
+        when a compaction left no snapshot."""
+        return working_set(self.reader(), self.ledger.session_hits(session_id),
+                           self.ledger.session_touches(session_id))
+
+    def associate(self, session: str, touches: list[Touch], now: float) -> None:
+        """Link the definitions an edit changed to the session's latest prompt (query association).
+
+        Only ranged edits count: a whole-file write says nothing about which
+        definition the prompt was about. Runs before the edit is re-indexed,
+        so spans are the ones the agent saw. Called for a tool use and for an
+        editor's save (``index.touch``); ``now`` in unix seconds.
+        """
+        edits = [t for t in touches if t.action == "edit" and t.start_line is not None]
+        if not edits or self.config.rank.association_weight <= 0:
+            return
+        conn = self.reader()
+        pairs = [(entity_id, touch.path) for touch in edits for entity_id in entities_at(conn, touch)]
+        if pairs:
+            self.ledger.associate(session, pairs, now)
+
+
+Handler = Callable[[dict], object]  # one method: its params object in, its JSON-able answer out
+
+
+def bind(parts: Parts, handlers: Mapping[str, Callable[[Parts, dict], object]]) -> dict[str, Handler]:
+    """``{method name: handler(params)}``: each of ``handlers`` (``fn(parts, params)``) bound to ``parts``.
+
+    Every method module builds its ``methods(parts)`` with this, so the Service's
+    dispatch table is the union of those dicts.
+    """
+    return {name: partial(fn, parts) for name, fn in handlers.items()}
 
 
 class RepoMap:

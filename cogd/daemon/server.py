@@ -40,7 +40,7 @@ from cogd.errors import CogdError
 from cogd.paths import Layout
 from cogd.secrets import MaskingLogFilter, warm_secret_scan
 
-log = logging.getLogger("cogd.daemon")
+log = logging.getLogger(__name__)
 
 HOUSEKEEPING_S = 1.0
 MAX_CONNECTIONS = 256  # open client connections; more are closed at once (file descriptors are finite)
@@ -53,7 +53,7 @@ IDLE_CONNECTION_S = 30.0  # a connection that sends no complete line for this lo
 # that gave up at its deadline closes its connection; if it is gone before its request's turn
 # no pack is built (under overload this sheds the work for clients that left). A client that
 # asks to acknowledge (the hook) gets its delivery recorded only on the ack that follows its
-# printed pack (see _handle); for one that does not, a delivery whose client left while the
+# printed pack (see Connection); for one that does not, a delivery whose client left while the
 # pack was built is taken back out of the ledger.
 DELIVERING = frozenset({"context.prompt", "context.session_start"})
 
@@ -85,27 +85,6 @@ class SafeRotatingFileHandler(logging.handlers.RotatingFileHandler):
     def _open(self):
         fd = safepath.open_file(self.baseFilename, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
         return open(fd, "a", encoding=self.encoding, errors=self.errors)
-
-
-def _ack_token(answer: dict) -> int | None:
-    """The ack token of an answer whose pack waits for the client's acknowledgement, else None."""
-    result = answer.get("result")
-    token = result.get("ack") if isinstance(result, dict) else None
-    return token if type(token) is int else None
-
-
-def _acknowledgement(line: bytes, token: int) -> dict | None:
-    """``line`` parsed when it is the ``context.ack`` of ``token`` (docs/protocol.md), else None."""
-    if b"context.ack" not in line:
-        return None
-    try:
-        message = json.loads(line)
-    except (ValueError, UnicodeDecodeError, RecursionError):
-        return None
-    if not isinstance(message, dict) or message.get("method") != "context.ack":
-        return None
-    params = message.get("params")
-    return message if isinstance(params, dict) and params.get("ack") == token else None
 
 
 def _setup_logging(layout: Layout, foreground: bool) -> None:
@@ -162,67 +141,46 @@ class Daemon:
         return True
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        loop = asyncio.get_running_loop()
-        if not self._peer_allowed(writer):
-            writer.close()
-            return
-        if self.connections >= MAX_CONNECTIONS:
-            log.warning("refusing a connection: %d open", self.connections)
-            # Say so before closing: the request is unread, and a client told it was not processed
-            # can keep it (the hook spools a tool use) instead of taking the silence for a crash.
-            writer.write(encode(error_response(None, RpcError("busy", f"{self.connections} connections open"))))
-            writer.close()
+        """Serve one client connection (asyncio's per-connection callback): admit it, then run its
+        request loop (:class:`Connection`) until it ends; a pack still held then is withdrawn."""
+        if not self._admit(writer):
             return
         self.connections += 1
-        sock = writer.get_extra_info("socket")
-        fd = sock.fileno() if sock is not None else None
-        held: int | None = None  # ack token of the pack just sent on this connection, until acknowledged
+        connection = Connection(self, reader, writer)
         try:
-            while True:
-                wait = self.config.daemon.ack_wait_ms / 1000 if held is not None else IDLE_CONNECTION_S
-                try:
-                    line = await asyncio.wait_for(reader.readline(), wait)
-                except asyncio.TimeoutError:
-                    if held is not None:
-                        self._withdraw(held, f"no acknowledgement within {self.config.daemon.ack_wait_ms} ms")
-                        held = None
-                    break  # a client that sends nothing (or half a line) does not hold a slot forever
-                except (asyncio.LimitOverrunError, ValueError):
-                    writer.write(encode(error_response(None, RpcError("bad_request", "request line too long", INVALID_REQUEST))))
-                    break
-                if held is not None:
-                    token, held = held, None
-                    ack = _acknowledgement(line, token)
-                    if ack is not None:
-                        delivery_id = await loop.run_in_executor(self.ack_pool, self._confirm, token)
-                        if "id" in ack:  # the hook waits for this reply: its delivery is committed when it exits
-                            writer.write(encode(response(ack["id"], {"delivery_id": delivery_id})))
-                            await writer.drain()
-                        continue
-                    self._withdraw(token, "the client sent no acknowledgement" if line else "the client left without acknowledging")
-                if not line:
-                    break
-                if not line.endswith(b"\n"):  # the client died (or gave up) in the middle of sending it
-                    log.warning("an incomplete request line (%d bytes, no newline) at the end of a connection: ignored", len(line))
-                    break
-                answer = await loop.run_in_executor(self.pool, self._answer, line, fd)
-                if answer is not None:
-                    held = _ack_token(answer)  # before writing: a write that fails still withdraws it
-                    writer.write(encode(answer))
-                    await writer.drain()
+            await connection.serve()
         except (ConnectionError, BrokenPipeError):
             pass
         finally:
-            if held is not None:
-                self._withdraw(held, "the connection failed before an acknowledgement")
+            # Whatever ended the loop (a failed read or write, a cancelled server), a pack
+            # still held was never acknowledged: it is not a delivery.
+            connection.withdraw("the connection failed before an acknowledgement")
             self.connections -= 1
             try:
                 writer.close()
             except Exception:
                 pass
 
+    def _admit(self, writer: asyncio.StreamWriter) -> bool:
+        """Whether to serve this connection: its peer is our uid and fewer than MAX_CONNECTIONS are open.
+        A refused connection is closed here (a busy one after a ``busy`` error)."""
+        if not self._peer_allowed(writer):
+            writer.close()
+            return False
+        if self.connections >= MAX_CONNECTIONS:
+            log.warning("refusing a connection: %d open", self.connections)
+            # Say so before closing: the request is unread, and a client told it was not processed
+            # can keep it (the hook spools a tool use) instead of taking the silence for a crash.
+            writer.write(encode(error_response(None, RpcError("busy", f"{self.connections} connections open"))))
+            writer.close()
+            return False
+        return True
+
     def _confirm(self, token: int) -> int | None:
-        """Record the delivery held under ``token`` (its client printed the pack). Returns its id."""
+        """Record the delivery held under ``token`` (its client printed the pack). Returns its id.
+
+        Runs on ``ack_pool``; a failed write is logged (and is a current problem in status,
+        :func:`cogd.daemon.context_methods.confirm`), and answers None."""
         try:
             delivery_id = self.service.confirm_delivery(token)
         except Exception:
@@ -233,57 +191,65 @@ class Daemon:
         return delivery_id
 
     def _withdraw(self, token: int, why: str) -> None:
-        """Forget the pack held under ``token``: it never reached its client."""
+        """Forget the pack held under ``token``: it never reached its client, so it is never recorded.
+
+        The one place a held pack is withdrawn (every path of :class:`Connection`, and
+        :meth:`_take_back`); ``why`` goes to the log."""
         if self.service is not None and self.service.withdraw_delivery(token):
             log.info("pack %d withdrawn, no delivery recorded: %s", token, why)
 
     def _answer(self, line: bytes, fd: int | None = None) -> dict | None:
         """One request line → one response object (None for a notification or a client gone).
 
-        ``fd``: the connection's socket, to skip (or retract) a delivery its client will never read.
+        ``fd``: the connection's socket, to skip (or take back) a delivery its client will never read.
         """
-        try:
-            message = json.loads(line)
-        except (ValueError, UnicodeDecodeError, RecursionError) as exc:
-            return error_response(None, RpcError("bad_request", f"parse error: {exc.__class__.__name__}", PARSE_ERROR))
-        if not isinstance(message, dict) or message.get("jsonrpc") != "2.0" or not isinstance(message.get("method"), str):
-            return error_response(
-                message.get("id") if isinstance(message, dict) else None,
-                RpcError("bad_request", "not a JSON-RPC 2.0 request", INVALID_REQUEST),
-            )
-        request_id = message.get("id")
+        message, refusal = _parse_request(line)
+        if message is None:
+            return refusal
         method = message["method"]
-        params = message.get("params", {})
         try:
-            if method == "daemon.shutdown":
-                asyncio.run_coroutine_threadsafe(self._stop_soon("daemon.shutdown"), self.loop)
-                result: object = {"ok": True}
-            else:
-                assert self.service is not None
-                if method in DELIVERING and _hung_up(fd):
-                    log.info("%s: the client hung up before its turn; no pack built", method)
-                    return None
-                result = self.service.call(method, params)
-                if method in DELIVERING and _hung_up(fd):
-                    delivery_id = result.get("delivery_id") if isinstance(result, dict) else None
-                    token = result.get("ack") if isinstance(result, dict) else None
-                    if token is not None:  # held, never recorded: nothing to retract
-                        self.service.withdraw_delivery(token)
-                    if delivery_id is not None:
-                        try:
-                            self.service.ledger.retract_delivery(delivery_id)
-                        except Exception:
-                            log.exception("could not retract delivery %s", delivery_id)
-                    log.info("%s: the client hung up while its pack was built; delivery %s retracted", method, delivery_id)
-                    return None
+            result = self._result(method, message.get("params", {}), fd)
         except CogdError as exc:  # Service.call raises RpcError only; a CogdError answers the same way
             if "id" not in message:  # JSON-RPC 2.0: a notification is never answered, not even with an error
                 log.warning("notification %s refused (%s): %s", method, exc.kind, exc)
                 return None
-            return error_response(request_id, exc)
-        if "id" not in message:
+            return error_response(message.get("id"), exc)
+        if result is CLIENT_GONE or "id" not in message:
             return None
-        return response(request_id, result)
+        return response(message.get("id"), result)
+
+    def _result(self, method: str, params: object, fd: int | None) -> object:
+        """The result of one request, or CLIENT_GONE when a delivering method's client hung up.
+
+        ``daemon.shutdown`` is answered here (it stops this loop, which the Service does not
+        own); every other method goes to :meth:`Service.call`. A pack is not built for a client
+        already gone, and one built for a client that left meanwhile is taken back."""
+        if method == "daemon.shutdown":
+            asyncio.run_coroutine_threadsafe(self._stop_soon("daemon.shutdown"), self.loop)
+            return {"ok": True}
+        assert self.service is not None
+        if method in DELIVERING and _hung_up(fd):
+            log.info("%s: the client hung up before its turn; no pack built", method)
+            return CLIENT_GONE
+        result = self.service.call(method, params)
+        if method in DELIVERING and _hung_up(fd):
+            self._take_back(method, result)
+            return CLIENT_GONE
+        return result
+
+    def _take_back(self, method: str, result: object) -> None:
+        """A pack whose client hung up while it was built: withdraw it if held (nothing was
+        recorded), retract its delivery if it was recorded at once (a client without ``ack``)."""
+        delivery_id = result.get("delivery_id") if isinstance(result, dict) else None
+        token = result.get("ack") if isinstance(result, dict) else None
+        if token is not None:
+            self._withdraw(token, "its client left while it was built")
+        if delivery_id is not None:
+            try:
+                self.service.ledger.retract_delivery(delivery_id)
+            except Exception:
+                log.exception("could not retract delivery %s", delivery_id)
+        log.info("%s: the client hung up while its pack was built; delivery %s retracted", method, delivery_id)
 
     def _ingest_spool(self) -> None:
         """Record the tool uses hooks spooled when no daemon took them (:mod:`cogd.daemon.spool`)."""
@@ -374,6 +340,128 @@ class Daemon:
                 except FileNotFoundError:
                     pass
         log.info("stopped (%s)", self.stop_reason or "exit")
+
+
+def _ack_token(answer: dict) -> int | None:
+    """The ack token of an answer whose pack waits for the client's acknowledgement, else None."""
+    result = answer.get("result")
+    token = result.get("ack") if isinstance(result, dict) else None
+    return token if type(token) is int else None
+
+
+def _acknowledgement(line: bytes, token: int) -> dict | None:
+    """``line`` parsed when it is the ``context.ack`` of ``token`` (docs/protocol.md), else None."""
+    if b"context.ack" not in line:
+        return None
+    try:
+        message = json.loads(line)
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        return None
+    if not isinstance(message, dict) or message.get("method") != "context.ack":
+        return None
+    params = message.get("params")
+    return message if isinstance(params, dict) and params.get("ack") == token else None
+
+
+CLIENT_GONE = object()  # Daemon._result's answer for a client that hung up: nothing is sent
+
+
+def _parse_request(line: bytes) -> tuple[dict | None, dict | None]:
+    """``(message, None)`` for a JSON-RPC 2.0 request line, else ``(None, the error response)``."""
+    try:
+        message = json.loads(line)
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        return None, error_response(None, RpcError("bad_request", f"parse error: {exc.__class__.__name__}", PARSE_ERROR))
+    if not isinstance(message, dict) or message.get("jsonrpc") != "2.0" or not isinstance(message.get("method"), str):
+        return None, error_response(message.get("id") if isinstance(message, dict) else None,
+                                    RpcError("bad_request", "not a JSON-RPC 2.0 request", INVALID_REQUEST))
+    return message, None
+
+
+class Connection:
+    """One client connection's request loop, and the delivery acknowledgement on it.
+
+    A connection is in one of two states (docs/protocol.md "Delivery acknowledgement"):
+
+    - **open**: nothing held; the next request line may take IDLE_CONNECTION_S to come.
+    - **holding**: the answer just sent carried a pack whose delivery waits for the client's
+      ``context.ack`` (:attr:`held` is its token); the next line must come within
+      ``[daemon] ack_wait_ms``.
+
+    From *holding*, the next line settles the pack (:meth:`_settle`): the matching
+    ``context.ack`` records the delivery; anything else — another request, the end of the
+    stream, silence past ``ack_wait_ms``, a failed connection — withdraws it, because the
+    client cannot have printed a pack it did not acknowledge. Every withdrawal goes through
+    :meth:`withdraw`, and from there to :meth:`Daemon._withdraw`.
+    """
+
+    def __init__(self, daemon: Daemon, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
+        self.daemon, self.reader, self.writer = daemon, reader, writer
+        sock = writer.get_extra_info("socket")
+        self.fd = sock.fileno() if sock is not None else None  # polled for a hang-up (_hung_up)
+        self.held: int | None = None  # ack token of the pack just sent, until acknowledged or withdrawn
+
+    def withdraw(self, why: str) -> None:
+        """Leave *holding*: the pack held (if any) is forgotten, never recorded."""
+        token, self.held = self.held, None
+        if token is not None:
+            self.daemon._withdraw(token, why)
+
+    async def serve(self) -> None:
+        """Answer request lines until the client leaves, goes silent, or sends a bad line."""
+        while True:
+            line = await self._next_line()
+            if line is None:
+                return
+            if self.held is not None and await self._settle(line):
+                continue  # the line was the acknowledgement, not a request
+            if not line:
+                return  # end of stream
+            if not line.endswith(b"\n"):  # the client died (or gave up) in the middle of sending it
+                log.warning("an incomplete request line (%d bytes, no newline) at the end of a connection: ignored", len(line))
+                return
+            await self._reply(line)
+
+    async def _next_line(self) -> bytes | None:
+        """The next line (``b""`` at the end of the stream), or None when the loop must end:
+        silence past its state's wait (a held pack is then withdrawn: its client is too slow
+        or gone), or a line over MAX_LINE_BYTES (answered ``bad_request`` first)."""
+        ack_wait_ms = self.daemon.config.daemon.ack_wait_ms
+        wait = ack_wait_ms / 1000 if self.held is not None else IDLE_CONNECTION_S
+        try:
+            return await asyncio.wait_for(self.reader.readline(), wait)
+        except asyncio.TimeoutError:
+            # A client that sends nothing (or half a line) does not hold a slot forever.
+            self.withdraw(f"no acknowledgement within {ack_wait_ms} ms")
+            return None
+        except (asyncio.LimitOverrunError, ValueError):
+            self.writer.write(encode(error_response(None, RpcError("bad_request", "request line too long", INVALID_REQUEST))))
+            return None
+
+    async def _settle(self, line: bytes) -> bool:
+        """Settle the held pack with the line that followed it. Returns True when ``line`` was its
+        acknowledgement (the delivery is recorded, and the ack answered when it has an id);
+        False when the pack was withdrawn and ``line`` is still to be handled as a request."""
+        token = self.held
+        ack = _acknowledgement(line, token)
+        if ack is None:
+            self.withdraw("the client sent no acknowledgement" if line else "the client left without acknowledging")
+            return False
+        self.held = None  # settled: from here on the pack is the ledger's, not ours to withdraw
+        delivery_id = await asyncio.get_running_loop().run_in_executor(self.daemon.ack_pool, self.daemon._confirm, token)
+        if "id" in ack:  # the hook waits for this reply: its delivery is committed when it exits
+            self.writer.write(encode(response(ack["id"], {"delivery_id": delivery_id})))
+            await self.writer.drain()
+        return True
+
+    async def _reply(self, line: bytes) -> None:
+        """Answer one request (built on the request pool) and enter *holding* when it carries a pack to acknowledge."""
+        answer = await asyncio.get_running_loop().run_in_executor(self.daemon.pool, self.daemon._answer, line, self.fd)
+        if answer is None:
+            return
+        self.held = _ack_token(answer)  # before writing: a write that fails still withdraws it
+        self.writer.write(encode(answer))
+        await self.writer.drain()
 
 
 def _record_start_failure(layout: Layout, config: Config, exc: Exception) -> None:

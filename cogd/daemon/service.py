@@ -1,4 +1,4 @@
-"""The daemon's service: its lifecycle and the dispatch of every method, independent of the socket.
+"""The daemon's service: its lifecycle and the dispatch of the methods it answers, independent of the socket.
 
 The server runs each request on a thread pool and calls :meth:`Service.call`.
 The collaborators (ledger, index worker and readers, memory store,
@@ -6,11 +6,16 @@ consolidator, …) are created once, in :func:`cogd.daemon.parts.build_parts`;
 the methods live in thin modules over them — ``context_methods`` (packs and
 their deliveries), ``session_methods`` (tool uses, compaction, session end),
 ``index_methods`` (index, search, entities, stats), ``graph_methods``,
-``memory_methods`` and ``status_methods`` — with their parameters checked by :mod:`cogd.daemon.params`.
+``memory_methods`` and ``status_methods`` — each exposing ``methods(parts)``,
+with their parameters checked by :mod:`cogd.daemon.params`.
 Errors are mapped to JSON-RPC once, here: a :class:`~cogd.errors.CogdError`
 keeps its kind; anything else is ``internal``.
-"""
 
+Two methods never reach :meth:`Service.call`: the socket server
+(:mod:`cogd.daemon.server`) answers ``daemon.shutdown`` itself (it stops the
+event loop), and ``context.ack`` on the connection that received the pack
+(it calls :meth:`Service.confirm_delivery`).
+"""
 from __future__ import annotations
 
 import logging
@@ -20,25 +25,22 @@ from pathlib import Path
 
 from cogd import recovery
 from cogd.config import Config
-from cogd.daemon import context_methods
-from cogd.daemon.graph_methods import graph_methods
-from cogd.daemon.index_methods import index_methods
-from cogd.daemon.memory_methods import memory_methods
-from cogd.daemon.parts import build_parts
-from cogd.daemon import status_methods
-from cogd.daemon.session_methods import session_methods
+from cogd.daemon import (context_methods, graph_methods, index_methods, memory_methods, session_methods,
+                         status_methods)
+from cogd.daemon.parts import Handler, build_parts
 from cogd.errors import CogdError
 from cogd.index import store
 from cogd.paths import Layout
 from cogd.rpc.protocol import INVALID_PARAMS, METHOD_NOT_FOUND, RpcError
 
-log = logging.getLogger("cogd.service")
+log = logging.getLogger(__name__)
 
 STORE_CHECK_S = 30.0  # after a database error, projections are quick-checked at most this often
 
 
 class Service:
-    """All daemon methods. ``call(method, params)`` is the single entry point.
+    """The daemon's methods behind the socket: ``call(method, params)`` dispatches every one of
+    them (all but ``daemon.shutdown`` and ``context.ack``, answered by the server: see above).
 
     ``start_index``: queue the first refresh and start the file watcher (the daemon; an
     in-process CLI command passes False); ``start_embedder``: load the embedding model
@@ -65,10 +67,10 @@ class Service:
         # The collaborators the server, the spool and the CLI reach for, by their usual names.
         self.ledger, self.memory, self.consolidator = parts.ledger, parts.memory, parts.consolidator
         self.utility, self.embedder, self.worker, self.watcher = parts.utility, parts.embedder, parts.worker, parts.watcher
-        self._methods = {
-            "status": lambda params: status_methods.status(parts, self.lifecycle()),
-            **context_methods.context_methods(parts), **session_methods(parts), **index_methods(parts),
-            **graph_methods(parts), **memory_methods(parts),
+        self._methods: dict[str, Handler] = {
+            **status_methods.methods(parts, self.lifecycle), **context_methods.methods(parts),
+            **session_methods.methods(parts), **index_methods.methods(parts),
+            **graph_methods.methods(parts), **memory_methods.methods(parts),
         }
         self._settle_ledger()
         if start_index:
@@ -82,7 +84,8 @@ class Service:
 
     @property
     def methods(self) -> frozenset[str]:
-        """The names of the methods this service answers (``docs/protocol.md`` has a section for each)."""
+        """The names of the methods :meth:`call` answers (``docs/protocol.md`` has a section for each,
+        and for the two the server answers itself)."""
         return frozenset(self._methods)
 
     @property

@@ -27,7 +27,7 @@ import os
 import stat
 from pathlib import Path
 
-log = logging.getLogger("cogd.daemon.spool")
+log = logging.getLogger(__name__)
 
 SPOOL_NAME = "tool-uses.spool"  # as cogd.hookclient.SPOOL_NAME
 MAX_INGEST_BYTES = 16 << 20

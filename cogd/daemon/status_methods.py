@@ -7,10 +7,12 @@ Read-only and cheap (one count query on the index, the workers' counters), so
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
+from functools import partial
 from typing import NamedTuple
 
 from cogd import __version__, recovery
-from cogd.daemon.parts import Parts
+from cogd.daemon.parts import Handler, Parts, bind
 from cogd.daemon.watcher import off_status
 from cogd.index import store
 from cogd.paths import Layout
@@ -89,6 +91,7 @@ def status(parts: Parts, lifecycle: Lifecycle) -> dict:
         "recovery": recovery_status(parts.layout, lifecycle.ledger_report),
     }
 
+
 def _problems_status(parts: Parts) -> dict:
     """``errors``: the current problems (each until its method, or the index worker, next
     succeeds); ``last_resolved``: the newest problem that cleared, with ``resolved_at``."""
@@ -98,6 +101,7 @@ def _problems_status(parts: Parts) -> dict:
         errors.append({"kind": "index.refresh", "error": parts.worker.last_error})
     return {"errors": errors, "last_resolved": max(resolved, key=lambda r: r["resolved_at"], default=None)}
 
+
 def _languages_status() -> dict:
     """``disabled``: language → why it is off (its grammar did not load or a query did not
     compile; see cogd.index.languages); ``checked``: languages checked so far (those of the
@@ -105,6 +109,7 @@ def _languages_status() -> dict:
     from cogd.index import languages
 
     return {"checked": languages.checked(), "disabled": languages.problems()}
+
 
 def _embedding_status(parts: Parts) -> dict:
     if parts.embedder is None:
@@ -114,3 +119,13 @@ def _embedding_status(parts: Parts) -> dict:
         # The index is not listed yet: whatever the embedder counted is not the tree's entities.
         status["phase"] = "counting"
     return status
+
+
+def _status(parts: Parts, params: dict, *, lifecycle: Callable[[], Lifecycle]) -> dict:
+    return status(parts, lifecycle())
+
+
+def methods(parts: Parts, lifecycle: Callable[[], Lifecycle]) -> dict[str, Handler]:
+    """``{"status": handler(params)}`` over ``parts``; ``lifecycle()`` gives the Service's own
+    state at the time of the call (uptime, requests served: :meth:`Service.lifecycle`)."""
+    return bind(parts, {"status": partial(_status, lifecycle=lifecycle)})

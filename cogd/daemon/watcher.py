@@ -55,10 +55,10 @@ from pathlib import Path
 
 from cogd.config import WatchConfig
 from cogd.index.languages import language_for_path
-from cogd.index.sources import COGD_IGNORE, DEFAULT_WALK_IGNORES, GUESSED_WALK_IGNORES, IgnoreRules, _compile
+from cogd.index.sources import COGD_IGNORE, DEFAULT_WALK_IGNORES, GUESSED_WALK_IGNORES, IgnoreRules, compile_ignores
 from cogd.paths import COGD_DIR
 
-log = logging.getLogger("cogd.watcher")
+log = logging.getLogger(__name__)
 
 WHOLE_TREE_PATHS = 200  # a batch naming more paths than this refreshes the whole tree instead
 MAX_WATCHES_FILE = "/proc/sys/fs/inotify/max_user_watches"
@@ -135,7 +135,7 @@ class DirectoryScanner:
         else:
             guessed = () if os.path.isfile(os.path.join(self.root, ".gitignore")) else GUESSED_WALK_IGNORES
             self.rule_names = RULE_FILES
-            self.rules = IgnoreRules(_compile([*DEFAULT_WALK_IGNORES, *guessed]))
+            self.rules = IgnoreRules(compile_ignores([*DEFAULT_WALK_IGNORES, *guessed]))
 
     def scan_all(self) -> dict[str, Ident]:
         """Every directory to watch, the root included."""

@@ -21,7 +21,7 @@ from cogd.index import languages
 from cogd.index.indexer import Indexer, RefreshResult, parse_job, timeout_result
 from cogd.index.parsepool import ParsePool
 
-log = logging.getLogger("cogd.worker")
+log = logging.getLogger(__name__)
 
 
 class _Stopping(Exception):

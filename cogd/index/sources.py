@@ -93,8 +93,12 @@ def _git_files(root: Path) -> list[str] | None:
     return sorted({name for name in names if name})
 
 
-def _compile(lines: list[str]) -> pathspec.GitIgnoreSpec | None:
-    """A gitignore matcher for ``lines`` (None when there is no pattern); a malformed line is dropped."""
+def compile_ignores(lines: list[str]) -> pathspec.GitIgnoreSpec | None:
+    """A gitignore matcher for ``lines`` (gitignore-syntax patterns, one per item).
+
+    Returns None when no line holds a pattern. Never raises on a bad pattern: a
+    malformed line (e.g. an unclosed ``[``) is dropped and the others are kept.
+    """
     if not any(line.strip() for line in lines):
         return None
     try:
@@ -137,7 +141,7 @@ class IgnoreRules:
         lines: list[str] = []
         for name in names:
             lines += _read_lines(root, f"{rel_dir}/{name}" if rel_dir else name)
-        spec = _compile(lines)
+        spec = compile_ignores(lines)
         if spec is not None:
             self.specs[rel_dir] = spec
             self._dir_cache.clear()
@@ -201,7 +205,7 @@ def _apply_cogdignore(root: Path, names: list[str]) -> list[str]:
 def _walk_files(root: Path) -> list[str]:
     """Every file under ``root`` that the ignore files and the defaults leave in."""
     guessed = () if _regular(os.path.join(root, ".gitignore")) else GUESSED_WALK_IGNORES
-    rules = IgnoreRules(_compile([*DEFAULT_WALK_IGNORES, *guessed]))
+    rules = IgnoreRules(compile_ignores([*DEFAULT_WALK_IGNORES, *guessed]))
     found: list[str] = []
     for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
         rel_dir = os.path.relpath(dirpath, root).replace(os.sep, "/")
