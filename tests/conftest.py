@@ -240,10 +240,12 @@ def refused(kind: str, fn, *args, **kwargs):
 WAIT_S = 120.0
 
 
-def wait_for(condition, timeout: float = WAIT_S, what: str = "the condition", step: float = 0.05):
+def wait_for(condition, timeout: float = WAIT_S, what: str = "the condition", step: float = 0.05,
+             max_step: float = 0.5):
     """Poll ``condition()`` until it returns something truthy, and return that value.
 
-    ``timeout`` is in seconds; the poll interval grows from ``step`` to 0.5 s. Raises
+    ``timeout`` is in seconds; the poll interval grows from ``step`` to ``max_step`` (a
+    condition that holds only briefly, such as "a reindex is running", wants both small). Raises
     AssertionError naming ``what`` and the last value seen when ``timeout`` passes. An
     exception from ``condition`` propagates (a broken probe is not a slow one).
     """
@@ -255,7 +257,7 @@ def wait_for(condition, timeout: float = WAIT_S, what: str = "the condition", st
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what} (last: {value!r})")
         time.sleep(step)
-        step = min(step * 1.5, 0.5)
+        step = min(step * 1.5, max_step)
 
 
 # ---------------------------------------------------------------- real daemons, always stopped

@@ -144,13 +144,11 @@ def _start(root: Path) -> Path:
 
 def _wait_idle(root: Path, timeout: float = 60) -> dict:
     """Until the index worker has nothing queued (prompt hooks queue cheap refreshes)."""
-    deadline = time.monotonic() + timeout
-    while True:
+    def idle() -> dict | None:
         status = call(root / ".cogd" / "run" / "cogd.sock", "status", {}, timeout=10)
-        if status["index"]["state"] == "idle" and status["index"]["queue_depth"] == 0:
-            return status
-        assert time.monotonic() < deadline, status["index"]
-        time.sleep(0.1)
+        return status if status["index"]["state"] == "idle" and status["index"]["queue_depth"] == 0 else None
+
+    return wait_for(idle, timeout, what="an idle index worker")
 
 
 @pytest.fixture(scope="module")
@@ -300,10 +298,8 @@ def test_ledger_writes_and_cli_during_full_reindex(repo, tmp_path):
         thread.start()
     try:
         # Let the first full reindex get going before the writes start.
-        deadline = time.monotonic() + 30
-        while call(sock, "status", {}, timeout=10)["index"]["state"] != "indexing":
-            assert time.monotonic() < deadline, "the full reindex never started"
-            time.sleep(0.02)
+        wait_for(lambda: call(sock, "status", {}, timeout=10)["index"]["state"] == "indexing", 30,
+                 what="the full reindex to start", step=0.02, max_step=0.02)
         started = time.monotonic()
         background.append(threading.Thread(target=poll_state))
         background[-1].start()
@@ -371,10 +367,8 @@ def test_hooks_that_gave_up_record_no_delivery(repo):
     for proc, seconds in results:
         assert proc.returncode == 0 and proc.stdout == b"" and seconds < DEADLINE_S + 1.0
     _still_serving(repo)  # answered after the five stale requests, on the same daemon
-    deadline = time.monotonic() + 10
-    while _log(repo, "daemon.log").count("hung up") < hung_up_before + len(sessions):
-        assert time.monotonic() < deadline, "the daemon never got to the requests of the hooks that left"
-        time.sleep(0.05)
+    wait_for(lambda: _log(repo, "daemon.log").count("hung up") >= hung_up_before + len(sessions),
+             what="the daemon to reach the requests of the hooks that left")
     placeholders = ",".join("?" * len(sessions))
     assert _ledger(repo, f"SELECT session_id FROM deliveries WHERE session_id IN ({placeholders})", tuple(sessions)) == []
     assert _ledger(repo, "SELECT count(*) FROM delivery_items WHERE delivery_id NOT IN (SELECT id FROM deliveries)") == [(0,)]
@@ -651,28 +645,25 @@ def killed_mid_index(tmp_path_factory):
         reindex = subprocess.Popen([str(Path(COGD_HOOK).with_name("cogd")), "index", "--full"], cwd=root,
                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         # Kill once the first batch of the full reindex has committed and before it ends.
-        deadline = time.monotonic() + 120
-        while True:
-            assert time.monotonic() < deadline and reindex.poll() is None, "never caught the reindex mid-way"
+        def mid_way() -> dict | None:
+            """The reindex's progress once its first batch has committed and well before it ends."""
+            assert reindex.poll() is None, "the reindex ended before it was caught mid-way"
             index = call(sock, "status", {}, timeout=10)["index"]
             progress = index["progress"]
-            if index["state"] == "indexing" and 200 <= progress["done"] < progress["total"] - 50:
-                break
-            time.sleep(0.01)
+            return progress if index["state"] == "indexing" and 200 <= progress["done"] < progress["total"] - 50 else None
+
+        progress = wait_for(mid_way, 120, what="the reindex mid-way", step=0.01, max_step=0.01)
         parsers = _children(old_pid)
         os.kill(old_pid, signal.SIGKILL)
-        for _ in range(500):
-            if not _pid_alive(old_pid):
-                break
-            time.sleep(0.01)
-        assert not _pid_alive(old_pid)
+        wait_for(lambda: not _pid_alive(old_pid), 30, what="the killed daemon to be gone", step=0.01)
         reindex.communicate(timeout=60)
         # The parse workers of the dead daemon go too (their pipe to it is closed).
-        for _ in range(500):
-            orphans = [p for p in parsers if _pid_alive(p)]
-            if not orphans:
-                break
-            time.sleep(0.01)
+        try:
+            wait_for(lambda: not [p for p in parsers if _pid_alive(p)], 30,
+                     what="the dead daemon's parse workers to go", step=0.01)
+        except AssertionError:
+            pass  # asserted below with their pids, after the clean-up has killed them
+        orphans = [p for p in parsers if _pid_alive(p)]
         stale = {"socket": sock.exists(), "pid_file": json.loads((run / "daemon.pid").read_text())["pid"],
                  "answers": _answers(sock)}
         killed_at = time.time_ns()
@@ -822,10 +813,9 @@ def test_ledger_counts_exactly_under_external_load(repo, burners):
     reindexer = threading.Thread(target=reindex_loop)
     reindexer.start()
     try:
-        deadline = time.monotonic() + 60  # the hooks start once the first full reindex runs
-        while call(repo / ".cogd" / "run" / "cogd.sock", "status", {}, timeout=30)["index"]["state"] != "indexing":
-            assert time.monotonic() < deadline, "the full reindex never started"
-            time.sleep(0.02)
+        # The hooks start once the first full reindex runs.
+        wait_for(lambda: call(repo / ".cogd" / "run" / "cogd.sock", "status", {}, timeout=30)["index"]["state"]
+                 == "indexing", 60, what="the full reindex to start", step=0.02, max_step=0.02)
         began = time.monotonic()
         with ThreadPoolExecutor(DRIFT_WORKERS) as pool:
             results = list(pool.map(one, range(DRIFT_HOOKS)))
@@ -838,10 +828,9 @@ def test_ledger_counts_exactly_under_external_load(repo, burners):
     sock = repo / ".cogd" / "run" / "cogd.sock"
     # Spooled tool uses are ingested within a housekeeping tick: wait for the spool to drain.
     spool = repo / ".cogd" / "run" / "tool-uses.spool"
-    deadline = time.monotonic() + 60
-    while (spool.exists() and spool.stat().st_size) or spool.with_name(spool.name + ".ingesting").exists():
-        assert time.monotonic() < deadline, "the daemon never ingested the spool"
-        time.sleep(0.1)
+    wait_for(lambda: not ((spool.exists() and spool.stat().st_size)
+                          or spool.with_name(spool.name + ".ingesting").exists()), 60,
+             what="the daemon to ingest the spool")
     call(sock, "status", {}, timeout=30)  # ...and the tick that drained it has finished its writes
 
     errors = [f"{kind} {i}: exit {code}, stderr {err[:200]!r}" for kind, i, _, _, code, _, err in results
