@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cogd import safepath
+from cogd.rpc import control
 from cogd.memory.normalise import redaction_hash
 from cogd.secrets import mask as mask_secrets
 
@@ -123,13 +124,7 @@ def owner_alive(token: str) -> bool:
         return False
     if start:
         return _process_start(pid) == start
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    return control.alive(pid)
 
 
 def event_op(actor: str, entity_id: str, action: str, old: str | None, new: str | None,
