@@ -156,12 +156,14 @@ class Stages:
 
     Use as a context manager; :meth:`start` a stage, :meth:`update` it with ``done`` of
     ``total`` (None: not known yet) and a short ``note``, :meth:`finish` it with a summary.
-    ``console``: where to draw (stderr by default); ``tty`` None: whether it is a terminal.
+    ``console``: where to draw (stderr by default); ``tty`` None: whether it is a terminal;
+    ``quiet``: draw nothing (a caller that reports in its own way).
     """
 
-    def __init__(self, console=None, tty: bool | None = None):
+    def __init__(self, console=None, tty: bool | None = None, quiet: bool = False):
         self.console = console or err
         self.tty = self.console.is_terminal if tty is None else tty
+        self.quiet = quiet
         self._progress: Progress | None = None
         self._task = None
         self._name = ""
@@ -170,7 +172,7 @@ class Stages:
         self._line = ""
 
     def __enter__(self) -> "Stages":
-        if self.tty:
+        if self.tty and not self.quiet:
             self._progress = Progress(
                 SpinnerColumn(finished_text="[green]✓[/]"), TextColumn("[bold]{task.description:<8}"), BarColumn(),
                 TextColumn("{task.fields[count]}"), TextColumn("[dim]{task.fields[note]}"), TimeElapsedColumn(),
@@ -187,7 +189,7 @@ class Stages:
         self._name, self._started, self._line = name, time.monotonic(), ""
         if self._progress is not None:
             self._task = self._progress.add_task(name, total=None, count="", note=note)
-        else:
+        elif not self.quiet:
             self.console.print(f"{name}: {note or 'started'}", markup=False, highlight=False, soft_wrap=True)
             self._line_at = self._started
 
@@ -199,7 +201,7 @@ class Stages:
             return
         line = " ".join(x for x in (count, note) if x)
         now = time.monotonic()
-        if line and line != self._line and now - self._line_at >= LINE_EVERY_S:
+        if not self.quiet and line and line != self._line and now - self._line_at >= LINE_EVERY_S:
             self.console.print(f"{self._name}: {line}", markup=False, highlight=False, soft_wrap=True)
             self._line, self._line_at = line, now
 
@@ -210,7 +212,7 @@ class Stages:
             n = max(done or 0, 1)
             self._progress.update(self._task, total=n, completed=n,
                                   count=f"{done:,}" if done is not None else "", note=summary)
-        else:
+        elif not self.quiet:
             self.console.print(f"{self._name}: {summary} ({took:.1f} s)", markup=False, highlight=False, soft_wrap=True)
 
 

@@ -32,8 +32,11 @@ from cogd.index.sources import recently_changed_files
 
 log = logging.getLogger(__name__)
 
-FRONT_RECENT_FILES = 50  # recently changed files in the front (the SessionStart pack looks at as many)
-FRONT_CONNECTED_FILES = 50  # most-referenced files in the front
+# How many files of each kind the front holds besides every file entity. Small on purpose: the
+# front is what a pack is most likely to need in the first minutes (the SessionStart pack lists
+# about 8 recently changed files and a map of about 8 central ones), not a second index.
+FRONT_RECENT_FILES = 20
+FRONT_CONNECTED_FILES = 20
 FRONT_TTL_S = 30.0  # the front's files are chosen again after this long (git and one edge scan: ~10–300 ms)
 
 
@@ -53,24 +56,26 @@ class Front:
         return kind == "file" or path in self.paths
 
 
-def choose_front(root: Path, conn, indexed: set[str], recent_limit: int = FRONT_RECENT_FILES,
-                 connected_limit: int = FRONT_CONNECTED_FILES) -> Front:
+def choose_front(root: Path, conn, indexed: set[str], recent_limit: int | None = None,
+                 connected_limit: int | None = None) -> Front:
     """The front's files for the tree at ``root`` whose index ``conn`` holds.
 
     ``indexed``: the paths that hold entities (git may name deleted or unparsed files; they are
     skipped). Recent files come from git (:func:`cogd.index.sources.recently_changed_files`),
     or from the stored mtimes when git names none of ``indexed``; connected files from
     :func:`cogd.index.store.most_referenced_files`. The two lists are interleaved (recent
-    first) without repeats. Raises sqlite3.Error on a broken index.
+    first) without repeats. ``recent_limit`` / ``connected_limit``: how many files of each
+    kind (None: FRONT_RECENT_FILES / FRONT_CONNECTED_FILES). Raises sqlite3.Error on a
+    broken index.
     """
-    recent = [p for p in recently_changed_files(root, limit=max(recent_limit * 4, recent_limit)) if p in indexed]
+    recent_limit = FRONT_RECENT_FILES if recent_limit is None else recent_limit
+    connected_limit = FRONT_CONNECTED_FILES if connected_limit is None else connected_limit
+    recent = [p for p in recently_changed_files(root, limit=recent_limit * 4) if p in indexed]
     if not recent:
         recent = [p for p in store.newest_files(conn, recent_limit) if p in indexed]
     recent = recent[:recent_limit]
     connected = [p for p, _n in store.most_referenced_files(conn, connected_limit) if p in indexed]
-    paths: dict[str, int] = {}
-    for path in interleave(recent, connected):
-        paths.setdefault(path, len(paths))
+    paths = {path: rank for rank, path in enumerate(interleave(recent, connected))}
     return Front(paths, len(recent), len(connected), time.monotonic())
 
 

@@ -228,7 +228,10 @@ class EmbeddingWorker:
         if front.chosen_at == 0.0 or (stale and len(pending) > CHUNK):
             try:
                 indexed = {path for _h, _k, path in entities.values()}
+                began = time.monotonic()
                 front = self.front = embed_order.choose_front(self.index_dir.parent.parent, conn, indexed)
+                log.info("embedding front: %d files (%d recent, %d most referenced), chosen in %.0f ms",
+                         len(front.paths), front.recent, front.connected, (time.monotonic() - began) * 1000)
             except Exception:
                 log.exception("could not choose the embedding front; keeping the last one")
                 front = self.front = embed_order.Front(front.paths, front.recent, front.connected, time.monotonic())
