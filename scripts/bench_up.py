@@ -16,7 +16,7 @@ each measurement: on a shared machine other work moves the figures.
    this checkout; cogd's own tree, as a new user's first ``cogd up`` sees it) in a temporary
    directory; ``python -m cogd.cli up`` runs there with output to a pipe, exactly as the user
    types it (no options; hooks are written into the clone). Timed from the process start: the
-   ``index:`` line, the sample-pack rule and the end of the pack (the closing rule), and the
+   ``daemon started`` line, the ``index:`` line, the sample-pack rule and the end of the pack (the closing rule), and the
    exit of the command. The daemon is stopped and the clone removed after each round.
    Goal: the pack ≤ 10 s after the start.
 2. **Standard library** (skipped with ``--no-stdlib``). The running interpreter's whole
@@ -119,6 +119,8 @@ def first_pack(variant: Variant, source: Path, work: Path, n: int) -> dict:
         for line in proc.stdout:
             at = time.monotonic() - started
             lines.append(line.rstrip("\n"))
+            if line.startswith("daemon ") and "daemon" not in marks:
+                marks["daemon"] = at
             if line.startswith("index:") and "index" not in marks:
                 marks["index"] = at
             if line.startswith("─"):  # the rules around the pack
@@ -272,6 +274,7 @@ def main() -> None:
             "pack_end_median_s": _median([r["pack_end"] for r in rounds]),
             "exit_median_s": _median([r["exit"] for r in rounds]),
             "index_line_median_s": _median([r["index"] for r in rounds if "index" in r]),
+            "daemon_line_median_s": _median([r["daemon"] for r in rounds if "daemon" in r]),
         }
     if args.json:
         print(json.dumps(result, indent=2))
@@ -281,10 +284,11 @@ def main() -> None:
           f"{m['load_end']} at end")
     if args.rounds:
         print(f"first pack: `cogd up` on a fresh clone of {args.source}, {args.rounds} rounds, medians (s):")
-        print(f"  {'variant':<10} {'index line':>10} {'pack shown':>10} {'pack end':>9} {'exit':>7}  goal ≤ {GOAL_PACK_S:g} s")
+        print(f"  {'variant':<10} {'daemon up':>10} {'index line':>10} {'pack shown':>10} {'pack end':>9} {'exit':>7}"
+              f"  goal ≤ {GOAL_PACK_S:g} s")
         for name, s in result["summary"].items():
             verdict = "meets" if s["pack_end_median_s"] is not None and s["pack_end_median_s"] <= GOAL_PACK_S else "MISSES"
-            print(f"  {name:<10} {s['index_line_median_s']!s:>10} {s['pack_start_median_s']!s:>10} "
+            print(f"  {name:<10} {s['daemon_line_median_s']!s:>10} {s['index_line_median_s']!s:>10} {s['pack_start_median_s']!s:>10} "
                   f"{s['pack_end_median_s']!s:>9} {s['exit_median_s']!s:>7}  {verdict}")
         for name, rounds in result["first_pack"].items():
             print(f"  [{name}] {rounds[-1]['index_line']}\n  [{name}] {rounds[-1]['embedding_line']}")
