@@ -136,3 +136,27 @@ def test_the_worker_embeds_the_front_first_and_reports_its_coverage(tmp_path, mo
             len(entities), len(entities), len(entities))
     finally:
         worker.stop()
+
+
+def test_a_front_chosen_before_the_first_index_is_chosen_again(tmp_path, monkeypatch):
+    """The daemon's worker makes its first pass while the first index is still being built (no
+    entities, so no front files); the pass after the index commits chooses the front, without
+    waiting out FRONT_TTL_S."""
+    root = _repo_with_history(tmp_path)
+    layout = Layout(root).ensure()
+    indexer = Indexer(root, layout.index_db)  # the schema, no rows yet
+    monkeypatch.setattr(embed_order, "FRONT_RECENT_FILES", 1)
+    monkeypatch.setattr(embed_order, "FRONT_CONNECTED_FILES", 1)
+    monkeypatch.setattr(embedder_module, "CHUNK", 3)
+    worker = EmbeddingWorker(layout.index_dir, layout.index_db, EmbedConfig(threads=1))
+    try:
+        first = wait_for(lambda: (s := worker.status())["phase"] == "current" and s, what="the empty pass")
+        assert (first["entities"], first["front"]["files"], first["front"]["entities"]) == (0, 0, 0)
+        indexer.refresh()
+        worker.notify()
+        done = wait_for(lambda: (s := worker.status())["phase"] == "current" and s["entities"] and s,
+                        what="the pass over the index")
+        assert done["front"]["files"] == 2 and done["front"]["embedded_entities"] == len(FILES) + 5
+    finally:
+        worker.stop()
+        indexer.close()

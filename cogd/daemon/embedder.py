@@ -218,13 +218,14 @@ class EmbeddingWorker:
     def _ordered(self, conn, entities: dict, pending: list[str]) -> tuple[list[str], set[str]]:
         """``pending`` in embedding order and the front's ids (cogd.daemon.embed_order).
 
-        The front's files are chosen again when they are older than FRONT_TTL_S and the pass
-        has more than one chunk to do (a save's few entities go in one chunk: order does not
+        The front's files are chosen again when they are older than FRONT_TTL_S (or none were
+        found) and the pass has more than one chunk to do (a save's few entities go in one chunk: order does not
         matter there, and git is not asked on every save). If choosing fails, the last front
         is kept (file entities still go first).
         """
         front = self.front
-        stale = time.monotonic() - front.chosen_at > embed_order.FRONT_TTL_S
+        # An empty front is stale at once: it was chosen before the first index had committed.
+        stale = not front.paths or time.monotonic() - front.chosen_at > embed_order.FRONT_TTL_S
         if front.chosen_at == 0.0 or (stale and len(pending) > CHUNK):
             try:
                 indexed = {path for _h, _k, path in entities.values()}
