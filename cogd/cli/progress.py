@@ -89,9 +89,10 @@ def follow_embedding(be, wait_s: float | None = None, *, tty: bool | None = None
     if wait_s is None and not tty:
         wait_s = 0.0
     deadline = None if wait_s is None else time.monotonic() + wait_s
-    e: dict = be.call("status").get("embedding") or {}
+    e: dict = {}
     interrupted = False
     try:
+        e = be.call("status").get("embedding") or {}
         if tty:
             e = _bar(be, e, deadline)
         else:
