@@ -77,7 +77,7 @@ def follow_embedding(be, wait_s: float | None = None, *, tty: bool | None = None
     """Show the background embedding of ``be``'s daemon (a backend), then one summary line.
 
     On a terminal (``tty`` None: whether stderr is one): a live bar — entities embedded of
-    the total, the rate, the ETA and the front's coverage (README "Status words") — until the
+    the total, the rate, the ETA and the front's coverage (README "What `cogd up` does") — until the
     embedding is current, ``wait_s`` seconds have passed (None: no limit), or the user presses
     Ctrl-C, which stops only the bar: the daemon goes on embedding in the background, and the
     summary line says so. Without a terminal: no bar; one line now, one every LINE_EVERY_S
@@ -89,17 +89,17 @@ def follow_embedding(be, wait_s: float | None = None, *, tty: bool | None = None
     if wait_s is None and not tty:
         wait_s = 0.0
     deadline = None if wait_s is None else time.monotonic() + wait_s
-    e: dict = {}
+    seen: dict = {}  # the last embedding status read (the loops update it; a Ctrl-C keeps it)
     interrupted = False
     try:
-        e = be.call("status").get("embedding") or {}
-        if tty:
-            e = _bar(be, e, deadline)
-        else:
-            e = _lines(be, e, deadline)
+        (_bar if tty else _lines)(be, seen, deadline)
     except KeyboardInterrupt:
         interrupted = True
-    if e.get("state") == "error":
+    e = dict(seen)
+    background = "Ctrl-C stopped only this display: the daemon goes on embedding in the background (`cogd status` shows it)"
+    if interrupted and not e:
+        click.echo(f"embedding: {background}")
+    elif e.get("state") == "error":
         err.print(f"[yellow]embeddings unavailable[/] ({e.get('error')}); packs use BM25 only")
     elif e.get("state") not in ("disabled", None):
         left = not _finished(e)
@@ -108,18 +108,27 @@ def follow_embedding(be, wait_s: float | None = None, *, tty: bool | None = None
         if left and front.get("entities") and front.get("embedded_entities") == front["entities"]:
             line += f"; the front ({front['entities']:,} entities packs need first) is embedded"
         if interrupted:
-            line += "; Ctrl-C stopped only this display: the daemon goes on embedding in the background (`cogd status` shows it)"
+            line += f"; {background}"
         elif left:
             line += "; continuing in the background (see `cogd status`)"
         click.echo(line)
     return e
 
 
-def _bar(be, e: dict, deadline: float | None) -> dict:
-    """The live bar of :func:`follow_embedding`; returns the last status (KeyboardInterrupt passes)."""
+def _poll(be, seen: dict) -> dict:
+    """The daemon's embedding status, also left in ``seen`` (replacing what it held)."""
+    e = be.call("status").get("embedding") or {}
+    seen.clear()
+    seen.update(e)
+    return e
+
+
+def _bar(be, seen: dict, deadline: float | None) -> None:
+    """The live bar of :func:`follow_embedding`, the last status left in ``seen`` (a KeyboardInterrupt passes)."""
     columns = (SpinnerColumn(finished_text="[green]✓[/]"), TextColumn("[bold]embedding"), BarColumn(),
                TextColumn("{task.fields[counts]}"), TimeElapsedColumn(),
                TextColumn("[dim]Ctrl-C leaves it to the background[/]"))
+    e = _poll(be, seen)
     with Progress(*columns, console=err, transient=True) as progress:
         task = progress.add_task("embed", total=None, counts=_counts(e))
         while True:
@@ -128,15 +137,17 @@ def _bar(be, e: dict, deadline: float | None) -> dict:
             progress.update(task, total=total if counted else None,
                             completed=e.get("embedded_entities", 0) if counted else 0, counts=_counts(e))
             if _finished(e) or (deadline is not None and time.monotonic() > deadline):
-                return e
+                return
             time.sleep(POLL_S)
-            e = be.call("status").get("embedding") or {}
+            e = _poll(be, seen)
 
 
-def _lines(be, e: dict, deadline: float | None) -> dict:
+def _lines(be, seen: dict, deadline: float | None) -> None:
     """The line-based form of :func:`follow_embedding`: a line when the numbers changed, at most
-    one per LINE_EVERY_S, until the embedding is finished or ``deadline`` (never None here)."""
+    one per LINE_EVERY_S, until the embedding is finished or ``deadline`` (never None here); the
+    last status is left in ``seen``."""
     assert deadline is not None
+    e = _poll(be, seen)
     printed, last_at = "", 0.0
     while not _finished(e) and time.monotonic() <= deadline:
         now = time.monotonic()
@@ -145,8 +156,7 @@ def _lines(be, e: dict, deadline: float | None) -> dict:
             click.echo(f"embedding: {line}")
             printed, last_at = line, now
         time.sleep(min(POLL_S * 4, max(deadline - now, 0.01)))
-        e = be.call("status").get("embedding") or {}
-    return e
+        e = _poll(be, seen)
 
 
 class Stages:
