@@ -27,9 +27,10 @@ each measurement: on a shared machine other work moves the figures.
    front (file entities and the definitions of recent and most-referenced files; a daemon
    that reports no front leaves this blank), and to the full embedding (nothing pending,
    nothing queued); the embedding rate over that span; the daemon's peak RSS (``VmHWM`` of
-   ``/proc/<pid>/status``, read at every poll; the largest value seen). ``--timeout S``
-   (default 3600) stops waiting for the full embedding after S seconds (the coverage reached is
-   reported); ``--no-embed-wait`` stops after the lexical index.
+   ``/proc/<pid>/status``, read at every poll; the largest value seen, and the value when the
+   lexical index was done, to tell indexing's share from embedding's). ``--timeout S``
+   (default 3600) stops waiting S seconds after ``cogd start`` (the coverage reached and the
+   rate then are reported); ``--no-embed-wait`` stops after the lexical index.
 
 The daemon of each measurement is stopped, and the temporary directory removed at the end
 (``--keep`` keeps the directory).
@@ -194,7 +195,7 @@ def stdlib_run(variant: Variant, template: Path, work: Path, *, embed_wait: bool
             index, e = status["index"], status.get("embedding") or {}
             if "index_s" not in out and index.get("refreshes", 0) >= 1 and index["state"] == "idle":
                 out.update(index_s=round(at, 2), files=index["files"], entities=index["entities"],
-                           file_entities=index.get("file_entities"))
+                           file_entities=index.get("file_entities"), peak_rss_at_index_mb=round(peak, 1))
                 if not embed_wait:
                     break
             front = e.get("front") or {}
@@ -301,7 +302,8 @@ def main() -> None:
               + (f" (stopped waiting at {s['timed_out_s']} s, coverage {s.get('coverage')}, "
                  f"{e.get('rate_per_s')}/s at the end)" if "timed_out_s" in s else "")
               + (f", {s['embed_rate_per_s']} entities/s" if "embed_rate_per_s" in s else "")
-              + f"; daemon peak RSS {s.get('peak_rss_mb')} MB; model {e.get('model')}; "
+              + f"; daemon peak RSS {s.get('peak_rss_mb')} MB ({s.get('peak_rss_at_index_mb')} MB when the "
+              f"lexical index was done); model {e.get('model')}; "
               f"load {s['load_before']} → {s['load_after']}")
 
 
