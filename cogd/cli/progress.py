@@ -45,7 +45,7 @@ def format_eta(seconds: float) -> str:
     if s < 60:
         return f"{s} s"
     if s < 3600:
-        return f"{s // 60} min {s % 60:02d} s" if s < 600 else f"{round(s / 60)} min"
+        return f"{s // 60} min {s % 60:02d} s" if s < 600 else f"{s // 60} min"
     return f"{s // 3600} h {s % 3600 // 60:02d} min"
 
 
