@@ -39,11 +39,11 @@ from pathlib import Path
 
 import numpy as np
 
-from cogd import faults
 from cogd.config import EmbedConfig
-from cogd.daemon import embed_order
 from cogd.index import store
 from cogd.inlist import chunked
+from cogd import faults
+from cogd.daemon import embed_order
 from cogd.index.vectors import DenseIndex, VectorStore, open_vectors
 
 log = logging.getLogger(__name__)
@@ -119,12 +119,12 @@ class EmbeddingWorker:
         remaining = max(self.total - self.done, 0)
         eta = remaining / self.rate if self.rate > 0 and remaining else 0.0
         return {
+            "front": self.front_status(),  # what is embedded first, and how much of it is (cogd.daemon.embed_order)
             "state": self.state, "phase": self.phase, "model": self.model_id, "coverage": round(self.coverage, 4),
             "entities": self.total, "embedded_entities": self.done, "pending": remaining,
             "rate_per_s": round(self.rate, 1), "eta_s": round(eta, 1), "error": self.error,
             "queued": self._pending,  # a pass is due (the index changed since the last one)
             "computed": self.embedded,  # vectors the model computed since start (the rest came from the cache)
-            "front": self.front_status(),
         }
 
     def front_status(self) -> dict:
