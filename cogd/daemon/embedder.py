@@ -215,29 +215,6 @@ class EmbeddingWorker:
         with self._cond:
             return self._stopping or self._pending
 
-    def _ordered(self, conn, entities: dict, pending: list[str]) -> tuple[list[str], set[str]]:
-        """``pending`` in embedding order and the front's ids (cogd.daemon.embed_order).
-
-        The front's files are chosen again when they are older than FRONT_TTL_S (or none were
-        found) and the pass has more than one chunk to do (a save's few entities go in one chunk: order does not
-        matter there, and git is not asked on every save). If choosing fails, the last front
-        is kept (file entities still go first).
-        """
-        front = self.front
-        # An empty front is stale at once: it was chosen before the first index had committed.
-        stale = not front.paths or time.monotonic() - front.chosen_at > embed_order.FRONT_TTL_S
-        if front.chosen_at == 0.0 or (stale and len(pending) > CHUNK):
-            try:
-                indexed = {path for _h, _k, path in entities.values()}
-                began = time.monotonic()
-                front = self.front = embed_order.choose_front(self.index_dir.parent.parent, conn, indexed)
-                log.info("embedding front: %d files (%d recent, %d most referenced), chosen in %.0f ms",
-                         len(front.paths), front.recent, front.connected, (time.monotonic() - began) * 1000)
-            except Exception:
-                log.exception("could not choose the embedding front; keeping the last one")
-                front = self.front = embed_order.Front(front.paths, front.recent, front.connected, time.monotonic())
-        return embed_order.order(pending, entities, front), embed_order.front_ids(entities, front)
-
     def _pass(self, conn, vectors: VectorStore) -> None:
         from cogd.embed.text import entity_text, text_key
 
@@ -289,3 +266,26 @@ class EmbeddingWorker:
             elapsed = time.monotonic() - started
             self.rate = (self.done - embedded_at_start) / elapsed if elapsed > 0 else 0.0
         vectors.compact()
+
+    def _ordered(self, conn, entities: dict, pending: list[str]) -> tuple[list[str], set[str]]:
+        """``pending`` in embedding order and the front's ids (cogd.daemon.embed_order).
+
+        The front's files are chosen again when they are older than FRONT_TTL_S (or none were
+        found) and the pass has more than one chunk to do (a save's few entities go in one
+        chunk: order does not matter there, and git is not asked on every save). If choosing
+        fails, the last front is kept (file entities still go first).
+        """
+        front = self.front
+        # An empty front is stale at once: it was chosen before the first index had committed.
+        stale = not front.paths or time.monotonic() - front.chosen_at > embed_order.FRONT_TTL_S
+        if front.chosen_at == 0.0 or (stale and len(pending) > CHUNK):
+            try:
+                indexed = {path for _h, _k, path in entities.values()}
+                began = time.monotonic()
+                front = self.front = embed_order.choose_front(self.index_dir.parent.parent, conn, indexed)
+                log.info("embedding front: %d files (%d recent, %d most referenced), chosen in %.0f ms",
+                         len(front.paths), front.recent, front.connected, (time.monotonic() - began) * 1000)
+            except Exception:
+                log.exception("could not choose the embedding front; keeping the last one")
+                front = self.front = embed_order.Front(front.paths, front.recent, front.connected, time.monotonic())
+        return embed_order.order(pending, entities, front), embed_order.front_ids(entities, front)
