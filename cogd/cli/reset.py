@@ -16,7 +16,8 @@ the memory files (``memory.sync``), then each hook of :data:`REBUILD_HOOKS`, the
 (from the cache; the model only for texts it has never seen); delete the old
 folder; optionally wipe the ledger; release the lock; restart the daemon if
 it was running. If the rebuild fails, the old projection is put back as it
-was and the error is raised: nothing is lost.
+was and the error is raised: nothing is lost. Each rebuild step is a stage of
+:class:`cogd.cli.progress.Stages` (a bar per stage on a terminal, lines otherwise).
 """
 
 from __future__ import annotations
@@ -77,6 +78,7 @@ def _rebuild_index(layout: Layout, config: Config, stages: Stages) -> dict:
 
     service = Service(layout, config, start_index=False, start_embedder=False)
     try:
+        log.info("rebuilding the code index from the work tree")
         stages.start("index", "parsing the work tree")
         worker = service.worker
         ticket = service.call("index.refresh", {"wait": False, "full": True})["ticket"]
@@ -93,6 +95,7 @@ def _rebuild_index(layout: Layout, config: Config, stages: Stages) -> dict:
         # after the code index, so anchors are judged against the rebuilt index.
         memory = None
         if done and "memory.sync" in service.methods:
+            log.info("rebuilding memory.db from the memory files")
             stages.start("memory", "reading the memory files")
             memory = service.call("memory.sync", {})
             stages.finish(_memory_summary(memory), memory.get("seen", 0))
@@ -101,7 +104,7 @@ def _rebuild_index(layout: Layout, config: Config, stages: Stages) -> dict:
     if not done:
         raise ResetError(f"the index rebuild did not finish: {status.get('last_error') or 'unknown reason'}",
                          "internal")
-    return {"refresh": (status["index"].get("last_refresh")), "memory": memory, **counts}
+    return {"refresh": status["index"].get("last_refresh"), "memory": memory, **counts}
 
 
 def _memory_summary(memory: dict) -> str:
@@ -119,6 +122,7 @@ def _rebuild_vectors(layout: Layout, config: Config, wait_s: float, stages: Stag
     """
     from cogd.daemon.embedder import EmbeddingWorker
 
+    log.info("rebuilding vectors from the embedding cache")
     stages.start("vectors", "loading the model")
     worker = EmbeddingWorker(layout.index_dir, layout.index_db, config.embed)
     deadline = time.monotonic() + wait_s
@@ -142,6 +146,8 @@ def _rebuild_vectors(layout: Layout, config: Config, wait_s: float, stages: Stag
             time.sleep(POLL_S / 2)
     finally:
         worker.stop()
+    log.info("vectors: %s of %s entities, %s computed by the model", status.get("embedded_entities"),
+             status.get("entities"), status.get("computed"))
     return {k: status.get(k) for k in ("state", "model", "entities", "embedded_entities", "pending", "computed", "error")}
 
 
@@ -234,6 +240,7 @@ def _rebuild(layout: Layout, config: Config, wait_embed_s: float, stages: Stages
     each a stage of ``stages``; returns ``{"index", "hooks", "vectors"}`` for :func:`reset`'s result."""
     out: dict = {"index": _rebuild_index(layout, config, stages), "hooks": [], "vectors": None}
     for hook in REBUILD_HOOKS:
+        log.info("rebuilding: %s", getattr(hook, "__name__", "hook"))
         stages.start(getattr(hook, "__name__", "hook"), "rebuilding")
         out["hooks"].append(hook(layout, config))
         stages.finish("rebuilt")
