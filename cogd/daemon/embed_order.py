@@ -21,7 +21,6 @@ arrives, never *which* vectors exist.
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -29,8 +28,6 @@ from pathlib import Path
 
 from cogd.index import store
 from cogd.index.sources import recently_changed_files
-
-log = logging.getLogger(__name__)
 
 # How many files of each kind the front holds besides every file entity. Small on purpose: the
 # front is what a pack is most likely to need in the first minutes (the SessionStart pack lists
