@@ -10,7 +10,10 @@ switch faults on and off in a running daemon. Faults:
     (``sqlite3.OperationalError: database or disk is full``);
 ``hold_index``
     the index worker holds each refresh (state ``indexing``) until the fault
-    is removed, so a test can act during the first index deterministically.
+    is removed, so a test can act during the first index deterministically;
+``hold_embed``
+    the embedding worker waits before each chunk of a pass (the entities are
+    counted, the chunk not embedded yet) until the fault is removed.
 
 Reading the file costs one ``stat`` per check, and only when the variable is set.
 

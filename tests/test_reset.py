@@ -14,7 +14,7 @@ from cogd.config import load_config
 from cogd.rpc import control
 from cogd.rpc.client import call
 from cogd.paths import Layout
-from conftest import copy_stdlib, lexical_only, make_repo, run_cogd
+from conftest import Daemon, copy_stdlib, lexical_only, make_repo, run_cogd, wait_for
 
 pytestmark = pytest.mark.timeout(600)  # a hang guard, generous for a busy machine
 
@@ -172,3 +172,32 @@ def test_reset_refuses_while_another_process_holds_the_lock(repo):
         os.close(fd)
     assert proc.returncode == 1 and "not this repository's daemon" in proc.stderr
     assert dump(repo) == before
+
+
+def test_a_reset_after_the_daemon_embedded_computes_only_what_the_cache_lacks(tmp_path):
+    """The daemon fills the cache; a file is added; ``cogd reset`` runs the model on exactly the
+    new file's two entities (its file entity and its function), shows each stage, and a second
+    reset (in-process, the worker's own counter) runs the model on nothing."""
+    files = {f"pkg/m{i}.py": f'def handler_{i}(x):\n    """Handle case {i}."""\n    return x + {i}\n' for i in range(3)}
+    root = make_repo(tmp_path / "repo", files)
+    try:
+        run_cogd(root, "start")
+        run_cogd(root, "index")
+        wait_for(lambda: (e := json.loads(run_cogd(root, "status", "--json").stdout)["embedding"])["phase"] == "current"
+                 and e["embedded_entities"] == 6 and e, what="the daemon's embedding")
+    finally:
+        Daemon(root).stop()
+    (root / "pkg" / "extra.py").write_text('def brand_new(y):\n    """Never embedded before."""\n    return -y\n',
+                                           encoding="utf-8")
+    proc = run_cogd(root, "reset")
+    assert "vectors: 8 of 8, 2 computed by the model (the rest from the cache)" in proc.stdout, proc.stdout
+    stages = [line.split(":", 1)[0] for line in proc.stderr.splitlines() if "(" in line and line.endswith(" s)")]
+    assert stages == ["index", "memory", "vectors"], proc.stderr
+    assert "index: 4 files, 4 code entities, " in proc.stderr
+    assert "vectors: 8 of 8 entities, 2 computed by the model (the rest from the cache)" in proc.stderr
+
+    layout = Layout(root)
+    result = reset_module.reset(layout, load_config(layout.config_file), restart=False)
+    assert {k: result["vectors"][k] for k in ("state", "entities", "embedded_entities", "pending", "computed")} == {
+        "state": "idle", "entities": 8, "embedded_entities": 8, "pending": 0, "computed": 0}
+    assert len(dump(root)["vectors"]) == 8

@@ -10,18 +10,24 @@ import click
 from cogd import safepath
 from cogd.cli.base import RemoteBackend, console, layout_from, not_up
 from cogd.cli.install import LOCAL_HELP, install_hooks_for
-from cogd.cli.progress import embed_with_progress, index_with_progress
+from cogd.cli.progress import follow_embedding, index_with_progress
 from cogd.rpc import control
 
 
 @click.command()
 @click.option("--no-hooks", is_flag=True, help="Do not touch .claude/.")
 @click.option("--local", "local_hooks", is_flag=True, help=LOCAL_HELP)
-@click.option("--wait-embed", default=60, show_default=True,
-              help="Seconds to show embedding progress before leaving it to the background.")
+@click.option("--wait-embed", type=click.FloatRange(min=0), default=None, metavar="SECONDS",
+              help="Show the background embedding for at most this long after the pack. Default: on a "
+                   "terminal until it is done (Ctrl-C leaves it to the background); otherwise not at all.")
 @click.pass_context
-def up(ctx: click.Context, no_hooks: bool, local_hooks: bool, wait_embed: int) -> None:
-    """Set up this repository: start the daemon, index, wire Claude Code hooks, show a pack."""
+def up(ctx: click.Context, no_hooks: bool, local_hooks: bool, wait_embed: float | None) -> None:
+    """Set up this repository: start the daemon, index, wire Claude Code hooks, show a pack.
+
+    The pack is printed as soon as the lexical index is current (it gains vectors as they
+    arrive); then the background embedding is shown until it is done, and Ctrl-C leaves it
+    running in the background.
+    """
     layout = layout_from(ctx)
     console.print(f"[bold]cogd[/] for [cyan]{layout.root}[/]")
     started = control.spawn(layout, force=True)
@@ -37,14 +43,15 @@ def up(ctx: click.Context, no_hooks: bool, local_hooks: bool, wait_embed: int) -
         + f", {index['edges']} edges "
         f"at commit {(index['commit'] or 'none')[:12]} ({time.monotonic() - t0:.1f} s)"
     )
-    embed_with_progress(be, wait_embed)
     if not no_hooks:
         install_hooks_for(layout, local_hooks)
+    # The pack first: it needs the lexical index only, and the embedding may take minutes.
     pack = be.call("context.session_start", {"session_id": "cogd-up", "source": "startup", "record": False})
     console.rule("sample context pack (what SessionStart injects)")
     click.echo(pack["text"] or "(empty: no entities indexed yet)")
     console.rule()
     console.print("Try [bold]cogd context \"your question\"[/] to see a prompt pack.")
+    follow_embedding(be, wait_embed)
 
 
 @click.command()

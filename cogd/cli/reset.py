@@ -16,7 +16,8 @@ the memory files (``memory.sync``), then each hook of :data:`REBUILD_HOOKS`, the
 (from the cache; the model only for texts it has never seen); delete the old
 folder; optionally wipe the ledger; release the lock; restart the daemon if
 it was running. If the rebuild fails, the old projection is put back as it
-was and the error is raised: nothing is lost.
+was and the error is raised: nothing is lost. Each rebuild step is a stage of
+:class:`cogd.cli.progress.Stages` (a bar per stage on a terminal, lines otherwise).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from pathlib import Path
 import click
 
 from cogd.cli.base import err, layout_from
+from cogd.cli.progress import Stages
 from cogd.config import Config, load_config
 from cogd.errors import CogdError
 from cogd.rpc import control
@@ -43,6 +45,8 @@ CACHE_FILES = ("embed_cache.db", "embed_cache.db-wal", "embed_cache.db-shm")
 LEDGER_FILES = ("state.db", "state.db-wal", "state.db-shm")
 MEMORY_DB_FILES = ("memory.db", "memory.db-wal", "memory.db-shm")
 OLD_INDEX = "index.reset-old"  # where the old projection waits until the new one is built
+INDEX_TIMEOUT_S = 3600.0  # the index rebuild is given up (and the old projection put back) after this long
+POLL_S = 0.1  # how often a stage's progress is read
 
 #: Extension point: functions ``(layout, config) -> dict`` that rebuild further parts of the
 #: projection after the code index and ``memory.db`` (rebuilt by the daemon service's
@@ -67,50 +71,83 @@ def _say(progress: Callable[[str], None] | None, message: str) -> None:
         progress(message)
 
 
-def _rebuild_index(layout: Layout, config: Config) -> dict:
-    """A full refresh of a new, empty ``index.db``; returns the refresh result and counts."""
+def _rebuild_index(layout: Layout, config: Config, stages: Stages) -> dict:
+    """A full refresh of a new, empty ``index.db``, then ``memory.db`` from the memory files;
+    returns the refresh result and counts. Each is a stage of ``stages``."""
     from cogd.daemon.service import Service
 
     service = Service(layout, config, start_index=False, start_embedder=False)
     try:
-        answer = service.call("index.refresh", {"wait": True, "full": True})
+        log.info("rebuilding the code index from the work tree")
+        stages.start("index", "parsing the work tree")
+        worker = service.worker
+        ticket = service.call("index.refresh", {"wait": False, "full": True})["ticket"]
+        deadline = time.monotonic() + INDEX_TIMEOUT_S
+        while not (done := worker.wait(ticket, timeout=POLL_S)) and time.monotonic() < deadline:
+            p = dict(worker.progress)
+            stages.update(p.get("done", 0), p.get("total") or None, "files parsed")
+        status = service.call("status", {})
+        counts = {k: status["index"][k] for k in ("files", "entities", "edges")}
+        if done:
+            stages.finish(f"{counts['files']:,} files, {counts['entities']:,} code entities, "
+                          f"{counts['edges']:,} edges", counts["files"])
         # memory.db (part of the projection) is rebuilt from .cogd/memory/*.md by a sync
         # after the code index, so anchors are judged against the rebuilt index.
-        memory = service.call("memory.sync", {}) if "memory.sync" in service.methods else None
-        status = service.call("status", {})
+        memory = None
+        if done and "memory.sync" in service.methods:
+            log.info("rebuilding memory.db from the memory files")
+            stages.start("memory", "reading the memory files")
+            memory = service.call("memory.sync", {})
+            stages.finish(_memory_summary(memory), memory.get("seen", 0))
     finally:
         service.close()
-    if not answer.get("done"):
+    if not done:
         raise ResetError(f"the index rebuild did not finish: {status.get('last_error') or 'unknown reason'}",
                          "internal")
-    counts = {k: status["index"][k] for k in ("files", "entities", "edges")}
-    return {"refresh": answer.get("result"), "memory": memory, **counts}
+    return {"refresh": status["index"].get("last_refresh"), "memory": memory, **counts}
 
 
-def _rebuild_vectors(layout: Layout, config: Config, wait_s: float,
-                     progress: Callable[[str], None] | None) -> dict:
+def _memory_summary(memory: dict) -> str:
+    """``3 memory files read: 2 accepted, 1 broken`` from a ``memory.sync`` result."""
+    counts = ", ".join(f"{memory[k]} {k}" for k in ("accepted", "refused", "broken", "removed") if memory.get(k))
+    return f"{memory.get('seen', 0):,} memory files read" + (f": {counts}" if counts else "")
+
+
+def _rebuild_vectors(layout: Layout, config: Config, wait_s: float, stages: Stages) -> dict:
     """Re-create the LanceDB vectors from the kept cache (the model embeds only cache misses).
 
     Waits at most ``wait_s`` seconds; what is left is done by the daemon later
-    (vectors are upserted as they go). Returns the embedder's final status.
+    (vectors are upserted as they go). Returns the embedder's final status; its ``computed``
+    is how many texts the model embedded (the rest came from the cache).
     """
     from cogd.daemon.embedder import EmbeddingWorker
 
+    log.info("rebuilding vectors from the embedding cache")
+    stages.start("vectors", "loading the model")
     worker = EmbeddingWorker(layout.index_dir, layout.index_db, config.embed)
     deadline = time.monotonic() + wait_s
     try:
         while True:
             status = worker.status()
             if status["state"] == "error":
+                stages.finish(f"embeddings unavailable: {status['error']}")
                 break
             if status["state"] == "idle" and not status["queued"]:
+                stages.finish(f"{status['embedded_entities']:,} of {status['entities']:,} entities, "
+                              f"{status['computed']:,} computed by the model (the rest from the cache)",
+                              status["embedded_entities"])
                 break
             if time.monotonic() > deadline:
-                _say(progress, f"vectors: {status['pending']} left for the daemon to finish")
+                stages.finish(f"{status['pending']:,} left for the daemon to finish")
                 break
-            time.sleep(0.05)
+            if worker.counted:
+                stages.update(status["embedded_entities"], status["entities"] or None,
+                              f"{status['computed']:,} computed by the model")
+            time.sleep(POLL_S / 2)
     finally:
         worker.stop()
+    log.info("vectors: %s of %s entities, %s computed by the model", status.get("embedded_entities"),
+             status.get("entities"), status.get("computed"))
     return {k: status.get(k) for k in ("state", "model", "entities", "embedded_entities", "pending", "computed", "error")}
 
 
@@ -120,13 +157,16 @@ def _move(src: Path, dst: Path) -> None:
 
 
 def reset(layout: Layout, config: Config, *, wipe_ledger: bool = False, restart: bool = True,
-          wait_embed_s: float = 600.0, progress: Callable[[str], None] | None = None) -> dict:
+          wait_embed_s: float = 600.0, progress: Callable[[str], None] | None = None,
+          stages: Stages | None = None) -> dict:
     """Drop and rebuild ``layout``'s projection; see the module doc for the sequence.
 
     ``wipe_ledger``: also delete ``.cogd/state.db`` (the caller has asked the
     user). ``restart``: start the daemon again if it was running.
     ``wait_embed_s``: how long to spend rebuilding vectors (with embeddings
-    enabled). ``progress``: called with one line per step.
+    enabled). ``progress``: called with one line per step. ``stages``: where the rebuild's
+    stages (index, memory, each hook, vectors) show their progress
+    (:class:`cogd.cli.progress.Stages`; None: nowhere).
 
     Returns ``{"was_running", "restarted", "index": {...}, "hooks": [...],
     "vectors": {...} | None, "embed_cache_kept", "ledger_wiped",
@@ -146,7 +186,7 @@ def reset(layout: Layout, config: Config, *, wipe_ledger: bool = False, restart:
         old = _set_aside(layout)
         result["embed_cache_kept"] = (layout.index_dir / CACHE_FILES[0]).exists()
         try:
-            result.update(_rebuild(layout, config, wait_embed_s, progress))
+            result.update(_rebuild(layout, config, wait_embed_s, stages or Stages(quiet=True)))
         except BaseException:
             log.exception("reset failed: restoring the previous projection")
             _put_back(layout, old)
@@ -195,18 +235,17 @@ def _set_aside(layout: Layout) -> Path:
     return old
 
 
-def _rebuild(layout: Layout, config: Config, wait_embed_s: float,
-             progress: Callable[[str], None] | None) -> dict:
-    """Rebuild the index (and ``memory.db``), then each of :data:`REBUILD_HOOKS`, then the vectors;
-    returns ``{"index", "hooks", "vectors"}`` for :func:`reset`'s result."""
-    _say(progress, "rebuilding the code index from the work tree")
-    out: dict = {"index": _rebuild_index(layout, config), "hooks": [], "vectors": None}
+def _rebuild(layout: Layout, config: Config, wait_embed_s: float, stages: Stages) -> dict:
+    """Rebuild the index (and ``memory.db``), then each of :data:`REBUILD_HOOKS`, then the vectors,
+    each a stage of ``stages``; returns ``{"index", "hooks", "vectors"}`` for :func:`reset`'s result."""
+    out: dict = {"index": _rebuild_index(layout, config, stages), "hooks": [], "vectors": None}
     for hook in REBUILD_HOOKS:
-        _say(progress, f"rebuilding: {getattr(hook, '__name__', 'hook')}")
+        log.info("rebuilding: %s", getattr(hook, "__name__", "hook"))
+        stages.start(getattr(hook, "__name__", "hook"), "rebuilding")
         out["hooks"].append(hook(layout, config))
+        stages.finish("rebuilt")
     if config.embed.enabled:
-        _say(progress, "rebuilding vectors from the embedding cache")
-        out["vectors"] = _rebuild_vectors(layout, config, wait_embed_s, progress)
+        out["vectors"] = _rebuild_vectors(layout, config, wait_embed_s, stages)
     return out
 
 
@@ -253,8 +292,9 @@ def reset_command(ctx: click.Context, wipe_all: bool, yes: bool, wait_embed: flo
     if wipe_all and not yes:
         click.confirm(f"Wipe the local ledger {layout.state_db} (deliveries, tool uses, sessions)? "
                       "It cannot be rebuilt", abort=True, err=True)
-    result = reset(layout, config, wipe_ledger=wipe_all, wait_embed_s=wait_embed,
-                   progress=lambda line: err.print(f"[dim]{line}[/]"))
+    with Stages() as stages:
+        result = reset(layout, config, wipe_ledger=wipe_all, wait_embed_s=wait_embed,
+                       progress=lambda line: err.print(f"[dim]{line}[/]"), stages=stages)
     index = result["index"]
     click.echo(f"projection rebuilt: {index['files']} files, {index['entities']} code entities, "
                f"{index['edges']} edges ({result['duration_s']:.1f} s)")

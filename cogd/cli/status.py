@@ -11,7 +11,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from cogd.cli.base import console, format_age, layout_from, rough_age
-from cogd.cli.progress import embedding_line
+from cogd.cli.progress import embedding_line, front_line
 from cogd.memory.gitstate import COMMIT_HINT
 from cogd.paths import Layout
 from cogd.rpc import control, locate
@@ -36,6 +36,12 @@ def _resolved_rows(resolved: dict | None) -> list[tuple[str, str]]:
         return []
     ago = max(time.time() - float(resolved.get("resolved_at") or 0), 0)
     return [("resolved", escape(f"{resolved.get('error')} (cleared {format_age(ago)} ago)"))]
+
+
+def _front_rows(embedding: dict) -> list[tuple[str, str]]:
+    """``front``: the coverage of what the embedder does first (see cogd.daemon.embed_order)."""
+    line = front_line(embedding)
+    return [("front", line)] if line else []
 
 
 def _watch_line(w: dict) -> str:
@@ -86,6 +92,7 @@ def status(ctx: click.Context, as_json: bool) -> None:
         *_skipped_rows(index), *_language_rows(result.get("languages") or {}),
         ("commit", index["commit"] or "-"), ("worker", f"{index['state']} (queue {index['queue_depth']})"),
         ("embedding", embedding_line(result.get("embedding") or {})),
+        *_front_rows(result.get("embedding") or {}),
         ("watching", _watch_line(result.get("watch") or {})),
         ("last error", result.get("last_error") or "-"),
         *_resolved_rows(result.get("last_resolved")),

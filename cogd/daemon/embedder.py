@@ -7,6 +7,9 @@ A pass compares every entity's content hash with the stored vector's
 cache keyed by (model, text hash), so an entity that comes back (a branch
 switched away and back) is never embedded twice. Rows whose entity is gone, or
 that another model made, are deleted: vectors of two models are never mixed.
+What packs need first is embedded first (file entities, then the definitions of
+recently changed and most-referenced files: the *front*, cogd.daemon.embed_order),
+and the front's coverage is reported on its own.
 
 Status words (``phase`` in :meth:`EmbeddingWorker.status`), so that a number
 is never shown before it means something:
@@ -39,6 +42,8 @@ import numpy as np
 from cogd.config import EmbedConfig
 from cogd.index import store
 from cogd.inlist import chunked
+from cogd import faults
+from cogd.daemon import embed_order
 from cogd.index.vectors import DenseIndex, VectorStore, open_vectors
 
 log = logging.getLogger(__name__)
@@ -66,6 +71,10 @@ class EmbeddingWorker:
         self.rate = 0.0  # entities per second over the current pass
         self.embedded = 0  # vectors computed by the model (cache misses) since start
         self.counted = False  # the current pass has listed the entities (total and done are its counts)
+        # The front (cogd.daemon.embed_order): embedded first; its coverage is shown on its own.
+        self.front = embed_order.Front()
+        self.front_total = 0
+        self.front_done = 0
         self.ever_counted = False  # some pass has: coverage means something
         self._cond = threading.Condition()
         self._pending = True
@@ -110,12 +119,24 @@ class EmbeddingWorker:
         remaining = max(self.total - self.done, 0)
         eta = remaining / self.rate if self.rate > 0 and remaining else 0.0
         return {
+            "front": self.front_status(),  # what is embedded first, and how much of it is (cogd.daemon.embed_order)
             "state": self.state, "phase": self.phase, "model": self.model_id, "coverage": round(self.coverage, 4),
             "entities": self.total, "embedded_entities": self.done, "pending": remaining,
             "rate_per_s": round(self.rate, 1), "eta_s": round(eta, 1), "error": self.error,
             "queued": self._pending,  # a pass is due (the index changed since the last one)
             "computed": self.embedded,  # vectors the model computed since start (the rest came from the cache)
         }
+
+    def front_status(self) -> dict:
+        """The front's coverage (cogd.daemon.embed_order): ``entities`` in it, ``embedded_entities``
+        of them with a current vector, the ``files`` whose definitions it holds besides every file
+        entity (``recent_files`` recently changed, ``connected_files`` most referenced; one file
+        may be both), ``coverage`` 0.0–1.0 (0.0 before any pass has counted)."""
+        total, done = self.front_total, min(self.front_done, self.front_total)
+        coverage = (1.0 if total == 0 else done / total) if self.ever_counted else 0.0
+        return {"entities": total, "embedded_entities": done, "files": len(self.front.paths),
+                "recent_files": self.front.recent, "connected_files": self.front.connected,
+                "coverage": round(coverage, 4)}
 
     def query_vector(self, text: str) -> np.ndarray | None:
         """The query's embedding, or None while the model is not loaded (callers fall back to BM25)."""
@@ -182,6 +203,14 @@ class EmbeddingWorker:
         finally:
             self.state = "stopped"
 
+    def _hold_for_tests(self) -> None:
+        """While the ``hold_embed`` fault is on (tests only, cogd.faults), wait before the next chunk."""
+        while faults.active("hold_embed"):
+            with self._cond:
+                if self._stopping:
+                    return
+                self._cond.wait(0.05)
+
     def _interrupted(self) -> bool:
         with self._cond:
             return self._stopping or self._pending
@@ -198,14 +227,19 @@ class EmbeddingWorker:
             vectors.delete(gone)
             self.dense.remove(gone)
         pending = [i for i, (h, _k, _p) in entities.items() if stored.get(i) != (model, h)]
+        pending, front = self._ordered(conn, entities, pending)
         self.total = len(entities)
         self.done = self.total - len(pending)
+        self.front_total = len(front)
+        self.front_done = self.front_total - sum(1 for i in pending if i in front)
         self.counted = self.ever_counted = True
         if not pending:
             return
-        log.info("embedding %d of %d entities", len(pending), self.total)
+        log.info("embedding %d of %d entities (front: %d of %d)", len(pending), self.total,
+                 self.front_total - self.front_done, self.front_total)
         started, embedded_at_start = time.monotonic(), self.done
         for chunk in chunked(pending, CHUNK):
+            self._hold_for_tests()
             if self._interrupted():
                 return  # the index moved on (or we are stopping): start a fresh pass
             rows = store.embedding_rows(conn, chunk)
@@ -228,6 +262,30 @@ class EmbeddingWorker:
             self.dense.upsert([b["id"] for b in batch], [b["kind"] for b in batch],
                               np.stack([b["vector"] for b in batch]) if batch else np.zeros((0, self.dense.dim)))
             self.done += len(chunk)
+            self.front_done += sum(1 for i in chunk if i in front)
             elapsed = time.monotonic() - started
             self.rate = (self.done - embedded_at_start) / elapsed if elapsed > 0 else 0.0
         vectors.compact()
+
+    def _ordered(self, conn, entities: dict, pending: list[str]) -> tuple[list[str], set[str]]:
+        """``pending`` in embedding order and the front's ids (cogd.daemon.embed_order).
+
+        The front's files are chosen again when they are older than FRONT_TTL_S (or none were
+        found) and the pass has more than one chunk to do (a save's few entities go in one
+        chunk: order does not matter there, and git is not asked on every save). If choosing
+        fails, the last front is kept (file entities still go first).
+        """
+        front = self.front
+        # An empty front is stale at once: it was chosen before the first index had committed.
+        stale = not front.paths or time.monotonic() - front.chosen_at > embed_order.FRONT_TTL_S
+        if front.chosen_at == 0.0 or (stale and len(pending) > CHUNK):
+            try:
+                indexed = {path for _h, _k, path in entities.values()}
+                began = time.monotonic()
+                front = self.front = embed_order.choose_front(self.index_dir.parent.parent, conn, indexed)
+                log.info("embedding front: %d files (%d recent, %d most referenced), chosen in %.0f ms",
+                         len(front.paths), front.recent, front.connected, (time.monotonic() - began) * 1000)
+            except Exception:
+                log.exception("could not choose the embedding front; keeping the last one")
+                front = self.front = embed_order.Front(front.paths, front.recent, front.connected, time.monotonic())
+        return embed_order.order(pending, entities, front), embed_order.front_ids(entities, front)

@@ -610,3 +610,26 @@ def write_reference_edges(conn: sqlite3.Connection, edges: Iterable[tuple[str, s
     """Store ``(src, dst, kind, path, resolution)`` edges; an edge already stored (same src, dst,
     kind) is kept. No commit."""
     conn.executemany("INSERT OR IGNORE INTO edges(src, dst, kind, path, resolution) VALUES (?,?,?,?,?)", edges)
+
+
+# ---- what the embedder does first (cogd.daemon.embed_order) -----------------------------
+
+def most_referenced_files(conn: sqlite3.Connection, limit: int) -> list[tuple[str, int]]:
+    """Up to ``limit`` ``(path, n)`` pairs: the files whose entities other files' ``calls``,
+    ``imports`` and ``inherits`` edges point at most (``n`` such edges), most first, ties by path.
+
+    Edges inside one file and edges to external names (no entity) are not counted: this is
+    how much the rest of the tree leans on a file. One scan of ``edges``.
+    """
+    return [(r[0], r[1]) for r in _query(
+        conn, "SELECT d.path, count(*) AS n FROM edges g JOIN entities d ON d.id = g.dst "
+              "WHERE g.kind != 'contains' AND g.path != d.path GROUP BY d.path ORDER BY n DESC, d.path LIMIT ?",
+        (int(limit),))]
+
+
+def newest_files(conn: sqlite3.Connection, limit: int) -> list[str]:
+    """Up to ``limit`` indexed paths, the most recently modified first (by the stored mtime; a
+    file stored with ``mtime_ns`` 0 was too recent to trust at index time, so it comes first)."""
+    return [r[0] for r in _query(
+        conn, "SELECT path FROM files WHERE status = 'ok' "
+              "ORDER BY CASE WHEN mtime_ns = 0 THEN 1 ELSE 0 END DESC, mtime_ns DESC, path LIMIT ?", (int(limit),))]
