@@ -126,8 +126,9 @@ class DaemonConfig:
     # Background work gives way to requests (cogd.daemon.scheduling). Between encoder batches the
     # embedder waits while a request is in flight and for preempt_quiet_ms after the last one, at most
     # preempt_max_ms in a row (0 = never waits); its thread and the consolidator's run at this nice value
-    # (0-19; 0 = the daemon's own). Measured with scripts/bench_hooks.py --load (docs/architecture.md).
-    preempt_quiet_ms: int = 250
+    # (0-19; 0 = the daemon's own). Measured with scripts/bench_hooks.py --load (docs/architecture.md):
+    # the nice value is what cuts hook latency; a quiet window of 250 ms cost embedding throughput for nothing.
+    preempt_quiet_ms: int = 0
     preempt_max_ms: int = 2000
     background_nice: int = 10
 

@@ -6,10 +6,10 @@ the like can wait a little. Two mechanisms, both measured with ``scripts/bench_h
 
 * :class:`RequestTracker` counts the requests the daemon is answering. A background loop calls
   :meth:`RequestTracker.wait_quiet` between its units of work (the embedder: between encoder
-  batches) and waits while a request is in flight, and for a short quiet window after the last
-  one ended (a prompt's hook sends its acknowledgement a moment after its answer, and tool-use
-  hooks come in bursts), but never longer than a cap, so a client that never stops asking
-  cannot starve the background work.
+  batches) and waits while a request is in flight, and optionally for a quiet window after the
+  last one ended (a prompt's hook sends its acknowledgement a moment after its answer, and
+  tool-use hooks come in bursts), but never longer than a cap, so a client that never stops
+  asking cannot starve the background work.
 * :func:`lower_thread_priority` raises the calling thread's nice value (Linux keeps one per
   thread). Threads and processes a thread creates afterwards inherit it, which is why a
   background thread calls it first, before it creates onnxruntime's pool threads or worker
