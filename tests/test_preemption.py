@@ -323,3 +323,18 @@ def test_bench_load_processes_exit_on_their_own_when_the_bench_is_killed(tmp_pat
         if repo.exists():
             Daemon(repo).stop()  # SIGKILL left the daemon and the folder: ours to clean
             shutil.rmtree(repo.parent, ignore_errors=True)
+
+
+def test_daemon_scheduling_settings_are_checked_and_capped(tmp_path):
+    from cogd.config import ConfigError, load_config
+
+    path = tmp_path / "config.toml"
+    path.write_text("[daemon]\nbackground_nice = 25\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match="background_nice must be 0-19"):
+        load_config(path)
+    # a committed config may not stall embedding behind requests for more than a minute in a row
+    path.write_text("[daemon]\npreempt_max_ms = 86400000\npreempt_quiet_ms = 90000000\n", encoding="utf-8")
+    daemon = load_config(path).daemon
+    assert (daemon.preempt_max_ms, daemon.preempt_quiet_ms, daemon.background_nice) == (60_000, 60_000, 10)
+    defaults = load_config(tmp_path / "missing.toml").daemon
+    assert (defaults.preempt_quiet_ms, defaults.preempt_max_ms, defaults.background_nice) == (0, 2000, 10)
