@@ -76,7 +76,8 @@ the same as ``--runs``), ``--warmup 10``, ``--goal-ms 40`` (prompt-submit),
 ``--baseline-hook PATH`` (another ``cogd-hook`` script, e.g. an older
 version's, measured in the same rounds for a before/after comparison),
 ``--packages json,email``, ``--load N``, ``--ratio-goal 2.5``, ``--embedding``,
-``--config-toml TEXT``, ``--cogd PATH``, ``--cogd-hook PATH`` (default: the console scripts next to
+``--config-toml TEXT``, ``--repo PATH`` (a repository a ``--keep`` run left, measured again
+with its vectors: variants of one daemon setting without re-embedding), ``--cogd PATH``, ``--cogd-hook PATH`` (default: the console scripts next to
 ``sys.executable``), ``--python PATH`` (the floor's interpreter; default: the
 one in the ``cogd-hook`` script's ``#!`` line). Standard library only.
 """
