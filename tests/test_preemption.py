@@ -300,7 +300,8 @@ def _start_bench_until_load(tmp_path) -> tuple[subprocess.Popen, list[int], Path
 def test_bench_load_processes_are_gone_after_an_interrupt(tmp_path, how):
     proc, pids, repo = _start_bench_until_load(tmp_path)
     try:
-        assert len(_alive(pids)) == 2
+        # the bench logs the pids right after starting them: each shows its own argv once it has exec'd
+        wait_for(lambda: len(_alive(pids)) == 2, 60, "both busy processes to run")
         proc.send_signal(getattr(signal, how))  # Ctrl-C reaches only the bench: they are in their own groups
         assert proc.wait(120) == 130
         assert _alive(pids) == []
