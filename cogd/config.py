@@ -123,6 +123,14 @@ class DaemonConfig:
     # answer; the margin is for a hook process descheduled on an overloaded machine.
     ack_wait_ms: int = 10_000
     restart_backoff_s: int = 60  # after a failed start, hooks wait this long (doubling per failure) before another
+    # Background work gives way to requests (cogd.daemon.scheduling). Between encoder batches the
+    # embedder waits while a request is in flight and for preempt_quiet_ms after the last one, at most
+    # preempt_max_ms in a row (0 = never waits); its thread and the consolidator's run at this nice value
+    # (0-19; 0 = the daemon's own). Measured with scripts/bench_hooks.py --load (docs/architecture.md):
+    # the nice value is what cuts hook latency; a quiet window of 250 ms cost embedding throughput for nothing.
+    preempt_quiet_ms: int = 0
+    preempt_max_ms: int = 2000
+    background_nice: int = 10
 
 
 @dataclass
@@ -238,6 +246,11 @@ def load_config(path: Path | None) -> Config:
     # A committed config is the repository's say: it may not switch off the guard against its own
     # hostile files (the parse pool waits twice this long before it kills a worker).
     config.index.parse_timeout_ms = min(config.index.parse_timeout_ms, MAX_PARSE_TIMEOUT_MS)
+    if config.daemon.background_nice > 19:
+        raise ConfigError(f"daemon.background_nice must be 0-19 (a Linux nice value), got {config.daemon.background_nice}")
+    # A committed config cannot stall embedding behind requests for long either (at most a minute in a row).
+    config.daemon.preempt_max_ms = min(config.daemon.preempt_max_ms, 60_000)
+    config.daemon.preempt_quiet_ms = min(config.daemon.preempt_quiet_ms, config.daemon.preempt_max_ms)
     if config.rank.prior_hits <= 0 or config.rank.prior_misses <= 0:
         raise ConfigError("rank.prior_hits and rank.prior_misses must be above 0 (a Beta prior)")
     if config.retrieve.mode not in MODES:

@@ -38,6 +38,28 @@ print nothing (that event injects no context); any line the runs add to
 The daemon is stopped and the temporary directory removed at the end, also on
 Ctrl-C or an error (``--keep`` keeps the directory and leaves the daemon up).
 
+Under load
+----------
+``--load N`` starts N busy processes (pure CPU loops of the bench's own
+interpreter, each in its own session and process group, as a build in another
+terminal would run) before the warm-up and keeps them running through the
+measured rounds. They are always stopped by the bench itself: in a ``finally``
+block (Ctrl-C, SIGTERM and errors included), again at interpreter exit
+(``atexit``), and, should the bench be killed outright, each one notices that
+its parent changed and exits on its own within a fraction of a second. The
+ratio ``prompt-submit p50 / python -c pass p50`` of the same rounds is printed
+with the load averages (1/5/15 min) before, during and after the runs and the
+CPU time each busy process received. With ``--load`` the ratio is a goal
+(``--ratio-goal``, default 2.5) in the exit status as well.
+
+``--embedding`` measures while the daemon embeds instead of after it finished:
+the runs start as soon as the embedder is working, on a larger repository
+(``EMBEDDING_PACKAGES``; ``--packages`` overrides), and the embedder's state
+and counters before and after the runs are printed, so a run whose embedding
+finished early says so. ``--config-toml`` appends lines to the repository's
+``.cogd/config.toml`` (to measure a daemon setting, e.g. ``[daemon]
+background_nice = 0``).
+
 Latency goals: p95 of ``prompt-submit`` <= 40 ms and of
 ``post-tool-use`` <= 25 ms, each printed with the same run's floor
 (``python -c pass``) beside it; the exit status is 0 only when both are met
@@ -46,13 +68,16 @@ with no failures.
 How to run
 ----------
     python scripts/bench_hooks.py [--runs 200] [--json]
+    python scripts/bench_hooks.py --load 3 --runs 100 [--embedding]
 
 Other options: ``--other-runs N`` (post-tool-use and session-start; default
 the same as ``--runs``), ``--warmup 10``, ``--goal-ms 40`` (prompt-submit),
 ``--tool-goal-ms 25`` (post-tool-use), ``--lexical``, ``--keep``,
 ``--baseline-hook PATH`` (another ``cogd-hook`` script, e.g. an older
 version's, measured in the same rounds for a before/after comparison),
-``--cogd PATH``, ``--cogd-hook PATH`` (default: the console scripts next to
+``--packages json,email``, ``--load N``, ``--ratio-goal 2.5``, ``--embedding``,
+``--config-toml TEXT``, ``--repo PATH`` (a repository a ``--keep`` run left, measured again
+with its vectors: variants of one daemon setting without re-embedding), ``--cogd PATH``, ``--cogd-hook PATH`` (default: the console scripts next to
 ``sys.executable``), ``--python PATH`` (the floor's interpreter; default: the
 one in the ``cogd-hook`` script's ``#!`` line). Standard library only.
 """
@@ -60,6 +85,7 @@ one in the ``cogd-hook`` script's ``#!`` line). Standard library only.
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import os
 import platform
@@ -74,6 +100,21 @@ import time
 from pathlib import Path
 
 STDLIB_PACKAGES = ("json", "email", "http", "logging", "asyncio")
+# --embedding: enough entities that the embedder is still busy when the runs end on a loaded machine
+EMBEDDING_PACKAGES = STDLIB_PACKAGES + ("unittest", "xml", "multiprocessing", "concurrent", "importlib", "tomllib",
+                                        "urllib", "sqlite3", "collections", "ctypes")
+LOAD_MARK = "cogd-bench-load"  # in every busy process's argv, so that it can be recognised in ps
+# A pure CPU loop; every ~4M iterations (a fraction of a second) it checks that its parent (the
+# bench) is still the one that started it, and exits when not: even a SIGKILLed bench leaves none.
+LOAD_CODE = (
+    "import os, sys\n"
+    "parent = int(sys.argv[2])\n"
+    "n = 0\n"
+    "while True:\n"
+    "    n += 1\n"
+    "    if not n & 0x3FFFFF and os.getppid() != parent:\n"
+    "        sys.exit(0)\n"
+)
 DEFAULT_FIXTURES = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "hook-payloads"
 RUN_TIMEOUT_S = 10.0
 
@@ -108,11 +149,11 @@ def git(root: Path, *args: str) -> None:
                    check=True, capture_output=True, text=True, env=env)
 
 
-def build_repo(root: Path) -> int:
+def build_repo(root: Path, packages: tuple[str, ...] = STDLIB_PACKAGES) -> int:
     """Copy the standard-library packages into ``root`` and commit them; returns the file count."""
     stdlib = Path(sysconfig.get_paths()["stdlib"])
     root.mkdir(parents=True)
-    for name in STDLIB_PACKAGES:
+    for name in packages:
         shutil.copytree(stdlib / name, root / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     git(root, "init", "-q", "-b", "main")
     git(root, "add", "-A")
@@ -227,7 +268,9 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
 
 
-def round_robin(tasks: list[Task], env: dict, warmup: int) -> None:
+def round_robin(tasks: list[Task], env: dict, warmup: int) -> tuple[float, float] | None:
+    """Warm up, then run every task's measured runs round-robin. Returns the (lowest, highest)
+    1-minute load average sampled every 50 rounds (None when unavailable)."""
     # warm-up: unmeasured, interleaved as well
     for i in range(warmup):
         for task in tasks:
@@ -238,6 +281,7 @@ def round_robin(tasks: list[Task], env: dict, warmup: int) -> None:
         task._next = 0
     total = max(t.runs for t in tasks)
     started = time.monotonic()
+    samples: list[tuple[float, float, float]] = []
     for i in range(total):
         active = [t for t in tasks if i < t.runs]
         shift = i % len(active)
@@ -247,7 +291,13 @@ def round_robin(tasks: list[Task], env: dict, warmup: int) -> None:
             if failure:
                 task.failures.append(failure)
         if (i + 1) % 50 == 0 or i + 1 == total:
-            log(f"  round {i + 1}/{total} ({time.monotonic() - started:.0f} s)")
+            loads = _loadavgs()
+            if loads:
+                samples.append(loads)
+            log(f"  round {i + 1}/{total} ({time.monotonic() - started:.0f} s, load avg {loads})")
+    # the 1-minute load average sampled every 50 rounds: its lowest and highest
+    ones = [s[0] for s in samples]
+    return (min(ones), max(ones)) if ones else None
 
 
 # --------------------------------------------------------------------------- set-up
@@ -330,6 +380,14 @@ def machine_info(python: str) -> dict:
     }
 
 
+def _autogroup() -> str:
+    """``/proc/sys/kernel/sched_autogroup_enabled`` (1: CPU shared fairly between sessions first), or "n/a"."""
+    try:
+        return Path("/proc/sys/kernel/sched_autogroup_enabled").read_text().strip()
+    except OSError:
+        return "n/a"
+
+
 def _loadavg() -> float | None:
     try:
         return round(os.getloadavg()[0], 2)
@@ -395,6 +453,102 @@ def hook_log_size(root: Path) -> int:
         return 0
 
 
+# --------------------------------------------------------------------------- load
+
+def _cpu_seconds(pid: int) -> float | None:
+    """User + system CPU seconds of ``pid`` so far (``/proc/PID/stat`` fields 14 and 15), None if unreadable."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            fields = fh.read().rsplit(b")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+class BusyLoad:
+    """N busy processes (CPU loops) that this bench starts and always stops.
+
+    Each runs in its own session and process group (``start_new_session``): a
+    terminal's Ctrl-C reaches only the bench, which then kills each group with
+    SIGKILL and reaps it. :meth:`stop` is idempotent and also registered with
+    ``atexit``; a busy process whose parent is gone exits by itself (LOAD_CODE).
+    """
+
+    def __init__(self, count: int, python: str = sys.executable):
+        self.count = count
+        self.python = python
+        self.procs: list[subprocess.Popen] = []
+        self._cpu_at_start: list[float | None] = []
+        atexit.register(self.stop)
+
+    @property
+    def pids(self) -> list[int]:
+        return [p.pid for p in self.procs]
+
+    def start(self) -> None:
+        for _ in range(self.count):
+            self.procs.append(subprocess.Popen(
+                [self.python, "-c", LOAD_CODE, LOAD_MARK, str(os.getpid())], cwd="/",
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                start_new_session=True))
+        self._cpu_at_start = [_cpu_seconds(p.pid) for p in self.procs]
+
+    def cpu_used(self) -> list[float | None]:
+        """CPU seconds each busy process received since :meth:`start` (None when unreadable)."""
+        now = [_cpu_seconds(p.pid) for p in self.procs]
+        return [round(b - a, 2) if a is not None and b is not None else None for a, b in zip(self._cpu_at_start, now)]
+
+    def stop(self) -> None:
+        procs, self.procs = self.procs, []
+        for proc in procs:
+            if proc.poll() is None:
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)  # its own group: it and anything it could have started
+                except (ProcessLookupError, PermissionError):
+                    pass
+        for proc in procs:
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                log(f"busy process {proc.pid} did not exit after SIGKILL")
+
+
+def _loadavgs() -> tuple[float, float, float] | None:
+    try:
+        return tuple(round(x, 2) for x in os.getloadavg())
+    except (AttributeError, OSError):
+        return None
+
+
+def embedding_status(cogd: str, root: Path) -> dict:
+    """The daemon's ``embedding`` status section (``cogd status --json``)."""
+    return json.loads(run_cogd(cogd, root, "status", "--json"))["embedding"]
+
+
+def wait_embedding_started(cogd: str, root: Path, timeout: float = 600) -> dict:
+    """Return the embedding status once the embedder is computing vectors (model loaded, a pass running)."""
+    log("  waiting for the embedder to start embedding ...")
+    deadline = time.monotonic() + timeout
+    status: dict = {}
+    while time.monotonic() < deadline:
+        status = embedding_status(cogd, root)
+        if status.get("phase") == "embedding" and status.get("computed", 0) > 0:
+            return status
+        if status.get("state") == "error":
+            break
+        time.sleep(0.5)
+    raise BenchError(f"the embedder did not start embedding: {status}")
+
+
+def ratio_result(row: dict, floor: dict, goal: float) -> dict:
+    """prompt-submit p50 over the same rounds' ``python -c pass`` p50, against ``goal``."""
+    ratio = row["p50_ms"] / floor["p50_ms"] if floor["p50_ms"] > 0 else float("inf")
+    met = ratio <= goal and row["failures"] == 0
+    line = (f"{row['command']} p50 / {floor['command']} p50 = {row['p50_ms']:.1f} / {floor['p50_ms']:.1f} ms = "
+            f"{ratio:.2f}x; goal <= {goal:g}x: {'met' if met else 'NOT met'}")
+    return {"command": row["command"], "ratio": round(ratio, 3), "ratio_max": goal, "met": met, "line": line}
+
+
 # --------------------------------------------------------------------------- main
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -411,6 +565,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="a lexical-only daemon ([embed] enabled = false) instead of the default hybrid retrieval")
     p.add_argument("--baseline-hook", default=None,
                    help="another cogd-hook script to measure in the same rounds (before/after comparisons)")
+    p.add_argument("--packages", default=None,
+                   help="comma-separated standard-library packages to copy into the repository "
+                        f"(default {','.join(STDLIB_PACKAGES)}; with --embedding {','.join(EMBEDDING_PACKAGES)})")
+    p.add_argument("--load", type=int, default=0, metavar="N",
+                   help="run N busy processes (CPU loops) during the warm-up and the measured runs (default 0)")
+    p.add_argument("--ratio-goal", type=float, default=2.5,
+                   help="with --load: goal for prompt-submit p50 / python -c pass p50 (default 2.5)")
+    p.add_argument("--embedding", action="store_true",
+                   help="measure while the daemon embeds (a larger repository, runs start once embedding has begun)")
+    p.add_argument("--config-toml", default="", help="lines appended to the repository's .cogd/config.toml")
+    p.add_argument("--repo", type=Path, default=None,
+                   help="measure this repository (one a --keep run left, with its vectors) instead of building one; "
+                        "it is never removed")
     p.add_argument("--json", action="store_true", help="print the results as JSON instead of a table")
     p.add_argument("--keep", action="store_true", help="keep the temporary repository and leave its daemon running")
     p.add_argument("--cogd", default=str(bin_dir / "cogd"), help="the cogd console script")
@@ -422,6 +589,22 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         p.error("need at least 2 runs")
     if args.warmup < 0:
         p.error("--warmup must be >= 0")
+    if args.load < 0:
+        p.error("--load must be >= 0")
+    if args.embedding and args.lexical:
+        p.error("--embedding needs the embedding model (not --lexical)")
+    if args.repo is not None:
+        args.repo = args.repo.resolve()
+        if not (args.repo / ".git").exists():
+            p.error(f"--repo {args.repo} is not a git repository")
+    if args.packages is not None:
+        args.packages = tuple(x.strip() for x in args.packages.split(",") if x.strip())
+        stdlib = Path(sysconfig.get_paths()["stdlib"])
+        missing = [x for x in args.packages if not (stdlib / x).is_dir()]
+        if not args.packages or missing:
+            p.error(f"--packages: not standard-library packages: {missing or args.packages}")
+    else:
+        args.packages = EMBEDDING_PACKAGES if args.embedding else STDLIB_PACKAGES
     for flag, path in (("--cogd", args.cogd), ("--cogd-hook", args.cogd_hook), ("--baseline-hook", args.baseline_hook)):
         if path is not None and not os.access(path, os.X_OK):
             p.error(f"{flag} {path} is not an executable file (run with the venv's python or pass {flag})")
@@ -439,31 +622,43 @@ def main(argv: list[str] | None = None) -> int:
     other_runs = args.other_runs if args.other_runs is not None else args.runs
     python = args.python or hook_interpreter(args.cogd_hook)
     signal.signal(signal.SIGTERM, _sigterm)
+    signal.signal(signal.SIGHUP, _sigterm)
 
     tmp = Path(tempfile.mkdtemp(prefix="cogd-bench-"))
-    root = tmp / "repo"
+    root = args.repo if args.repo is not None else tmp / "repo"
     daemon_started = False
+    load = BusyLoad(args.load)
     try:
-        log(f"building the repository in {root} ...")
-        nfiles = build_repo(root)
-        if args.lexical:
-            (root / ".cogd").mkdir()
-            (root / ".cogd" / "config.toml").write_text("[embed]\nenabled = false\n", encoding="utf-8")
+        config_toml = ("[embed]\nenabled = false\n" if args.lexical else "") + args.config_toml
+        if args.repo is None:
+            log(f"building the repository in {root} ...")
+            nfiles = build_repo(root, args.packages)
+        else:  # a repository kept by an earlier --keep run: its vectors are reused
+            log(f"reusing the repository {root} ...")
+            nfiles = sum(1 for p in root.rglob("*") if p.is_file() and ".git" not in p.parts and ".cogd" not in p.parts)
+        if config_toml or args.repo is not None:
+            (root / ".cogd").mkdir(exist_ok=True)
+            (root / ".cogd" / "config.toml").write_text(config_toml + "\n", encoding="utf-8")
         log(f"  {nfiles} files; cogd start ...")
         daemon_started = True  # from here on, always try to stop it
         log("  " + run_cogd(args.cogd, root, "start", timeout=120))
         log("  cogd index ...")
         log("  " + " ".join(run_cogd(args.cogd, root, "index").split()))
-        if not args.lexical:
-            wait_for_embeddings(args.cogd, root)
         compile_hook_package(python, log)
+        embed_before: dict | None = None
+        if args.embedding:
+            wait_embedding_started(args.cogd, root)
+        elif not args.lexical:
+            wait_for_embeddings(args.cogd, root)
 
         fx = args.fixtures
         prompt_base = load_fixture(fx, "user_prompt_submit.json", root)
         prompt_inputs = [json.dumps({**prompt_base, "prompt": text}).encode() for text in PROMPTS]
         read_base = load_fixture(fx, "post_tool_use.read.json", root)
         read_inputs = []
-        for rel in READ_FILES:
+        read_files = [rel for rel in READ_FILES if (root / rel).is_file()] or sorted(
+            str(p.relative_to(root)) for p in root.rglob("*.py") if ".git" not in p.parts)[:5]
+        for rel in read_files:
             path = root / rel
             content = path.read_text(encoding="utf-8", errors="replace")
             nlines = len(content.splitlines())
@@ -498,12 +693,23 @@ def main(argv: list[str] | None = None) -> int:
             *baseline,
         ]
         env = dict(os.environ)
+        if args.load:
+            load.start()
+            log(f"load: {args.load} busy processes started (pids {' '.join(map(str, load.pids))})")
+        if args.embedding:
+            embed_before = embedding_status(args.cogd, root)
         load_before = _loadavg()
+        loads_before = _loadavgs()
         log_offset = hook_log_size(root)
         log(f"measuring: {args.warmup} warm-up + {args.runs} runs (others {other_runs}), round-robin ...")
-        round_robin(tasks, env, args.warmup)
+        loads_during = round_robin(tasks, env, args.warmup)
         new_log = hook_log_lines(root, log_offset)
         load_after = _loadavg()
+        loads_after = _loadavgs()
+        load_cpu = load.cpu_used() if args.load else []
+        load_pids = load.pids
+        load.stop()
+        embed_after = embedding_status(args.cogd, root) if args.embedding else None
 
         machine = machine_info(python)
         machine["loadavg_1m_before"], machine["loadavg_1m_after"] = load_before, load_after
@@ -511,7 +717,22 @@ def main(argv: list[str] | None = None) -> int:
         rows = summarize(tasks, base_p50)
         floor_row = rows[3]
         goals = [goal_result(rows[0], args.goal_ms, floor_row), goal_result(rows[1], args.tool_goal_ms, floor_row)]
+        ratio = ratio_result(rows[0], floor_row, args.ratio_goal)
+        if args.load:
+            goals.append(ratio)
         met = all(g["met"] for g in goals)
+        load_info = {"processes": args.load, "pids": load_pids, "cpu_s": load_cpu,
+                     "loadavg_before": loads_before, "loadavg_during": loads_during, "loadavg_after": loads_after,
+                     "autogroup": _autogroup()}
+        embedding_info = None
+        if args.embedding:
+            still = embed_after.get("phase") == "embedding" and embed_after.get("coverage", 1.0) < 1.0
+            embedding_info = {
+                "before": {k: embed_before.get(k) for k in ("phase", "coverage", "computed", "rate_per_s")},
+                "after": {k: embed_after.get(k) for k in ("phase", "coverage", "computed", "rate_per_s")},
+                "computed_during_runs": embed_after.get("computed", 0) - embed_before.get("computed", 0),
+                "embedding_throughout": bool(still),
+            }
         log_by_event: dict[str, int] = {}
         for line in new_log:
             event = next((w[6:] for w in line.split() if w.startswith("event=")), "?")
@@ -520,19 +741,35 @@ def main(argv: list[str] | None = None) -> int:
         if args.json:
             print(json.dumps({
                 "machine": machine,
-                "repository": {"packages": list(STDLIB_PACKAGES), "files": nfiles},
+                "repository": {"packages": list(args.packages), "files": nfiles},
                 "warmup": args.warmup,
                 "results": rows,
                 "retrieval": "lexical" if args.lexical else "hybrid",
+                "daemon": "embedding" if args.embedding else "idle",
+                "config_toml": args.config_toml,
+                "load": load_info,
+                "ratio": ratio,
+                "embedding": embedding_info,
                 "goals": goals,
                 "met": met,
                 "hook_log": {"lines_during_runs": len(new_log), "by_event": log_by_event, "sample": new_log[:5]},
             }, indent=2))
         else:
             print(machine_line(machine))
-            print(f"repository: stdlib {', '.join(STDLIB_PACKAGES)} ({nfiles} files); warm daemon "
-                  f"({'lexical-only' if args.lexical else 'hybrid'} retrieval); "
+            print(f"repository: stdlib {', '.join(args.packages)} ({nfiles} files); warm daemon "
+                  f"({'lexical-only' if args.lexical else 'hybrid'} retrieval"
+                  f"{', EMBEDDING during the runs' if args.embedding else ', idle'}); "
                   f"{args.warmup} warm-up runs each; measured runs interleaved round-robin")
+            if args.config_toml:
+                print(f"config.toml additions: {args.config_toml!r}")
+            print(f"load: {args.load} busy processes (CPU s each during the runs: {load_cpu}); "
+                  f"load avg 1/5/15 min before {loads_before}, during {loads_during}, after {loads_after}; "
+                  f"sched_autogroup {load_info['autogroup']}")
+            if embedding_info:
+                print(f"embedder: before {embedding_info['before']}; after {embedding_info['after']}; "
+                      f"{embedding_info['computed_during_runs']} vectors computed during the runs"
+                      + ("" if embedding_info["embedding_throughout"] else
+                         " -- NOTE: embedding was not running until the end of the runs"))
             print()
             print_table(rows)
             print()
@@ -547,6 +784,8 @@ def main(argv: list[str] | None = None) -> int:
             print()
             for g in goals:
                 print(g["line"])
+            if not args.load:
+                print(ratio["line"].replace("NOT met", "not met") + " (informational without --load)")
         return 0 if met else 1
     except KeyboardInterrupt:
         log("interrupted")
@@ -556,8 +795,16 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     finally:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # let the clean-up finish
+        load.stop()  # first: the busy processes must never outlive the bench
         if args.keep:
             log(f"kept {root} (the daemon is still running: `cogd stop` there)")
+        elif args.repo is not None:
+            if daemon_started:
+                try:
+                    subprocess.run([args.cogd, "stop"], cwd=root, capture_output=True, timeout=60)
+                except (OSError, subprocess.SubprocessError) as exc:
+                    log(f"could not stop the daemon: {exc}")
+            shutil.rmtree(tmp, ignore_errors=True)
         else:
             if daemon_started:
                 try:

@@ -91,3 +91,23 @@ def test_dense_index_accepts_updates_after_loading_a_read_only_matrix():
     index.replace([r["id"] for r in data], [r["kind"] for r in data], matrix)
     index.upsert(["f.py::e0"], ["function"], np.stack([-data[0]["vector"]]))
     assert index.search(-data[0]["vector"], 1)[0][0] == "f.py::e0"
+
+
+def test_dense_index_kind_filter_follows_every_change():
+    # the live-rows mask of a kind filter is kept between searches: each change must renew it
+    index = DenseIndex(8)
+    data = rows(50)  # every fifth row is a class
+    index.replace([r["id"] for r in data], [r["kind"] for r in data], np.stack([r["vector"] for r in data]))
+    query = data[3]["vector"]  # a function
+    classes = {i for i, _ in index.search(query, 100, kinds=("class",))}
+    assert classes == {f"f.py::e{n}" for n in range(0, 50, 5)}
+    index.upsert(["f.py::e3"], ["class"], np.stack([query]))  # a function becomes a class
+    assert index.search(query, 1, kinds=("class",)) == [("f.py::e3", pytest.approx(1.0, abs=1e-5))]
+    assert len(index.search(query, 100, kinds=("class",))) == 11
+    index.remove(["f.py::e3", "f.py::e0"])
+    assert {i for i, _ in index.search(query, 100, kinds=("class",))} == classes - {"f.py::e0"}
+    index.upsert(["h.py::c"], ["class"], np.stack([-query]))  # a new row
+    assert index.search(-query, 1, kinds=("class",))[0][0] == "h.py::c"
+    index.replace([], [], np.zeros((0, 8), dtype=np.float32))
+    assert index.search(query, 5, kinds=("class",)) == [] and index.search(query, 5) == []
+    assert index.search(query, 0) == []

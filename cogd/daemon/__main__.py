@@ -6,7 +6,11 @@ import argparse
 import sys
 from pathlib import Path
 
-from cogd.daemon.server import run
+from cogd.daemon.scheduling import single_threaded_blas
+
+single_threaded_blas()  # before anything imports numpy (see the function)
+
+from cogd.daemon.server import run  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:

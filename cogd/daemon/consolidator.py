@@ -26,8 +26,9 @@ class Consolidator:
     are logged and kept in ``last_error``; they never reach a hook.
     """
 
-    def __init__(self, memory, state_db: Path, config: ConsolidateConfig, wait_s: float = 120.0):
+    def __init__(self, memory, state_db: Path, config: ConsolidateConfig, wait_s: float = 120.0, nice: int = 0):
         self.memory = memory
+        self.nice = nice  # the background thread's nice value (cogd.daemon.scheduling); 0: unchanged
         self.state_db = state_db
         self.config = config
         self.wait_s = wait_s
@@ -81,6 +82,10 @@ class Consolidator:
         return True
 
     def _background(self, trigger: str) -> None:
+        if self.nice:
+            from cogd.daemon.scheduling import lower_thread_priority
+
+            lower_thread_priority(self.nice)  # background work: hooks go first
         while True:
             try:
                 self.run(trigger)

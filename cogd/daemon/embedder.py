@@ -40,6 +40,7 @@ from pathlib import Path
 import numpy as np
 
 from cogd.config import EmbedConfig
+from cogd.daemon.scheduling import Yielding, lower_thread_priority
 from cogd.index import store
 from cogd.inlist import chunked
 from cogd import faults
@@ -55,7 +56,12 @@ QUERY_CACHE_SIZE = 4  # recent query embeddings kept: enough for one request's c
 class EmbeddingWorker:
     """Owns the encoder, the LanceDB vector table and the in-memory KNN index."""
 
-    def __init__(self, index_dir: Path, index_db: Path, config: EmbedConfig):
+    def __init__(self, index_dir: Path, index_db: Path, config: EmbedConfig, yielding: Yielding | None = None):
+        # yielding: give way to requests between encoder batches, at a lower thread priority
+        # (cogd.daemon.scheduling); None (an in-process CLI worker) never waits.
+        self.yielding = yielding
+        self.batches = 0  # encoder calls made by passes (the counters tests and status read)
+        self.yields = 0  # times a pass waited between batches for requests to end
         self.index_dir = index_dir
         self.index_db = index_db
         self.config = config
@@ -93,6 +99,8 @@ class EmbeddingWorker:
         with self._cond:
             self._stopping = True
             self._cond.notify_all()
+        if self.yielding is not None:
+            self.yielding.tracker.wake()  # a pass waiting for requests re-checks _stopping
         self._thread.join(timeout)
 
     @property
@@ -125,6 +133,7 @@ class EmbeddingWorker:
             "rate_per_s": round(self.rate, 1), "eta_s": round(eta, 1), "error": self.error,
             "queued": self._pending,  # a pass is due (the index changed since the last one)
             "computed": self.embedded,  # vectors the model computed since start (the rest came from the cache)
+            "yields": self.yields,  # waits between batches while requests were answered (cogd.daemon.scheduling)
         }
 
     def front_status(self) -> dict:
@@ -173,6 +182,8 @@ class EmbeddingWorker:
         return vectors
 
     def _run(self) -> None:
+        if self.yielding is not None:  # first: onnxruntime's pool threads, created at load, inherit it
+            lower_thread_priority(self.yielding.nice)
         try:
             vectors = self._load()
         except Exception as exc:
@@ -215,6 +226,29 @@ class EmbeddingWorker:
         with self._cond:
             return self._stopping or self._pending
 
+    def _encode_yielding(self, texts: list[str]) -> np.ndarray:
+        """``encoder.encode(texts)``, one batch at a time, giving way to requests before each batch.
+
+        The same batches as ``encode`` makes (shortest texts first, ``batch_size`` at a time), so
+        the vectors are the same; between two of them the pass waits while a request is in flight
+        (:meth:`cogd.daemon.scheduling.RequestTracker.wait_quiet`) and counts it in ``yields``.
+        """
+        assert self.encoder is not None
+        out = np.empty((len(texts), self.encoder.dim), dtype=np.float32)
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        step = max(1, self.encoder.batch_size)
+        for start in range(0, len(order), step):
+            y = self.yielding
+            if y is not None and y.preempts:
+                y.tracker.wait_quiet(y.quiet_s, y.max_s, lambda: self._stopping, self._count_yield)
+            chunk = order[start:start + step]
+            out[chunk] = self.encoder.encode([texts[i] for i in chunk])
+            self.batches += 1
+        return out
+
+    def _count_yield(self) -> None:
+        self.yields += 1
+
     def _pass(self, conn, vectors: VectorStore) -> None:
         from cogd.embed.text import entity_text, text_key
 
@@ -248,7 +282,7 @@ class EmbeddingWorker:
             cached = self._cache.get_many(list(set(keys.values())))
             missing = [i for i in texts if keys[i] not in cached]
             if missing:
-                fresh = self.encoder.encode([texts[i] for i in missing])
+                fresh = self._encode_yielding([texts[i] for i in missing])
                 new = {keys[i]: fresh[n] for n, i in enumerate(missing)}
                 self._cache.put_many(new, model)
                 cached.update(new)

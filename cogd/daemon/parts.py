@@ -302,13 +302,18 @@ def build_parts(layout: Layout, config: Config, *, start_index: bool, start_embe
     if config.embed.enabled and start_embedder:
         from cogd.daemon.embedder import EmbeddingWorker  # onnxruntime, lancedb: daemon only
 
-        embedder = EmbeddingWorker(layout.index_dir, layout.index_db, config.embed)
+        from cogd.daemon.scheduling import daemon_yielding
+
+        # Between encoder batches the embedder gives way to requests (cogd.daemon.scheduling).
+        embedder = EmbeddingWorker(layout.index_dir, layout.index_db, config.embed,
+                                   daemon_yielding(config.daemon) if start_index else None)
     worker = IndexWorker(layout.root, layout.index_db, config.index,
                          on_change=embedder.notify if embedder is not None else None)
     memory = memory_store(layout, config, embedder)
     # The file watcher runs in the daemon only (start_index), not for one in-process CLI command.
     watcher = Watcher(layout.root, worker, config.watch) if config.watch.enabled and start_index else None
     return Parts(layout=layout, config=config, utility=utility, ledger=ledger, embedder=embedder, worker=worker,
-                 memory=memory, consolidator=Consolidator(memory, layout.state_db, config.consolidate),
+                 memory=memory,
+                 consolidator=Consolidator(memory, layout.state_db, config.consolidate, nice=config.daemon.background_nice),
                  readers=IndexReaders(layout.index_db), held=HeldDeliveries(), problems=Problems(),
                  recent=RecentFiles(layout.root), watcher=watcher, repo_map=RepoMap())

@@ -23,7 +23,7 @@ from pathlib import Path
 from cogd import safepath
 from cogd.rpc import locate
 from cogd.config import Config, ConfigError, load_config
-from cogd.daemon import spool
+from cogd.daemon import scheduling, spool
 from cogd.rpc import control
 from cogd.rpc.client import peer_uid
 from cogd.rpc.protocol import (
@@ -56,6 +56,9 @@ IDLE_CONNECTION_S = 30.0  # a connection that sends no complete line for this lo
 # printed pack (see Connection); for one that does not, a delivery whose client left while the
 # pack was built is taken back out of the ledger.
 DELIVERING = frozenset({"context.prompt", "context.session_start"})
+# Requests that do not make background work give way (cogd.daemon.scheduling): a progress bar
+# polls status a few times a second, and must not stall the embedding it is showing.
+UNTRACKED = frozenset({"status", "daemon.shutdown"})
 
 
 def _hung_up(fd: int | None) -> bool:
@@ -182,7 +185,8 @@ class Daemon:
         Runs on ``ack_pool``; a failed write is logged (and is a current problem in status,
         :func:`cogd.daemon.context_methods.confirm`), and answers None."""
         try:
-            delivery_id = self.service.confirm_delivery(token)
+            with scheduling.requests.track():  # the hook waits for this commit
+                delivery_id = self.service.confirm_delivery(token)
         except Exception:
             log.exception("could not record acknowledged delivery (ack %d)", token)
             return None
@@ -208,7 +212,11 @@ class Daemon:
             return refusal
         method = message["method"]
         try:
-            result = self._result(method, message.get("params", {}), fd)
+            if method in UNTRACKED:
+                result = self._result(method, message.get("params", {}), fd)
+            else:
+                with scheduling.requests.track():  # the embedder waits between batches meanwhile
+                    result = self._result(method, message.get("params", {}), fd)
         except CogdError as exc:  # Service.call raises RpcError only; a CogdError answers the same way
             if "id" not in message:  # JSON-RPC 2.0: a notification is never answered, not even with an error
                 log.warning("notification %s refused (%s): %s", method, exc.kind, exc)

@@ -181,6 +181,9 @@ class DenseIndex:
         self._kinds = np.zeros(0, dtype=object)
         self._matrix = np.zeros((0, dim), dtype=np.float32)
         self._alive = np.zeros(0, dtype=bool)
+        # (sorted kinds or None) -> (mask of live rows of those kinds, its count); any change clears it.
+        # Building a mask compares every row's kind (a Python object): not on every query.
+        self._masks: dict[tuple[str, ...] | None, tuple[np.ndarray, int]] = {}
 
     def __len__(self) -> int:
         with self._lock:
@@ -194,10 +197,12 @@ class DenseIndex:
             # A copy: a matrix loaded from LanceDB is read-only, and upserts write rows in place.
             self._matrix = np.array(matrix, dtype=np.float32, copy=True)
             self._alive = np.ones(len(ids), dtype=bool)
+            self._masks.clear()
 
     def upsert(self, ids: list[str], kinds: list[str], matrix: np.ndarray) -> None:
         """Add or overwrite vectors (rows of ``matrix``, same order as ``ids``)."""
         with self._lock:
+            self._masks.clear()
             new_ids, new_rows, new_kinds = [], [], []
             for entity_id, kind, row in zip(ids, kinds, matrix):
                 i = self._pos.get(entity_id)
@@ -219,6 +224,7 @@ class DenseIndex:
 
     def remove(self, ids: Iterable[str]) -> None:
         with self._lock:
+            self._masks.clear()
             for entity_id in ids:
                 i = self._pos.get(entity_id)
                 if i is not None:
@@ -236,16 +242,22 @@ class DenseIndex:
         up to ``k`` rows of the wanted kinds.
         """
         with self._lock:
-            if not len(self._ids):
+            if not len(self._ids) or k < 1:
                 return []
-            mask = self._alive.copy()
-            if kinds:
-                mask &= np.isin(self._kinds, list(kinds))
-            candidates = np.flatnonzero(mask)
-            if not len(candidates):
+            key = tuple(sorted(kinds)) if kinds else None
+            cached = self._masks.get(key)
+            if cached is None:
+                mask = self._alive.copy()
+                if kinds:
+                    mask &= np.isin(self._kinds, list(kinds))
+                cached = self._masks[key] = (mask, int(mask.sum()))
+            mask, live = cached
+            if not live:
                 return []
-            scores = self._matrix[candidates] @ np.asarray(vector, dtype=np.float32)
-            top = min(k, len(candidates))
+            # Every row, then the mask: a product over the whole matrix reads it once, where
+            # selecting the candidate rows first copied it (90 MB at 60k x 384) on every query.
+            scores = np.where(mask, self._matrix @ np.asarray(vector, dtype=np.float32), -np.inf)
+            top = min(k, live)
             best = np.argpartition(-scores, top - 1)[:top]
             best = best[np.argsort(-scores[best])]
-            return [(self._ids[candidates[i]], float(scores[i])) for i in best]
+            return [(self._ids[i], float(scores[i])) for i in best]
