@@ -203,32 +203,62 @@ def write_file(
     now: float,
 ) -> None:
     """Replace everything stored for ``parsed.path`` with ``parsed`` (no commit)."""
-    delete_file(conn, parsed.path)
-    file_hash = parsed.entities[0].hash if parsed.entities else ""
-    conn.execute(
-        "INSERT INTO files(path, language, hash, size, mtime_ns, status, indexed_at) VALUES (?,?,?,?,?,?,?)",
-        (parsed.path, parsed.language, file_hash, size, mtime_ns, status, now),
-    )
-    # Explicit rowids let entities and their FTS rows go in as two batches
-    # instead of one statement per entity (the FTS rowid must match).
+    write_files(conn, [(parsed, size, mtime_ns, status)], now=now, replaced=[parsed.path])
+
+
+def delete_files(conn: sqlite3.Connection, paths: Sequence[str]) -> None:
+    """:func:`delete_file` for each of ``paths``, one statement per table (no commit)."""
+    if not paths:
+        return
+    keys = [(path,) for path in paths]
+    rowids = [(r[0],) for chunk in chunked(list(paths))
+              for r in conn.execute(f"SELECT rowid FROM entities WHERE path IN ({marks(len(chunk))})", chunk)]
+    conn.executemany("DELETE FROM entities_fts WHERE rowid = ?", rowids)
+    for table in ("entities", "edges", "refs", "files"):
+        conn.executemany(f"DELETE FROM {table} WHERE path = ?", keys)
+
+
+def write_files(
+    conn: sqlite3.Connection,
+    files: Sequence[tuple[ParsedFile, int, int, str]],
+    *,
+    now: float,
+    replaced: Sequence[str] | None = None,
+) -> None:
+    """Store ``(parsed, size, mtime_ns, status)`` files, one ``executemany`` per table (no commit).
+
+    ``replaced``: the paths among them that may already be stored, whose rows
+    are deleted first (None: all of them). Each file's entities get the next
+    free rowids in order, and their FTS rows the same rowids, exactly as
+    writing the files one by one with :func:`write_file` would.
+    """
+    delete_files(conn, [parsed.path for parsed, *_rest in files] if replaced is None else replaced)
     first = conn.execute("SELECT coalesce(max(rowid), 0) + 1 FROM entities").fetchone()[0]
-    rowids = range(first, first + len(parsed.entities))
+    file_rows, entity_rows, fts_rows, edge_rows, ref_rows = [], [], [], [], []
+    for parsed, size, mtime_ns, status in files:
+        file_hash = parsed.entities[0].hash if parsed.entities else ""
+        file_rows.append((parsed.path, parsed.language, file_hash, size, mtime_ns, status, now))
+        # Explicit rowids let entities and their FTS rows go in as two batches
+        # instead of one statement per entity (the FTS rowid must match).
+        for rowid, entity in enumerate(parsed.entities, first):
+            entity_rows.append((rowid, entity.id, entity.kind, entity.subkind, entity.path, entity.name,
+                                entity.qualname, entity.start_line, entity.end_line, entity.language,
+                                entity.signature, entity.doc, entity.hash, entity.parent_id))
+            fts_rows.append((rowid, *_fts_row(entity)))
+        first += len(parsed.entities)
+        edge_rows.extend((edge.src, edge.dst, edge.kind, parsed.path) for edge in parsed.edges)
+        ref_rows.extend((parsed.path, r.src, r.kind, r.name, r.qualifier, r.alias, r.line) for r in parsed.references)
+    conn.executemany(
+        "INSERT INTO files(path, language, hash, size, mtime_ns, status, indexed_at) VALUES (?,?,?,?,?,?,?)",
+        file_rows)
     conn.executemany(
         f"INSERT INTO entities(rowid, {', '.join(ENTITY_COLUMNS)}) VALUES (?, {', '.join('?' * len(ENTITY_COLUMNS))})",
-        [(rowid, *(getattr(entity, column) for column in ENTITY_COLUMNS)) for rowid, entity in zip(rowids, parsed.entities)],
-    )
-    conn.executemany(
-        "INSERT INTO entities_fts(rowid, path, name, signature, doc, body) VALUES (?,?,?,?,?,?)",
-        [(rowid, *_fts_row(entity)) for rowid, entity in zip(rowids, parsed.entities)],
-    )
-    conn.executemany(
-        "INSERT OR IGNORE INTO edges(src, dst, kind, path) VALUES (?,?,?,?)",
-        [(edge.src, edge.dst, edge.kind, parsed.path) for edge in parsed.edges],
-    )
-    conn.executemany(
-        "INSERT INTO refs(path, src, kind, name, qualifier, alias, line) VALUES (?,?,?,?,?,?,?)",
-        [(parsed.path, r.src, r.kind, r.name, r.qualifier, r.alias, r.line) for r in parsed.references],
-    )
+        entity_rows)
+    conn.executemany("INSERT INTO entities_fts(rowid, path, name, signature, doc, body) VALUES (?,?,?,?,?,?)",
+                     fts_rows)
+    conn.executemany("INSERT OR IGNORE INTO edges(src, dst, kind, path) VALUES (?,?,?,?)", edge_rows)
+    conn.executemany("INSERT INTO refs(path, src, kind, name, qualifier, alias, line) VALUES (?,?,?,?,?,?,?)",
+                     ref_rows)
 
 
 def update_file_stat(conn: sqlite3.Connection, path: str, size: int, mtime_ns: int) -> None:
