@@ -613,6 +613,19 @@ def refs_of(conn: sqlite3.Connection, path: str) -> list[tuple[str, str, str, st
         conn, "SELECT src, kind, name, qualifier, alias FROM refs WHERE path = ? ORDER BY rowid", (path,)))
 
 
+def all_refs(conn: sqlite3.Connection) -> dict[str, list[tuple[str, str, str, str, str]]]:
+    """:func:`refs_of` for every file at once: ``{path: [(src, kind, name, qualifier, alias), ...]}``."""
+    found: dict[str, list[tuple[str, str, str, str, str]]] = {}
+    for path, *row in _query(conn, "SELECT path, src, kind, name, qualifier, alias FROM refs ORDER BY rowid"):
+        found.setdefault(path, []).append(tuple(row))
+    return found
+
+
+def entity_table(conn: sqlite3.Connection) -> list[tuple[str, str, str, str | None, str, int]]:
+    """``(id, kind, path, parent_id, name, start_line)`` of every entity, files included, in rowid order."""
+    return list(_query(conn, "SELECT id, kind, path, parent_id, name, start_line FROM entities ORDER BY rowid"))
+
+
 def referenced_names(conn: sqlite3.Connection) -> set[str]:
     """Every name a ``calls`` or ``inherits`` reference mentions (what a full resolution pass loads)."""
     return {r[0] for r in _query(conn, "SELECT DISTINCT name FROM refs WHERE kind != 'imports'")}
