@@ -13,6 +13,7 @@ cogd's own per-language queries in :mod:`cogd.index.languages`.
 from __future__ import annotations
 
 import bisect
+import functools
 import re
 from dataclasses import dataclass
 
@@ -91,7 +92,12 @@ def _receiver(name: tree_sitter.Node, source: bytes) -> str:
     start = len(before)
     while start > 0 and before[start - 1] in _RECEIVER_CHARS:
         start -= 1
-    tail = before[start:]
+    return _receiver_of(before[start:]) if start < len(before) else ""
+
+
+@functools.lru_cache(maxsize=4096)
+def _receiver_of(tail: str) -> str:
+    """The receiver a run of receiver characters ends with (cached: ``self.``, ``os.path.`` recur)."""
     # The chain must end right before the name; keep its longest well-formed suffix.
     for offset in range(len(tail)):
         if _RECEIVER.fullmatch(tail, offset):
@@ -142,24 +148,26 @@ def _add_calls(found: dict[Reference, None], tag_matches: list, enclosing: _Encl
     """
     seen_calls: set[tuple[str, str, str]] = set()
     for _pattern, captures in tag_matches:
-        names = captures.get("name")
-        if not names:
-            continue
         calls = captures.get("reference.call") or [
             n for n in captures.get("reference.class", []) if n.type == "new_expression"
         ]
-        for node in calls:
-            name = _text(names[0])
-            if not name:
-                continue
-            src = enclosing(names[0].start_byte)
-            receiver = _receiver(names[0], source) if source else ""
-            if (src, name, receiver) in seen_calls:
-                continue
-            seen_calls.add((src, name, receiver))
-            found[Reference(src, "calls", name, receiver, "", names[0].start_point.row + 1)] = None
-            if len(found) >= MAX_REFERENCES:
-                return True
+        if not calls:
+            continue
+        names = captures.get("name")
+        if not names:
+            continue
+        name_node = names[0]
+        name = _text(name_node)
+        if not name:
+            continue
+        src = enclosing(name_node.start_byte)
+        receiver = _receiver(name_node, source) if source else ""
+        if (src, name, receiver) in seen_calls:
+            continue
+        seen_calls.add((src, name, receiver))
+        found[Reference(src, "calls", name, receiver, "", name_node.start_point.row + 1)] = None
+        if len(found) >= MAX_REFERENCES:
+            return True
     return False
 
 
