@@ -16,7 +16,6 @@ import tree_sitter
 import xxhash
 
 from cogd.index.languages import grammar
-from cogd.index.queries import run_query
 from cogd.index.references import Reference, collect_references
 
 # tags.scm capture → (kind, subkind); the capture names are listed in cogd.index.languages.
@@ -367,10 +366,10 @@ def extract(path: str, source: bytes, language: str, tree: tree_sitter.Tree | No
         hash=content_hash(source),
     )
     parsed = ParsedFile(path, language, [file_entity])
-    # One pass of the tags query serves both definitions and call references.
-    tag_matches = run_query(gram.tags, root)
-    members, spans = _add_definitions(parsed, _definitions(tag_matches, source), source)
-    parsed.references = collect_references(tree, gram, spans, file_entity.id, tag_matches, source)
+    # One walk of the tree runs every query; the tags matches serve both definitions and call references.
+    matches = gram.run_all(root)
+    members, spans = _add_definitions(parsed, _definitions(matches[0], source), source)
+    parsed.references = collect_references(tree, gram, spans, file_entity.id, source=source, matches=matches)
     _fill_summaries(parsed, members, spans, source)
     return parsed
 

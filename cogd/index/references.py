@@ -117,26 +117,33 @@ def collect_references(
     file_id: str,
     tag_matches: list | None = None,
     source: bytes = b"",
+    matches: tuple[list, list | None, list | None] | None = None,
 ) -> list[Reference]:
     """Every call, import and base-class reference in ``tree``.
 
     ``spans``: (start_byte, end_byte, entity_id) of the file's entities, used
     to attribute each reference to the innermost entity around it (imports
     always belong to the file). ``tag_matches``: the tags query's matches if
-    the caller already ran it (saves a second pass). Returns at most ``MAX_REFERENCES`` references,
+    the caller already ran it (saves a second pass); ``matches``: those of
+    every query (:meth:`Grammar.run_all`), when the caller ran them. Returns at most ``MAX_REFERENCES`` references,
     de-duplicated, in source order. Never raises on odd syntax trees.
     """
     enclosing = _Enclosing(spans, file_id)
     found: dict[Reference, None] = {}  # an ordered set: source order, each reference once
     root = tree.root_node
-    if tag_matches is None:
-        tag_matches = run_query(gram.tags, root)
+    if matches is not None:
+        tag_matches, import_matches, inherit_matches = matches
+    else:
+        if tag_matches is None:
+            tag_matches = run_query(gram.tags, root)
+        import_matches = inherit_matches = None
     if _add_calls(found, tag_matches, enclosing, source):
         return list(found)
     if gram.imports is not None:
-        _add_imports(found, run_query(gram.imports, root), file_id)
+        _add_imports(found, import_matches if matches is not None else run_query(gram.imports, root), file_id)
     if gram.inherits is not None:
-        _add_bases(found, run_query(gram.inherits, root), enclosing, spans, file_id)
+        _add_bases(found, inherit_matches if matches is not None else run_query(gram.inherits, root), enclosing,
+                   spans, file_id)
     return list(found)[:MAX_REFERENCES]
 
 
