@@ -113,14 +113,14 @@ def child_index(repo: Path, db: Path, workers: int) -> None:
     ``workers`` parser processes (the daemon's pool), or 0: parse in this thread.
     """
     from cogd.index import languages, store
-    from cogd.index.indexer import Indexer, parse_job, timeout_result
+    from cogd.index.indexer import Indexer, parse_rows_job, timeout_rows
     from cogd.index.parsepool import ParsePool
 
     started = time.perf_counter()
     pool = None
     if workers:
         overrides = languages.configure(repo)
-        pool = ParsePool(workers, parse_job, timeout_result, languages.configure, (str(repo), overrides))
+        pool = ParsePool(workers, parse_rows_job, timeout_rows, languages.configure, (str(repo), overrides))
     ix = Indexer(repo, db, pool=pool)
     result = ix.refresh()
     elapsed = time.perf_counter() - started
@@ -226,12 +226,12 @@ def run_full(repo: Path, work: Path, ctags: str, rounds: int, workers: int) -> d
 
 def run_incremental(repo: Path, work: Path, rel: str, edits: int, workers: int) -> dict:
     from cogd.index import languages
-    from cogd.index.indexer import Indexer, parse_job, timeout_result
+    from cogd.index.indexer import Indexer, parse_rows_job, timeout_rows
     from cogd.index.parsepool import ParsePool
 
     path = repo / rel
     original = path.read_text(encoding="utf-8")
-    pool = ParsePool(workers, parse_job, timeout_result, languages.configure, (str(repo), languages.configure(repo)))
+    pool = ParsePool(workers, parse_rows_job, timeout_rows, languages.configure, (str(repo), languages.configure(repo)))
     ix = Indexer(repo, work / "incremental.db")
     try:
         ix.refresh()  # the index a save event finds: built, untimed

@@ -18,7 +18,8 @@ import pytest
 
 from conftest import STDLIB, make_repo
 from cogd.index import languages
-from cogd.index.indexer import GUARDED_PARSE_BYTES, Indexer, ParseLimits, parse_job, timeout_result
+from cogd.index.indexer import (GUARDED_PARSE_BYTES, Indexer, ParseLimits, parse_job, parse_rows_job, timeout_result,
+                                timeout_rows)
 from cogd.index.parsepool import ParsePool
 
 PACKAGES = ("json", "email", "http", "logging")
@@ -62,8 +63,10 @@ def stdlib_repo(tmp_path_factory) -> Path:
     return make_repo(root)
 
 
-def pool_for(root: Path, workers: int = 2) -> ParsePool:
-    return ParsePool(workers, parse_job, timeout_result, languages.configure, (str(root), languages.configure(root)))
+def pool_for(root: Path, rows: bool = True) -> ParsePool:
+    """Two parser processes running the daemon's job (rows) or :func:`parse_job` (entity objects)."""
+    job, on_timeout = (parse_rows_job, timeout_rows) if rows else (parse_job, timeout_result)
+    return ParsePool(2, job, on_timeout, languages.configure, (str(root), languages.configure(root)))
 
 
 def test_parallel_index_equals_the_serial_index_on_the_standard_library(stdlib_repo, tmp_path):
@@ -113,7 +116,7 @@ def test_a_file_that_runs_out_of_time_costs_only_itself_with_files_in_flight(tmp
     limits = ParseLimits(1 << 20, 0, 4096, 300)
     names = ["m0.py", "m1.py", "deep.py", *[f"m{n}.py" for n in range(2, 12)]]
     jobs = [(name, (root / name).read_bytes(), limits) for name in names]
-    pool = pool_for(root)
+    pool = pool_for(root, rows=False)
     try:
         outcomes = list(pool.imap(iter(jobs), budget_s=1.0, window=8))
     finally:

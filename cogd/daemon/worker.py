@@ -17,7 +17,7 @@ from pathlib import Path
 from cogd import faults
 from cogd.config import IndexConfig
 from cogd.index import languages
-from cogd.index.indexer import Indexer, RefreshResult, parse_job, timeout_result
+from cogd.index.indexer import Indexer, RefreshResult, parse_rows_job, timeout_rows
 from cogd.index.parsepool import ParsePool, worker_count
 
 log = logging.getLogger(__name__)
@@ -164,6 +164,6 @@ class IndexWorker:
         # can be killed there, and parsing overlaps the SQLite writes here.
         # Workers compile the same query overrides as this process (read once, here: cogd.index.languages).
         overrides = languages.configure(self._root)
-        pool = ParsePool(worker_count(self._config.parse_workers), parse_job, timeout_result,
+        pool = ParsePool(worker_count(self._config.parse_workers), parse_rows_job, timeout_rows,
                          languages.configure, (str(self._root), overrides))
         return Indexer(**self._indexer_args(pool)), pool

@@ -13,7 +13,7 @@ import sqlite3
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from cogd import safepath
 from cogd.inlist import MAX_PARAMS, chunked, marks
@@ -193,6 +193,36 @@ def _fts_row(entity: Entity) -> tuple[str, str, str, str, str]:
     return (path_words, name_words, entity.signature, entity.doc, entity.body)
 
 
+class FileRows(NamedTuple):
+    """What :func:`write_files` stores for one parsed file, as plain rows (cheap to pickle).
+
+    ``entities``: one tuple per entity in :data:`ENTITY_COLUMNS` order;
+    ``fts``: its FTS5 row (path, name, signature, doc, body words), in the same
+    order; ``edges``: ``(src, dst, kind)``; ``refs``: ``(src, kind, name,
+    qualifier, alias, line)``. Parser processes return these, so the writer
+    only binds them.
+    """
+
+    path: str
+    language: str
+    hash: str
+    entities: list[tuple]
+    fts: list[tuple[str, str, str, str, str]]
+    edges: list[tuple[str, str, str]]
+    refs: list[tuple[str, str, str, str, str, int]]
+
+
+def file_rows(parsed: ParsedFile) -> FileRows:
+    """The rows of ``parsed`` (see :class:`FileRows`)."""
+    return FileRows(
+        parsed.path, parsed.language, parsed.entities[0].hash if parsed.entities else "",
+        [tuple(getattr(entity, column) for column in ENTITY_COLUMNS) for entity in parsed.entities],
+        [_fts_row(entity) for entity in parsed.entities],
+        [(edge.src, edge.dst, edge.kind) for edge in parsed.edges],
+        [(r.src, r.kind, r.name, r.qualifier, r.alias, r.line) for r in parsed.references],
+    )
+
+
 def write_file(
     conn: sqlite3.Connection,
     parsed: ParsedFile,
@@ -203,7 +233,7 @@ def write_file(
     now: float,
 ) -> None:
     """Replace everything stored for ``parsed.path`` with ``parsed`` (no commit)."""
-    write_files(conn, [(parsed, size, mtime_ns, status)], now=now, replaced=[parsed.path])
+    write_files(conn, [(file_rows(parsed), size, mtime_ns, status)], now=now, replaced=[parsed.path])
 
 
 def delete_files(conn: sqlite3.Connection, paths: Sequence[str]) -> None:
@@ -220,37 +250,34 @@ def delete_files(conn: sqlite3.Connection, paths: Sequence[str]) -> None:
 
 def write_files(
     conn: sqlite3.Connection,
-    files: Sequence[tuple[ParsedFile, int, int, str]],
+    files: Sequence[tuple[FileRows, int, int, str]],
     *,
     now: float,
     replaced: Sequence[str] | None = None,
 ) -> None:
-    """Store ``(parsed, size, mtime_ns, status)`` files, one ``executemany`` per table (no commit).
+    """Store ``(rows, size, mtime_ns, status)`` files (:func:`file_rows`), one ``executemany`` per table (no commit).
 
     ``replaced``: the paths among them that may already be stored, whose rows
     are deleted first (None: all of them). Each file's entities get the next
     free rowids in order, and their FTS rows the same rowids, exactly as
     writing the files one by one with :func:`write_file` would.
     """
-    delete_files(conn, [parsed.path for parsed, *_rest in files] if replaced is None else replaced)
+    delete_files(conn, [rows.path for rows, *_rest in files] if replaced is None else replaced)
     first = conn.execute("SELECT coalesce(max(rowid), 0) + 1 FROM entities").fetchone()[0]
-    file_rows, entity_rows, fts_rows, edge_rows, ref_rows = [], [], [], [], []
-    for parsed, size, mtime_ns, status in files:
-        file_hash = parsed.entities[0].hash if parsed.entities else ""
-        file_rows.append((parsed.path, parsed.language, file_hash, size, mtime_ns, status, now))
+    file_rows_, entity_rows, fts_rows, edge_rows, ref_rows = [], [], [], [], []
+    for rows, size, mtime_ns, status in files:
+        path = rows.path
+        file_rows_.append((path, rows.language, rows.hash, size, mtime_ns, status, now))
         # Explicit rowids let entities and their FTS rows go in as two batches
         # instead of one statement per entity (the FTS rowid must match).
-        for rowid, entity in enumerate(parsed.entities, first):
-            entity_rows.append((rowid, entity.id, entity.kind, entity.subkind, entity.path, entity.name,
-                                entity.qualname, entity.start_line, entity.end_line, entity.language,
-                                entity.signature, entity.doc, entity.hash, entity.parent_id))
-            fts_rows.append((rowid, *_fts_row(entity)))
-        first += len(parsed.entities)
-        edge_rows.extend((edge.src, edge.dst, edge.kind, parsed.path) for edge in parsed.edges)
-        ref_rows.extend((parsed.path, r.src, r.kind, r.name, r.qualifier, r.alias, r.line) for r in parsed.references)
+        entity_rows.extend((rowid, *entity) for rowid, entity in enumerate(rows.entities, first))
+        fts_rows.extend((rowid, *fts) for rowid, fts in enumerate(rows.fts, first))
+        first += len(rows.entities)
+        edge_rows.extend((*edge, path) for edge in rows.edges)
+        ref_rows.extend((path, *ref) for ref in rows.refs)
     conn.executemany(
         "INSERT INTO files(path, language, hash, size, mtime_ns, status, indexed_at) VALUES (?,?,?,?,?,?,?)",
-        file_rows)
+        file_rows_)
     conn.executemany(
         f"INSERT INTO entities(rowid, {', '.join(ENTITY_COLUMNS)}) VALUES (?, {', '.join('?' * len(ENTITY_COLUMNS))})",
         entity_rows)
