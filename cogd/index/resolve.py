@@ -25,6 +25,7 @@ from __future__ import annotations
 import posixpath
 import re
 import sqlite3
+import threading
 from collections import defaultdict
 from collections.abc import Iterable
 
@@ -56,6 +57,7 @@ class Resolver:
         self.conn = conn
         self.root = root
         self.files = store.file_languages(conn)
+        self._layout = _layout_for(root, self.files)
         self._by_name: dict[str, list[tuple[str, str, str, str | None]]] = {}
         self._members: dict[str, dict[str, str]] = {}
         self._parent: dict[str, tuple[str, str | None]] = {}
@@ -134,9 +136,12 @@ class Resolver:
     # ---- imports ------------------------------------------------------------
     def _all_dirs(self) -> dict[str, list[str]]:
         if self._dirs is None:
+            self._dirs = self._layout.get("dirs")
+        if self._dirs is None:
             self._dirs = defaultdict(list)
             for path in self.files:
                 self._dirs[posixpath.dirname(path)].append(path)
+            self._layout["dirs"] = self._dirs
         return self._dirs
 
     def _existing(self, candidates: Iterable[str]) -> list[str]:
@@ -149,12 +154,15 @@ class Resolver:
     def _python_stems(self) -> dict[str, list[str]]:
         """Module stems (``pkg/mod`` for ``pkg/mod.py`` and ``pkg/mod/__init__.py``) by last component."""
         if self._stems is None:
+            self._stems = self._layout.get("stems")
+        if self._stems is None:
             self._stems = defaultdict(list)
             for path, language in self.files.items():
                 if language != "python":
                     continue
                 stem = path[: -len("/__init__.py")] if path.endswith("/__init__.py") else posixpath.splitext(path)[0]
                 self._stems[posixpath.basename(stem)].append(stem)
+            self._layout["stems"] = self._stems
         return self._stems
 
     def _python_module(self, path: str, module: str, symbol: str) -> list[str]:
@@ -383,6 +391,31 @@ _AUXILIARY = re.compile(
     r"(^|/)(tests?|testing|__tests__|spec|specs|examples?|samples?|demos?|docs?|benchmarks?|scripts?)/"
     r"|(^|/)test_[^/]*$|_test\.[a-z]+$|\.(test|spec)\.[jt]sx?$|(^|/)conftest\.py$"
 )
+
+
+_LAYOUTS: dict[str, tuple[dict[str, str], dict]] = {}  # root → (files and languages, derived tables)
+_LAYOUTS_MAX = 8  # roots remembered (a test process indexes many)
+_layouts_lock = threading.Lock()
+
+
+def _layout_for(root: str, files: dict[str, str]) -> dict:
+    """Tables derived from the file list alone (directories, Python module stems), shared between resolvers.
+
+    Kept per root while the file list (path → language) stays exactly the
+    same, which is every save of a file already indexed: building the stems
+    of a 2,000-file tree was a quarter of a one-file refresh. Any change to
+    the list (compared whole) starts empty tables. The tables are never
+    mutated once built.
+    """
+    with _layouts_lock:
+        known = _LAYOUTS.get(root)
+        if known is not None and known[0] == files:
+            return known[1]
+        if len(_LAYOUTS) >= _LAYOUTS_MAX:
+            _LAYOUTS.pop(next(iter(_LAYOUTS)))
+        tables: dict = {}
+        _LAYOUTS[root] = (files, tables)
+        return tables
 
 
 def _auxiliary(path_or_id: str) -> bool:
