@@ -643,8 +643,8 @@ def refs_of(conn: sqlite3.Connection, path: str) -> list[tuple[str, str, str, st
 def all_refs(conn: sqlite3.Connection) -> dict[str, list[tuple[str, str, str, str, str]]]:
     """:func:`refs_of` for every file at once: ``{path: [(src, kind, name, qualifier, alias), ...]}``."""
     found: dict[str, list[tuple[str, str, str, str, str]]] = {}
-    for path, *row in _query(conn, "SELECT path, src, kind, name, qualifier, alias FROM refs ORDER BY rowid"):
-        found.setdefault(path, []).append(tuple(row))
+    for row in _query(conn, "SELECT path, src, kind, name, qualifier, alias FROM refs ORDER BY rowid"):
+        found.setdefault(row[0], []).append(row[1:])
     return found
 
 
