@@ -111,3 +111,33 @@ def test_dense_index_kind_filter_follows_every_change():
     index.replace([], [], np.zeros((0, 8), dtype=np.float32))
     assert index.search(query, 5, kinds=("class",)) == [] and index.search(query, 5) == []
     assert index.search(query, 0) == []
+
+
+def test_state_follows_writes_without_rereading_and_matches_the_table(tmp_path):
+    store = VectorStore(tmp_path / "vectors", 8)
+    data = rows(30)
+    store.upsert(data)
+    assert store.state()["f.py::e5"] == ("m1", "h5")  # first call: read from the table
+    store.upsert([dict(data[5], src_hash="changed", model="m2")])
+    store.delete(["f.py::e6", "no-such-id"])
+    kept = store.state()
+    assert len(kept) == 29 and kept["f.py::e5"] == ("m2", "changed") and "f.py::e6" not in kept
+    kept.clear()  # a copy: the caller cannot corrupt the store's mirror
+    fresh = VectorStore(tmp_path / "vectors", 8).state()  # what the table on disk holds
+    assert fresh == store.state() and len(fresh) == 29
+
+
+def test_compaction_after_a_pass_waits_for_enough_writes(tmp_path):
+    store = VectorStore(tmp_path / "vectors", 8)
+    data = rows(40)
+    for n in range(4):
+        store.upsert(data[n * 10:(n + 1) * 10])
+    versions = len(store.table.list_versions())
+    store.compact()  # 4 writes since the start: too few, nothing done
+    assert len(store.table.list_versions()) == versions
+    for n in range(4, 10):
+        store.upsert([dict(row, src_hash=f"again{n}") for row in data[:5]])
+    versions = len(store.table.list_versions())
+    store.compact()  # 10 writes: compacted (a new version)
+    assert len(store.table.list_versions()) > versions
+    assert store.count() == 40 and store.state()["f.py::e0"] == ("m1", "again9")

@@ -10,7 +10,6 @@ current" means for ``cogd index``.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from pathlib import Path
@@ -18,8 +17,8 @@ from pathlib import Path
 from cogd import faults
 from cogd.config import IndexConfig
 from cogd.index import languages
-from cogd.index.indexer import Indexer, RefreshResult, parse_job, timeout_result
-from cogd.index.parsepool import ParsePool
+from cogd.index.indexer import Indexer, RefreshResult, parse_rows_job, timeout_rows
+from cogd.index.parsepool import ParsePool, worker_count
 
 log = logging.getLogger(__name__)
 
@@ -161,10 +160,10 @@ class IndexWorker:
         return dict(root=self._root, db_path=self._db_path, config=self._config, pool=pool)
 
     def _open(self) -> tuple[Indexer, ParsePool]:
-        # One parser process per spare core (at least one): a pathological file
+        # Parser processes (one per core by default, [index] parse_workers): a pathological file
         # can be killed there, and parsing overlaps the SQLite writes here.
         # Workers compile the same query overrides as this process (read once, here: cogd.index.languages).
         overrides = languages.configure(self._root)
-        pool = ParsePool(max(1, min((os.cpu_count() or 2) - 1, 3)), parse_job, timeout_result,
+        pool = ParsePool(worker_count(self._config.parse_workers), parse_rows_job, timeout_rows,
                          languages.configure, (str(self._root), overrides))
         return Indexer(**self._indexer_args(pool)), pool

@@ -16,7 +16,6 @@ import tree_sitter
 import xxhash
 
 from cogd.index.languages import grammar
-from cogd.index.queries import run_query
 from cogd.index.references import Reference, collect_references
 
 # tags.scm capture → (kind, subkind); the capture names are listed in cogd.index.languages.
@@ -204,14 +203,17 @@ def _code_end(node: tree_sitter.Node) -> tree_sitter.Node:
 
     tree-sitter-python puts comments that trail an indented block inside that
     block; they are not part of the definition (Python's ``ast`` agrees), so
-    spans and hashed text end at the last code token.
+    spans and hashed text end at the last code token. Children are read from
+    the last one back (``Node.children`` would wrap every statement of a body
+    at each level).
     """
-    while node.child_count:
-        code = [child for child in node.children if child.type != "comment"]
-        if not code:
-            break
-        node = code[-1]
-    return node
+    while True:
+        i = node.child_count - 1
+        while i >= 0 and node.child(i).type == "comment":
+            i -= 1
+        if i < 0:  # a leaf, or only comments inside
+            return node
+        node = node.child(i)
 
 
 def _body_node(node: tree_sitter.Node) -> tree_sitter.Node | None:
@@ -298,12 +300,13 @@ def _definitions(matches: list, src: bytes) -> list[_Definition]:
         names = captures.get("name")
         if not names:
             continue
+        defined = [(capture, nodes) for capture, nodes in captures.items() if capture in _DEFINITION_KINDS]
+        if not defined:  # a call or other reference: most matches
+            continue
         receiver = ".".join(_text(src, n.start_byte, n.end_byte)
                             for n in sorted(captures.get("receiver", []), key=lambda n: n.start_byte))
-        for capture, nodes in captures.items():
-            kinds = _DEFINITION_KINDS.get(capture)
-            if kinds is None:
-                continue
+        for capture, nodes in defined:
+            kinds = _DEFINITION_KINDS[capture]
             for captured in nodes:
                 node = _definition_node(captured, kinds[0])
                 if node is None:
@@ -363,10 +366,10 @@ def extract(path: str, source: bytes, language: str, tree: tree_sitter.Tree | No
         hash=content_hash(source),
     )
     parsed = ParsedFile(path, language, [file_entity])
-    # One pass of the tags query serves both definitions and call references.
-    tag_matches = run_query(gram.tags, root)
-    members, spans = _add_definitions(parsed, _definitions(tag_matches, source), source)
-    parsed.references = collect_references(tree, gram, spans, file_entity.id, tag_matches, source)
+    # One walk of the tree runs every query; the tags matches serve both definitions and call references.
+    matches = gram.run_all(root)
+    members, spans = _add_definitions(parsed, _definitions(matches[0], source), source)
+    parsed.references = collect_references(tree, gram, spans, file_entity.id, source=source, matches=matches)
     _fill_summaries(parsed, members, spans, source)
     return parsed
 

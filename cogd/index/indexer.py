@@ -52,7 +52,7 @@ import os
 import posixpath
 import stat
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -70,6 +70,7 @@ log = logging.getLogger("cogd.index")
 # mtime tick; store mtime 0 so the next scan re-hashes it (git's "racy clean").
 RACY_WINDOW_NS = 2_000_000_000
 BATCH_FILES = 200  # files per transaction: readers see progress, writes stay short
+WRITE_BATCH_FILES = 40  # parsed files written with one statement per table (see store.write_files)
 BINARY_SNIFF_BYTES = 8192
 MINIFIED_BY_LONGEST_LINE = {"javascript", "typescript", "tsx"}
 MINIFIED_SNIFF_BYTES = 65536  # how much of a file over the size limit the minified check reads
@@ -175,7 +176,6 @@ class ParseTimeout(Exception):
     """A tree-sitter parse ran past its deadline and was cancelled."""
 
 
-READ_AHEAD_FILES = 256  # files read and parsed per round (bounds memory on huge trees)
 GUARDED_PARSE_BYTES = 64 * 1024  # smaller files parse in a few ms: no deadline machinery
 
 
@@ -286,6 +286,23 @@ def parse_job(job: tuple[str, bytes, ParseLimits]) -> tuple[ParsedFile, str]:
     return parse_file(*job)
 
 
+def parse_rows_job(job: tuple[str, bytes, ParseLimits]) -> tuple[store.FileRows, str]:
+    """:func:`parse_job` with the result as the rows the index stores (:func:`cogd.index.store.file_rows`).
+
+    What the daemon's parser processes run: plain rows pickle faster than
+    entity objects, and the FTS words are computed in the parser process,
+    not by the single writer.
+    """
+    parsed, status = parse_file(*job)
+    return store.file_rows(parsed), status
+
+
+def timeout_rows(job: tuple) -> tuple[store.FileRows, str]:
+    """:func:`timeout_result` as rows (the pool's ``on_timeout`` with :func:`parse_rows_job`)."""
+    parsed, status = timeout_result(job)
+    return store.file_rows(parsed), status
+
+
 def timeout_result(job: tuple) -> tuple[ParsedFile, str]:
     """What a file whose parse ran out of time is indexed as: its path only."""
     path, data, _limits = job
@@ -298,7 +315,8 @@ class Indexer:
     Not thread-safe: the daemon calls it from its single index worker thread.
     ``config``: the project's ``[index]`` section (``Config.index``); None
     means :class:`cogd.config.IndexConfig`'s defaults. ``pool``: parser
-    processes to parse in (the daemon's); None parses in this process.
+    processes to parse in (the daemon's; their job may be :func:`parse_job` or,
+    cheaper, :func:`parse_rows_job`); None parses in this process.
     """
 
     def __init__(self, root: Path, db_path: Path, config: IndexConfig | None = None, *,
@@ -467,38 +485,50 @@ class Indexer:
         return to_parse
 
     def _parse_changed(self, run: "_Run", to_parse: list[tuple[str, os.stat_result]]) -> None:
-        """Read, parse and write ``to_parse`` in rounds of ``READ_AHEAD_FILES`` (bounded memory).
+        """Read, parse and write ``to_parse`` as one pipeline; reports progress per file.
 
-        Reports progress per written file and at the end of each round (files
-        found unchanged or unreadable in a round count as done too).
+        Files are read lazily (:meth:`_read_jobs`), parsed in the pool when
+        there is one (at most its window of files held at a time: bounded
+        memory) or here, and written in batches of ``WRITE_BATCH_FILES``
+        while the pool parses the next ones. Results come back in the order of
+        ``to_parse`` on both paths, so both write the same rows in the same
+        order. A file found unchanged or unreadable counts as done too.
         """
-        total, done, progress = len(to_parse), 0, run.progress
-        for start in range(0, total, READ_AHEAD_FILES):
-            jobs = self._read_round(run, to_parse[start : start + READ_AHEAD_FILES])
-            batch = [(path, data, self.limits) for path, _st, _m, data in jobs]
-            if self.pool is not None:
-                outcomes = self.pool.map(batch, max(self.limits.parse_timeout_ms / 1000, 1.0) * 2)
-            else:
-                outcomes = [parse_job(job) for job in batch]
-            done = self._write_parsed(run, jobs, outcomes, done, total)
-            end = min(start + READ_AHEAD_FILES, total)
-            if end > done:
-                done = end
-                if progress is not None:
-                    progress(done, total, to_parse[end - 1][0])
+        total, progress = len(to_parse), run.progress
+        pending: list[tuple] = []  # (job, outcome) parsed, not yet written
+        reading = self._read_jobs(run, to_parse)
+        if self.pool is not None:
+            jobs: list[tuple] = []  # handed to the pool, in order, until their outcome arrives
 
-    def _read_round(self, run: "_Run", files: list[tuple[str, os.stat_result]]) -> list[tuple]:
-        """Read one round of files; returns ``(path, stat, mtime_ns to store, bytes)`` for those to parse.
+            def submitted() -> Iterator[tuple[str, bytes, ParseLimits]]:
+                for job in reading:
+                    jobs.append(job)
+                    yield job[3], job[5], self.limits
+            outcomes = self.pool.imap(submitted(), max(self.limits.parse_timeout_ms / 1000, 1.0) * 2)
+            pairs = ((jobs.pop(0), outcome) for outcome in outcomes)
+        else:
+            pairs = ((job, parse_job((job[3], job[5], self.limits))) for job in reading)
+        for job, outcome in pairs:
+            pending.append((job, outcome))
+            if len(pending) >= WRITE_BATCH_FILES:
+                self._write_parsed(run, pending, total)
+                pending = []
+        self._write_parsed(run, pending, total)
+        if run.reported < total and progress is not None:  # the last files were unchanged or unreadable
+            progress(total, total, to_parse[-1][0])
 
-        A file whose bytes hash as stored only gets its new stat (unchanged).
-        One that cannot be read is recorded by path (``symlink_outside`` when
-        it became a link since the listing, else ``unreadable``, tried again
-        next refresh); one that vanished joins ``run.gone``.
+    def _read_jobs(self, run: "_Run", files: list[tuple[str, os.stat_result]]) -> Iterator[tuple]:
+        """Read ``files`` one by one; yields ``(position, stat, mtime_ns to store, path, None, bytes)`` to parse.
+
+        ``position``: the file's index in ``files`` (for progress). A file
+        whose bytes hash as stored only gets its new stat (unchanged). One
+        that cannot be read is recorded by path (``symlink_outside`` when it
+        became a link since the listing, else ``unreadable``, tried again next
+        refresh); one that vanished joins ``run.gone``.
         """
         known, relanguaged, full, result = run.known, run.relanguaged, run.full, run.result
         now_ns = run.now_ns
-        jobs: list[tuple[str, os.stat_result, int, bytes]] = []
-        for path, st in files:
+        for position, (path, st) in enumerate(files):
             try:
                 data = read_source(run.listing.files[path], self.limits.max_file_bytes, root=self.root)
             except FileNotFoundError:  # vanished between stat and read
@@ -520,26 +550,35 @@ class Indexer:
                 store.update_file_stat(self.conn, path, st.st_size, mtime_ns)
                 result.unchanged += 1
                 continue
-            jobs.append((path, st, mtime_ns, data))
-        return jobs
+            yield (position, st, mtime_ns, path, None, data)
 
-    def _write_parsed(self, run: "_Run", jobs: list[tuple], outcomes: list, done: int, total: int) -> int:
-        """Write each parsed file of a round (committing every ``BATCH_FILES``); returns files done so far."""
-        result, progress, names_before, parsed_paths = run.result, run.progress, run.names_before, run.parsed_paths
-        for (path, st, mtime_ns, _data), (parsed, status) in zip(jobs, outcomes):
+    def _write_parsed(self, run: "_Run", batch: list[tuple], total: int) -> None:
+        """Write one batch of parsed files (:func:`store.write_files`), committing every ``BATCH_FILES``.
+
+        The names the files defined before (for the reference resolution) are
+        read first, in one query, for the files that were indexed.
+        """
+        if not batch:
+            return
+        result, progress = run.result, run.progress
+        indexed = [job[3] for job, _outcome in batch if job[3] in run.known]
+        if indexed:
+            run.names_before |= resolve.entity_names(self.conn, indexed)
+        now = time.time()
+        store.write_files(self.conn, [(parsed if isinstance(parsed, store.FileRows) else store.file_rows(parsed),
+                                       job[1].st_size, job[2], status) for job, (parsed, status) in batch],
+                          now=now, replaced=indexed)
+        for job, (_parsed, status) in batch:
             if status != "ok":
                 result.skipped[status] = result.skipped.get(status, 0) + 1
-            names_before |= resolve.entity_names(self.conn, [path])
-            store.write_file(self.conn, parsed, size=st.st_size, mtime_ns=mtime_ns, status=status,
-                             now=time.time())
-            parsed_paths.append(path)
+            run.parsed_paths.append(job[3])
             result.parsed += 1
-            done += 1
-            if done % BATCH_FILES == 0:
+            run.written += 1
+            if run.written % BATCH_FILES == 0:
                 self.conn.commit()
+            run.reported = job[0] + 1
             if progress is not None:
-                progress(done, total, path)
-        return done
+                progress(run.reported, total, job[3])
 
     def _record_outside(self, run: "_Run", path: str) -> None:
         """Record ``path`` by name only as ``symlink_outside`` (see :meth:`_write_outside`)."""
@@ -579,7 +618,7 @@ class _Run:
     """The state one :meth:`Indexer.refresh` carries between its steps."""
 
     __slots__ = ("known", "listing", "gone", "full", "relanguaged", "progress", "result", "parsed_paths",
-                 "names_before", "now_ns")
+                 "names_before", "now_ns", "written", "reported")
 
     def __init__(self, known: dict, listing: SourceListing, gone: list[str], full: bool, relanguaged: set[str],
                  progress: ProgressFn | None):
@@ -589,3 +628,5 @@ class _Run:
         self.parsed_paths: list[str] = []  # every path written, for the reference resolution
         self.names_before: set[tuple[str, str]] = set()  # (name, id) defined in re-written files, before
         self.now_ns = 0  # when reading began, for the racy-clean window (see RACY_WINDOW_NS)
+        self.written = 0  # parsed files written so far (a commit every BATCH_FILES)
+        self.reported = 0  # files of the refresh done, as last reported to progress

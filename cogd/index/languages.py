@@ -48,6 +48,7 @@ from pathlib import Path
 import tree_sitter
 
 from cogd.index.boundary import OutsideTree, read_tree_file
+from cogd.index.queries import run_query
 from cogd.rpc.locate import COGD_DIR
 
 
@@ -454,6 +455,7 @@ class LanguageState:
     overrides: tuple[str, ...] = ()
     language: tree_sitter.Language | None = None
     queries: tuple[tree_sitter.Query | None, ...] = ()  # in QUERY_KINDS order; None = no such query
+    combined: tree_sitter.Query | None = None  # every query of QUERY_KINDS in one (see Grammar.run_all)
 
 
 _settings: dict = {"root": None, "overrides": {}}  # the configured root and its overrides, read at configure()
@@ -591,6 +593,7 @@ def _check(name: str, overrides: Overrides) -> LanguageState:
     digest.update(str(getattr(language, "semantic_version", None) or language.abi_version).encode())
     problems: list[str] = []
     queries: list[tree_sitter.Query | None] = []
+    texts: list[str] = []
     used = tuple(o[1] for o in overrides.values() if isinstance(o, tuple))
     for kind in QUERY_KINDS:
         try:  # each query on its own: one error report per broken query
@@ -598,6 +601,7 @@ def _check(name: str, overrides: Overrides) -> LanguageState:
             for _label, text in parts:
                 digest.update(b"\0" + text.encode())
             queries.append(_compile(language, kind, parts))
+            texts.append("\n".join(t for _label, t in parts) if queries[-1] is not None else "")
         except (OSError, ValueError) as exc:  # an unreadable tags file or override, a query error
             problems.append(str(exc) if str(exc).startswith(kind) else f"{kind} query unusable: {exc}")
             queries.append(None)
@@ -606,7 +610,30 @@ def _check(name: str, overrides: Overrides) -> LanguageState:
     if problems:
         problem = "; ".join(problems)
         return LanguageState(name, problem, hashlib.sha256(problem.encode()).hexdigest()[:16], used)
-    return LanguageState(name, None, digest.hexdigest()[:16], used, language, tuple(queries))
+    return LanguageState(name, None, digest.hexdigest()[:16], used, language, tuple(queries),
+                         _combine(language, queries, texts))
+
+
+def _combine(language: tree_sitter.Language, queries: list[tree_sitter.Query | None],
+             texts: list[str]) -> tree_sitter.Query | None:
+    """The texts of ``queries`` (each compiled on its own) as one query, or None if it does not compile.
+
+    One query walks the tree once where three walk it three times (the walk,
+    not the matches, is most of a query's cost); :meth:`Grammar.run_all` tells
+    the patterns apart by index. Patterns keep their order, so the matches of
+    each part come in the order its own query gives them (checked on the
+    standard library by ``tests/test_index_parallel.py``).
+    """
+    present = [text for query, text in zip(queries, texts) if query is not None]
+    if len(present) < 2:
+        return None
+    try:
+        combined = tree_sitter.Query(language, "\n".join(present))
+    except (tree_sitter.QueryError, ValueError):  # each part compiles: not expected, but the parts still work
+        return None
+    if combined.pattern_count != sum(q.pattern_count for q in queries if q is not None):
+        return None
+    return combined
 
 
 def check(name: str) -> LanguageState:
@@ -670,6 +697,30 @@ class Grammar:
     tags: tree_sitter.Query
     imports: tree_sitter.Query | None = None
     inherits: tree_sitter.Query | None = None
+    combined: tree_sitter.Query | None = None  # tags, imports and inherits as one query
+
+    def run_all(self, node: tree_sitter.Node) -> tuple[list, list | None, list | None]:
+        """Matches of ``tags``, ``imports`` and ``inherits`` under ``node`` (None for a query the language lacks).
+
+        One walk of the tree with :attr:`combined` when there is one, split by
+        pattern index (each part's indices renumbered from 0, as its own query
+        numbers them); else each query on its own.
+        """
+        parts = [self.tags, self.imports, self.inherits]
+        if self.combined is None:
+            return tuple(run_query(q, node) if q is not None else None for q in parts)  # type: ignore[return-value]
+        out: list[list | None] = []
+        bounds: list[int] = []
+        first = 0
+        for query in parts:
+            out.append([] if query is not None else None)
+            first += query.pattern_count if query is not None else 0
+            bounds.append(first)
+        offsets = [0, bounds[0], bounds[1]]
+        for pattern, captures in run_query(self.combined, node):
+            part = 0 if pattern < bounds[0] else 1 if pattern < bounds[1] else 2
+            out[part].append((pattern - offsets[part], captures))
+        return out[0], out[1], out[2]
 
 
 def grammar(name: str) -> Grammar:
@@ -686,5 +737,6 @@ def grammar(name: str) -> Grammar:
     key = (state.digest, name)
     if key not in cache:
         tags, imports, inherits = state.queries
-        cache[key] = Grammar(state.language, tree_sitter.Parser(state.language), tags, imports, inherits)
+        cache[key] = Grammar(state.language, tree_sitter.Parser(state.language), tags, imports, inherits,
+                             state.combined)
     return cache[key]

@@ -21,16 +21,38 @@ each language once per process (a disabled language answers
 
 from __future__ import annotations
 
+import collections
 import logging
 import multiprocessing
 import multiprocessing.pool
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Iterable, Iterator
 
 log = logging.getLogger("cogd.parsepool")
 
 START_SLACK_S = 5.0  # a fresh worker imports tree-sitter and its grammars first
+WINDOW_PER_WORKER = 16  # jobs handed out ahead per worker: keeps every worker busy while the caller writes
+_END = object()
+
+MAX_WORKERS = 8  # a committed config may not ask for more parser processes than this
+AUTO_MAX_WORKERS = 4  # "one per core" stops here: past it the single writer is the bottleneck
 
 Job = tuple  # (path, data, ParseLimits): the arguments of cogd.index.indexer.parse_file
+
+
+def worker_count(requested: int, cpus: int | None = None) -> int:
+    """How many parser processes to run for ``[index] parse_workers = requested``.
+
+    ``requested`` <= 0 means one per core (``cpus``, default ``os.cpu_count()``),
+    at most ``AUTO_MAX_WORKERS``; an explicit count is capped at ``MAX_WORKERS``.
+    Always at least 1. One per core, not one per spare core: the writer
+    thread mostly waits on SQLite and on the workers' results, so on two
+    cores two parsers plus the writer keep both cores busy (measured by
+    ``scripts/bench_index.py``).
+    """
+    if requested <= 0:
+        return max(1, min(cpus or os.cpu_count() or 1, AUTO_MAX_WORKERS))
+    return min(requested, MAX_WORKERS)
 
 
 class ParsePool:
@@ -56,32 +78,59 @@ class ParsePool:
         return self._pool, fresh
 
     def map(self, jobs: list[Job], budget_s: float) -> list:
-        """Run ``jobs`` and return their results in order.
+        """Run ``jobs`` and return their results in order (:meth:`imap` collected into a list)."""
+        return list(self.imap(jobs, budget_s))
 
-        Each result is awaited at most ``budget_s`` seconds after the previous
-        one arrived (plus start-up time for a fresh pool). On a timeout the
-        pool is terminated, that job gets ``on_timeout(job)`` and the rest run
-        in a new pool.
+    def imap(self, jobs: Iterable[Job], budget_s: float, window: int = 0) -> Iterator:
+        """Run ``jobs`` (any iterable, consumed lazily) and yield their results in order.
+
+        At most ``window`` jobs are handed to the workers ahead of the result
+        the caller waits for (0: ``WINDOW_PER_WORKER`` per worker), so the
+        caller's work between two results (writing the previous file) overlaps
+        the workers' parsing, and memory stays bounded by the window (jobs
+        hold the files' bytes). The queue is first in, first out, so a job is
+        running at the latest when the one before it has returned: each result
+        is awaited at most ``budget_s`` seconds after the previous one arrived
+        (plus start-up time for a fresh pool). On a timeout the pool is
+        terminated, that job gets ``on_timeout(job)`` and the jobs already
+        handed out go to a new pool, in the same order.
         """
-        results: list = []
-        remaining = list(jobs)
-        while remaining:
+        window = window or WINDOW_PER_WORKER * self.workers
+        source = iter(jobs)
+        waiting: collections.deque[Job] = collections.deque()  # handed out to this pool, in order
+        handles: collections.deque = collections.deque()
+        exhausted = False
+        while True:
             pool, fresh = self._ensure()
-            pending = [pool.apply_async(self._job, (job,)) for job in remaining]
-            for n, (job, handle) in enumerate(zip(remaining, pending)):
-                wait = budget_s + (START_SLACK_S if fresh and n < self.workers else 0.0)
+            if fresh and waiting:  # the jobs a terminated pool held, again
+                handles = collections.deque(pool.apply_async(self._job, (job,)) for job in waiting)
+            returned = 0  # results from this pool so far (a fresh one gets start-up slack)
+            while True:
+                while not exhausted and len(waiting) < window:
+                    job = next(source, _END)
+                    if job is _END:
+                        exhausted = True
+                        break
+                    waiting.append(job)
+                    handles.append(pool.apply_async(self._job, (job,)))
+                if not waiting:
+                    return
+                job, handle = waiting[0], handles[0]
+                wait = budget_s + (START_SLACK_S if fresh and returned < self.workers else 0.0)
                 try:
-                    results.append(handle.get(timeout=wait))
+                    result = handle.get(timeout=wait)
                 except multiprocessing.TimeoutError:
                     log.warning("parsing %s took longer than %.1f s: indexed by path only", job[0], budget_s)
                     self.terminate()
                     self.restarts += 1
-                    results.append(self._on_timeout(job))
-                    remaining = remaining[n + 1 :]
-                    break
-            else:
-                remaining = []
-        return results
+                    waiting.popleft()
+                    handles.clear()
+                    yield self._on_timeout(job)
+                    break  # a new pool for the rest
+                waiting.popleft()
+                handles.popleft()
+                returned += 1
+                yield result
 
     def terminate(self) -> None:
         if self._pool is not None:

@@ -13,6 +13,7 @@ cogd's own per-language queries in :mod:`cogd.index.languages`.
 from __future__ import annotations
 
 import bisect
+import functools
 import re
 from dataclasses import dataclass
 
@@ -91,7 +92,12 @@ def _receiver(name: tree_sitter.Node, source: bytes) -> str:
     start = len(before)
     while start > 0 and before[start - 1] in _RECEIVER_CHARS:
         start -= 1
-    tail = before[start:]
+    return _receiver_of(before[start:]) if start < len(before) else ""
+
+
+@functools.lru_cache(maxsize=4096)
+def _receiver_of(tail: str) -> str:
+    """The receiver a run of receiver characters ends with (cached: ``self.``, ``os.path.`` recur)."""
     # The chain must end right before the name; keep its longest well-formed suffix.
     for offset in range(len(tail)):
         if _RECEIVER.fullmatch(tail, offset):
@@ -111,26 +117,33 @@ def collect_references(
     file_id: str,
     tag_matches: list | None = None,
     source: bytes = b"",
+    matches: tuple[list, list | None, list | None] | None = None,
 ) -> list[Reference]:
     """Every call, import and base-class reference in ``tree``.
 
     ``spans``: (start_byte, end_byte, entity_id) of the file's entities, used
     to attribute each reference to the innermost entity around it (imports
     always belong to the file). ``tag_matches``: the tags query's matches if
-    the caller already ran it (saves a second pass). Returns at most ``MAX_REFERENCES`` references,
+    the caller already ran it (saves a second pass); ``matches``: those of
+    every query (:meth:`Grammar.run_all`), when the caller ran them. Returns at most ``MAX_REFERENCES`` references,
     de-duplicated, in source order. Never raises on odd syntax trees.
     """
     enclosing = _Enclosing(spans, file_id)
     found: dict[Reference, None] = {}  # an ordered set: source order, each reference once
     root = tree.root_node
-    if tag_matches is None:
-        tag_matches = run_query(gram.tags, root)
+    if matches is not None:
+        tag_matches, import_matches, inherit_matches = matches
+    else:
+        if tag_matches is None:
+            tag_matches = run_query(gram.tags, root)
+        import_matches = inherit_matches = None
     if _add_calls(found, tag_matches, enclosing, source):
         return list(found)
     if gram.imports is not None:
-        _add_imports(found, run_query(gram.imports, root), file_id)
+        _add_imports(found, import_matches if matches is not None else run_query(gram.imports, root), file_id)
     if gram.inherits is not None:
-        _add_bases(found, run_query(gram.inherits, root), enclosing, spans, file_id)
+        _add_bases(found, inherit_matches if matches is not None else run_query(gram.inherits, root), enclosing,
+                   spans, file_id)
     return list(found)[:MAX_REFERENCES]
 
 
@@ -142,24 +155,26 @@ def _add_calls(found: dict[Reference, None], tag_matches: list, enclosing: _Encl
     """
     seen_calls: set[tuple[str, str, str]] = set()
     for _pattern, captures in tag_matches:
-        names = captures.get("name")
-        if not names:
-            continue
         calls = captures.get("reference.call") or [
             n for n in captures.get("reference.class", []) if n.type == "new_expression"
         ]
-        for node in calls:
-            name = _text(names[0])
-            if not name:
-                continue
-            src = enclosing(names[0].start_byte)
-            receiver = _receiver(names[0], source) if source else ""
-            if (src, name, receiver) in seen_calls:
-                continue
-            seen_calls.add((src, name, receiver))
-            found[Reference(src, "calls", name, receiver, "", names[0].start_point.row + 1)] = None
-            if len(found) >= MAX_REFERENCES:
-                return True
+        if not calls:
+            continue
+        names = captures.get("name")
+        if not names:
+            continue
+        name_node = names[0]
+        name = _text(name_node)
+        if not name:
+            continue
+        src = enclosing(name_node.start_byte)
+        receiver = _receiver(name_node, source) if source else ""
+        if (src, name, receiver) in seen_calls:
+            continue
+        seen_calls.add((src, name, receiver))
+        found[Reference(src, "calls", name, receiver, "", name_node.start_point.row + 1)] = None
+        if len(found) >= MAX_REFERENCES:
+            return True
     return False
 
 

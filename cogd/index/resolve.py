@@ -25,6 +25,7 @@ from __future__ import annotations
 import posixpath
 import re
 import sqlite3
+import threading
 from collections import defaultdict
 from collections.abc import Iterable
 
@@ -37,6 +38,7 @@ IMPLICIT_THIS = {"java", "c_sharp", "cpp", "kotlin", "ruby", "php", "go", "rust"
 CALLABLE = ("function", "method", "class")
 CLASS_LIKE = ("class",)
 JS_EXTENSIONS = (".ts", ".tsx", ".js", ".jsx", ".mjs", ".cjs", ".d.ts")
+EDGE_BATCH = 20_000  # reference edges written per statement
 GO_MOD_MAX_BYTES = 1 << 20  # the module line comes first; a bigger go.mod is read up to here
 # Languages that can call each other's definitions by name; others resolve
 # only within their own language.
@@ -55,6 +57,7 @@ class Resolver:
         self.conn = conn
         self.root = root
         self.files = store.file_languages(conn)
+        self._layout = _layout_for(root, self.files)
         self._by_name: dict[str, list[tuple[str, str, str, str | None]]] = {}
         self._members: dict[str, dict[str, str]] = {}
         self._parent: dict[str, tuple[str, str | None]] = {}
@@ -63,6 +66,36 @@ class Resolver:
         self._stems: dict[str, list[str]] | None = None
         self._unique_cache: dict[tuple, str | None] = {}
         self._go_module: str | None | bool = False
+        self._families: dict[str, str] = {}
+        self._refs: dict[str, list[tuple[str, str, str, str, str]]] | None = None  # preloaded, by path
+
+    def preload(self) -> None:
+        """Read every entity and reference once, for a pass over every file.
+
+        Fills the name table for every name a call or base mentions (as a
+        lazy pass loads: a name only written as a receiver, ``Reg`` of
+        ``Reg.get()``, is not looked up), each entity's kind and parent and
+        each container's members, from one scan of ``entities`` in rowid order,
+        and the stored references from one scan of ``refs``, so the pass makes
+        no query per file or per entity. What it loads equals what the lazy
+        lookups would read: per name, definitions in rowid order (as the name
+        index returns them); members last defined first, ties in rowid order.
+        """
+        children: dict[str, list[tuple[int, str, str]]] = defaultdict(list)
+        referenced = store.referenced_names(self.conn)
+        by_name: dict[str, list[tuple[str, str, str, str | None]]] = {name: [] for name in referenced}
+        for entity_id, kind, path, parent, name, start_line in store.entity_table(self.conn):
+            self._parent[entity_id] = (kind, parent)
+            if kind != "file" and name in referenced:
+                by_name[name].append((entity_id, kind, path, parent))
+            if parent is not None:
+                children[parent].append((start_line, entity_id, name))
+        self._by_name = by_name
+        for parent, rows in children.items():
+            rows.sort(key=lambda row: -row[0])  # stable: ties stay in rowid order
+            # Last defined first, put in a dict: the first definition of a repeated name wins.
+            self._members[parent] = {name: entity_id for _line, entity_id, name in rows}
+        self._refs = store.all_refs(self.conn)
 
     # ---- name tables ------------------------------------------------------
     def load_names(self, names: set[str]) -> None:
@@ -75,12 +108,16 @@ class Resolver:
             self._parent[entity_id] = (kind, parent)
 
     def _members_of(self, container: str) -> dict[str, str]:
+        if self._refs is not None:  # preloaded: a container with no members has none
+            return self._members.get(container, {})
         if container not in self._members:
             self._members[container] = {name: entity_id for entity_id, name in store.members(self.conn, container)}
         return self._members[container]
 
     def _kind_parent(self, entity_id: str) -> tuple[str, str | None] | None:
         if entity_id not in self._parent:
+            if self._refs is not None:  # preloaded: an id not in the table is no entity
+                return ("file", None)
             row = store.entities_by_ids(self.conn, [entity_id], ("kind", "parent_id")).get(entity_id)
             self._parent[entity_id] = (row[0], row[1]) if row else ("file", None)
         return self._parent[entity_id]
@@ -99,9 +136,12 @@ class Resolver:
     # ---- imports ------------------------------------------------------------
     def _all_dirs(self) -> dict[str, list[str]]:
         if self._dirs is None:
+            self._dirs = self._layout.get("dirs")
+        if self._dirs is None:
             self._dirs = defaultdict(list)
             for path in self.files:
                 self._dirs[posixpath.dirname(path)].append(path)
+            self._layout["dirs"] = self._dirs
         return self._dirs
 
     def _existing(self, candidates: Iterable[str]) -> list[str]:
@@ -114,12 +154,15 @@ class Resolver:
     def _python_stems(self) -> dict[str, list[str]]:
         """Module stems (``pkg/mod`` for ``pkg/mod.py`` and ``pkg/mod/__init__.py``) by last component."""
         if self._stems is None:
+            self._stems = self._layout.get("stems")
+        if self._stems is None:
             self._stems = defaultdict(list)
             for path, language in self.files.items():
                 if language != "python":
                     continue
                 stem = path[: -len("/__init__.py")] if path.endswith("/__init__.py") else posixpath.splitext(path)[0]
                 self._stems[posixpath.basename(stem)].append(stem)
+            self._layout["stems"] = self._stems
         return self._stems
 
     def _python_module(self, path: str, module: str, symbol: str) -> list[str]:
@@ -225,6 +268,9 @@ class Resolver:
 
     # ---- resolution -----------------------------------------------------------
     def _in_files(self, name: str, files: Iterable[str], kinds: tuple[str, ...]) -> str | None:
+        candidates = self._by_name.get(name)
+        if not candidates:
+            return None
         wanted = set(files)
         best = None
         for entity_id, kind, path, parent in self._by_name.get(name, []):
@@ -235,8 +281,11 @@ class Resolver:
         return best
 
     def _family(self, path: str) -> str:
-        language = self.files.get(path, "")
-        return FAMILY.get(language, language)
+        family = self._families.get(path)
+        if family is None:
+            language = self.files.get(path, "")
+            family = self._families[path] = FAMILY.get(language, language)
+        return family
 
 
     def _unique(self, name: str, kinds: tuple[str, ...], from_path: str) -> str | None:
@@ -250,7 +299,7 @@ class Resolver:
 
     def resolve_file(self, path: str) -> list[tuple[str, str, str, str, str]]:
         """Edges (src, dst, kind, path, resolution) for the stored references of ``path``."""
-        refs = store.refs_of(self.conn, path)
+        refs = store.refs_of(self.conn, path) if self._refs is None else self._refs.get(path, [])
         language = self.files.get(path, "")
         # What this file's imports bind: local name → target files, and the files themselves.
         bound: dict[str, list[str]] = {}
@@ -276,7 +325,8 @@ class Resolver:
             elif local:
                 external.add(local)
 
-        self.load_names({name for _s, kind, name, _q, _a in refs if kind in ("calls", "inherits")})
+        if self._refs is None:
+            self.load_names({name for _s, kind, name, _q, _a in refs if kind in ("calls", "inherits")})
         for src, kind, name, qualifier, _alias in refs:
             if kind == "calls":
                 target, how = self._resolve_call(path, language, src, name, qualifier, bound, imported_files, external)
@@ -343,6 +393,31 @@ _AUXILIARY = re.compile(
 )
 
 
+_LAYOUTS: dict[str, tuple[dict[str, str], dict]] = {}  # root → (files and languages, derived tables)
+_LAYOUTS_MAX = 8  # roots remembered (a test process indexes many)
+_layouts_lock = threading.Lock()
+
+
+def _layout_for(root: str, files: dict[str, str]) -> dict:
+    """Tables derived from the file list alone (directories, Python module stems), shared between resolvers.
+
+    Kept per root while the file list (path → language) stays exactly the
+    same, which is every save of a file already indexed: building the stems
+    of a 2,000-file tree was a quarter of a one-file refresh. Any change to
+    the list (compared whole) starts empty tables. The tables are never
+    mutated once built.
+    """
+    with _layouts_lock:
+        known = _LAYOUTS.get(root)
+        if known is not None and known[0] == files:
+            return known[1]
+        if len(_LAYOUTS) >= _LAYOUTS_MAX:
+            _LAYOUTS.pop(next(iter(_LAYOUTS)))
+        tables: dict = {}
+        _LAYOUTS[root] = (files, tables)
+        return tables
+
+
 def _auxiliary(path_or_id: str) -> bool:
     """Code around a project (tests, scripts, examples, docs, benchmarks) rather than in it."""
     return bool(_AUXILIARY.search(path_or_id.split("::", 1)[0]))
@@ -368,12 +443,17 @@ def resolve(conn: sqlite3.Connection, root: str, paths: Iterable[str] | None = N
     targets = sorted(resolver.files) if paths is None else sorted(p for p in set(paths) if p in resolver.files)
     if paths is None:
         store.delete_reference_edges(conn)
-        resolver.load_names(store.referenced_names(conn))
+        resolver.preload()
     written = 0
+    batch: list[tuple[str, str, str, str, str]] = []
     for path in targets:
         if paths is not None:
             store.delete_reference_edges(conn, path)
         edges = resolver.resolve_file(path)
-        store.write_reference_edges(conn, edges)
+        batch.extend(edges)  # a file's edges never collide with another file's (their src is its own entity)
         written += len(edges)
+        if len(batch) >= EDGE_BATCH:
+            store.write_reference_edges(conn, batch)
+            batch = []
+    store.write_reference_edges(conn, batch)
     return written

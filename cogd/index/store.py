@@ -13,7 +13,7 @@ import sqlite3
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from cogd import safepath
 from cogd.inlist import MAX_PARAMS, chunked, marks
@@ -193,6 +193,36 @@ def _fts_row(entity: Entity) -> tuple[str, str, str, str, str]:
     return (path_words, name_words, entity.signature, entity.doc, entity.body)
 
 
+class FileRows(NamedTuple):
+    """What :func:`write_files` stores for one parsed file, as plain rows (cheap to pickle).
+
+    ``entities``: one tuple per entity in :data:`ENTITY_COLUMNS` order;
+    ``fts``: its FTS5 row (path, name, signature, doc, body words), in the same
+    order; ``edges``: ``(src, dst, kind)``; ``refs``: ``(src, kind, name,
+    qualifier, alias, line)``. Parser processes return these, so the writer
+    only binds them.
+    """
+
+    path: str
+    language: str
+    hash: str
+    entities: list[tuple]
+    fts: list[tuple[str, str, str, str, str]]
+    edges: list[tuple[str, str, str]]
+    refs: list[tuple[str, str, str, str, str, int]]
+
+
+def file_rows(parsed: ParsedFile) -> FileRows:
+    """The rows of ``parsed`` (see :class:`FileRows`)."""
+    return FileRows(
+        parsed.path, parsed.language, parsed.entities[0].hash if parsed.entities else "",
+        [tuple(getattr(entity, column) for column in ENTITY_COLUMNS) for entity in parsed.entities],
+        [_fts_row(entity) for entity in parsed.entities],
+        [(edge.src, edge.dst, edge.kind) for edge in parsed.edges],
+        [(r.src, r.kind, r.name, r.qualifier, r.alias, r.line) for r in parsed.references],
+    )
+
+
 def write_file(
     conn: sqlite3.Connection,
     parsed: ParsedFile,
@@ -203,32 +233,59 @@ def write_file(
     now: float,
 ) -> None:
     """Replace everything stored for ``parsed.path`` with ``parsed`` (no commit)."""
-    delete_file(conn, parsed.path)
-    file_hash = parsed.entities[0].hash if parsed.entities else ""
-    conn.execute(
-        "INSERT INTO files(path, language, hash, size, mtime_ns, status, indexed_at) VALUES (?,?,?,?,?,?,?)",
-        (parsed.path, parsed.language, file_hash, size, mtime_ns, status, now),
-    )
-    # Explicit rowids let entities and their FTS rows go in as two batches
-    # instead of one statement per entity (the FTS rowid must match).
+    write_files(conn, [(file_rows(parsed), size, mtime_ns, status)], now=now, replaced=[parsed.path])
+
+
+def delete_files(conn: sqlite3.Connection, paths: Sequence[str]) -> None:
+    """:func:`delete_file` for each of ``paths``, one statement per table (no commit)."""
+    if not paths:
+        return
+    keys = [(path,) for path in paths]
+    rowids = [(r[0],) for chunk in chunked(list(paths))
+              for r in conn.execute(f"SELECT rowid FROM entities WHERE path IN ({marks(len(chunk))})", chunk)]
+    conn.executemany("DELETE FROM entities_fts WHERE rowid = ?", rowids)
+    for table in ("entities", "edges", "refs", "files"):
+        conn.executemany(f"DELETE FROM {table} WHERE path = ?", keys)
+
+
+def write_files(
+    conn: sqlite3.Connection,
+    files: Sequence[tuple[FileRows, int, int, str]],
+    *,
+    now: float,
+    replaced: Sequence[str] | None = None,
+) -> None:
+    """Store ``(rows, size, mtime_ns, status)`` files (:func:`file_rows`), one ``executemany`` per table (no commit).
+
+    ``replaced``: the paths among them that may already be stored, whose rows
+    are deleted first (None: all of them). Each file's entities get the next
+    free rowids in order, and their FTS rows the same rowids, exactly as
+    writing the files one by one with :func:`write_file` would.
+    """
+    delete_files(conn, [rows.path for rows, *_rest in files] if replaced is None else replaced)
     first = conn.execute("SELECT coalesce(max(rowid), 0) + 1 FROM entities").fetchone()[0]
-    rowids = range(first, first + len(parsed.entities))
+    file_rows_, entity_rows, fts_rows, edge_rows, ref_rows = [], [], [], [], []
+    for rows, size, mtime_ns, status in files:
+        path = rows.path
+        file_rows_.append((path, rows.language, rows.hash, size, mtime_ns, status, now))
+        # Explicit rowids let entities and their FTS rows go in as two batches
+        # instead of one statement per entity (the FTS rowid must match).
+        entity_rows.extend((rowid, *entity) for rowid, entity in enumerate(rows.entities, first))
+        fts_rows.extend((rowid, *fts) for rowid, fts in enumerate(rows.fts, first))
+        first += len(rows.entities)
+        edge_rows.extend((*edge, path) for edge in rows.edges)
+        ref_rows.extend((path, *ref) for ref in rows.refs)
+    conn.executemany(
+        "INSERT INTO files(path, language, hash, size, mtime_ns, status, indexed_at) VALUES (?,?,?,?,?,?,?)",
+        file_rows_)
     conn.executemany(
         f"INSERT INTO entities(rowid, {', '.join(ENTITY_COLUMNS)}) VALUES (?, {', '.join('?' * len(ENTITY_COLUMNS))})",
-        [(rowid, *(getattr(entity, column) for column in ENTITY_COLUMNS)) for rowid, entity in zip(rowids, parsed.entities)],
-    )
-    conn.executemany(
-        "INSERT INTO entities_fts(rowid, path, name, signature, doc, body) VALUES (?,?,?,?,?,?)",
-        [(rowid, *_fts_row(entity)) for rowid, entity in zip(rowids, parsed.entities)],
-    )
-    conn.executemany(
-        "INSERT OR IGNORE INTO edges(src, dst, kind, path) VALUES (?,?,?,?)",
-        [(edge.src, edge.dst, edge.kind, parsed.path) for edge in parsed.edges],
-    )
-    conn.executemany(
-        "INSERT INTO refs(path, src, kind, name, qualifier, alias, line) VALUES (?,?,?,?,?,?,?)",
-        [(parsed.path, r.src, r.kind, r.name, r.qualifier, r.alias, r.line) for r in parsed.references],
-    )
+        entity_rows)
+    conn.executemany("INSERT INTO entities_fts(rowid, path, name, signature, doc, body) VALUES (?,?,?,?,?,?)",
+                     fts_rows)
+    conn.executemany("INSERT OR IGNORE INTO edges(src, dst, kind, path) VALUES (?,?,?,?)", edge_rows)
+    conn.executemany("INSERT INTO refs(path, src, kind, name, qualifier, alias, line) VALUES (?,?,?,?,?,?,?)",
+                     ref_rows)
 
 
 def update_file_stat(conn: sqlite3.Connection, path: str, size: int, mtime_ns: int) -> None:
@@ -581,6 +638,19 @@ def refs_of(conn: sqlite3.Connection, path: str) -> list[tuple[str, str, str, st
     """``(src, kind, name, qualifier, alias)`` of the unresolved references stored for ``path``, in stored order."""
     return list(_query(
         conn, "SELECT src, kind, name, qualifier, alias FROM refs WHERE path = ? ORDER BY rowid", (path,)))
+
+
+def all_refs(conn: sqlite3.Connection) -> dict[str, list[tuple[str, str, str, str, str]]]:
+    """:func:`refs_of` for every file at once: ``{path: [(src, kind, name, qualifier, alias), ...]}``."""
+    found: dict[str, list[tuple[str, str, str, str, str]]] = {}
+    for row in _query(conn, "SELECT path, src, kind, name, qualifier, alias FROM refs ORDER BY rowid"):
+        found.setdefault(row[0], []).append(row[1:])
+    return found
+
+
+def entity_table(conn: sqlite3.Connection) -> list[tuple[str, str, str, str | None, str, int]]:
+    """``(id, kind, path, parent_id, name, start_line)`` of every entity, files included, in rowid order."""
+    return list(_query(conn, "SELECT id, kind, path, parent_id, name, start_line FROM entities ORDER BY rowid"))
 
 
 def referenced_names(conn: sqlite3.Connection) -> set[str]:

@@ -30,6 +30,8 @@ log = logging.getLogger("cogd.vectors")
 
 TABLE = "entities"
 CLEANUP_AFTER = datetime.timedelta(minutes=5)  # old table versions kept this long for concurrent readers
+COMPACT_EVERY_WRITES = 50  # writes between two compactions the writes themselves trigger
+COMPACT_MIN_WRITES = 10  # an asked-for compaction with fewer writes since the last one waits for more
 
 
 def _quote(value: str) -> str:
@@ -70,14 +72,25 @@ class VectorStore:
         else:
             self.table = self._db.create_table(TABLE, schema=self._schema)
         self._writes = 0
+        self._since_compact = 0  # writes since the last compaction
+        # id → (model, src_hash) of every row, kept in step by this (the only) writer: a pass after
+        # a save reads it instead of the whole table (vectors included) from disk.
+        self._state: dict[str, tuple[str, str]] | None = None
 
     def count(self) -> int:
         return self.table.count_rows()
 
     def state(self) -> dict[str, tuple[str, str]]:
-        """id → (model, src_hash) for every stored row."""
-        data = self.table.to_arrow().select(["id", "model", "src_hash"]).to_pydict()
-        return {i: (m, h) for i, m, h in zip(data["id"], data["model"], data["src_hash"])}
+        """id → (model, src_hash) for every stored row (a copy).
+
+        Read from the table once, then kept up to date by :meth:`upsert` and
+        :meth:`delete` (one writer: the embedding thread); a write that fails
+        makes the next call read the table again.
+        """
+        if self._state is None:
+            data = self.table.to_arrow().select(["id", "model", "src_hash"]).to_pydict()
+            self._state = {i: (m, h) for i, m, h in zip(data["id"], data["model"], data["src_hash"])}
+        return dict(self._state)
 
     def upsert(self, rows: list[dict]) -> None:
         """Insert or replace rows keyed by ``id``: dicts with id, kind, path, model, src_hash, vector
@@ -85,14 +98,23 @@ class VectorStore:
         if not rows:
             return
         rows = [row if "status" in row else {**row, "status": "active"} for row in rows]
+        known, self._state = self._state, None  # unknown until the write has succeeded
         self.table.merge_insert("id").when_matched_update_all().when_not_matched_insert_all().execute(rows)
+        if known is not None:
+            known.update((row["id"], (row["model"], row["src_hash"])) for row in rows)
+            self._state = known
         self._note_write()
 
     def delete(self, ids: Iterable[str]) -> int:
         """Delete rows by id; returns how many ids were asked for."""
         ids = list(ids)
+        known, self._state = self._state, None
         for chunk in chunked(ids):  # a filter string per chunk, not one as long as the whole list
             self.table.delete(f"id IN ({', '.join(_quote(i) for i in chunk)})")
+        if known is not None:
+            for i in ids:
+                known.pop(i, None)
+            self._state = known
         if ids:
             self._note_write()
         return len(ids)
@@ -101,11 +123,22 @@ class VectorStore:
         # Every write is a new table version; compact and drop old versions now
         # and then so the directory does not grow without bound.
         self._writes += 1
-        if self._writes % 50 == 0:
-            self.compact()
+        self._since_compact += 1
+        if self._writes % COMPACT_EVERY_WRITES == 0:
+            self.compact(force=True)
 
-    def compact(self) -> None:
-        """Merge small fragments and remove versions older than ``CLEANUP_AFTER``."""
+    def compact(self, *, force: bool = False) -> None:
+        """Merge small fragments and remove versions older than ``CLEANUP_AFTER``.
+
+        Unless ``force``, only when at least ``COMPACT_MIN_WRITES`` writes were
+        made since the last compaction: the embedding pass after every save
+        asks for one, and compacting a table for one or two new rows cost more
+        than the save's whole embedding (the fragments wait for the next
+        compaction; writes force one every ``COMPACT_EVERY_WRITES``).
+        """
+        if not force and self._since_compact < COMPACT_MIN_WRITES:
+            return
+        self._since_compact = 0
         try:
             self.table.optimize(cleanup_older_than=CLEANUP_AFTER)
         except Exception:  # never fatal: it only saves disk

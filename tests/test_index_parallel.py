@@ -1,0 +1,132 @@
+"""The parallel index (parse pool, batched writes) stores exactly what the serial one does.
+
+Real tree-sitter on real code: packages of the running interpreter's standard
+library plus two of its large modules (over the size above which a parse runs
+under a deadline), indexed once in this thread and once through a pool of two
+parser processes, then compared row by row: entities, edges, unresolved
+references, FTS5 rows (joined to their entity by rowid) and files. And the
+pool's kill-on-timeout guarantee with several files in flight.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from conftest import STDLIB, make_repo
+from cogd.index import languages
+from cogd.index.indexer import (GUARDED_PARSE_BYTES, Indexer, ParseLimits, parse_job, parse_rows_job, timeout_result,
+                                timeout_rows)
+from cogd.index.parsepool import ParsePool
+
+PACKAGES = ("json", "email", "http", "logging")
+LARGE_MODULES = ("_pydecimal.py", "typing.py")  # each over GUARDED_PARSE_BYTES
+
+
+def content(conn: sqlite3.Connection) -> dict[str, list[tuple]]:
+    """Everything an index holds that a reader can see, in a canonical order (no rowids, no times)."""
+    reader = sqlite3.connect(conn.execute("PRAGMA database_list").fetchone()[2])  # plain tuples, committed rows
+    try:
+        return _content(reader)
+    finally:
+        reader.close()
+
+
+def _content(conn: sqlite3.Connection) -> dict[str, list[tuple]]:
+    return {
+        "entities": sorted(conn.execute(
+            "SELECT id, kind, subkind, path, name, qualname, start_line, end_line, language, signature, doc, "
+            "hash, parent_id FROM entities")),
+        "edges": sorted(conn.execute("SELECT src, dst, kind, path, resolution FROM edges")),
+        "refs": list(conn.execute(
+            "SELECT path, src, kind, name, qualifier, alias, line FROM refs ORDER BY path, rowid")),
+        "fts": sorted(conn.execute(
+            "SELECT e.id, f.path, f.name, f.signature, f.doc, f.body FROM entities_fts f "
+            "JOIN entities e ON e.rowid = f.rowid")),
+        "fts_rows": list(conn.execute("SELECT count(*) FROM entities_fts")),
+        "files": sorted(conn.execute("SELECT path, language, hash, size, status FROM files")),
+    }
+
+
+@pytest.fixture(scope="module")
+def stdlib_repo(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("parallel") / "repo"
+    root.mkdir()
+    for name in PACKAGES:
+        shutil.copytree(STDLIB / name, root / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    for name in LARGE_MODULES:
+        assert (STDLIB / name).stat().st_size > GUARDED_PARSE_BYTES
+        shutil.copy(STDLIB / name, root / name)
+    return make_repo(root)
+
+
+def pool_for(root: Path, rows: bool = True) -> ParsePool:
+    """Two parser processes running the daemon's job (rows) or :func:`parse_job` (entity objects)."""
+    job, on_timeout = (parse_rows_job, timeout_rows) if rows else (parse_job, timeout_result)
+    return ParsePool(2, job, on_timeout, languages.configure, (str(root), languages.configure(root)))
+
+
+def test_parallel_index_equals_the_serial_index_on_the_standard_library(stdlib_repo, tmp_path):
+    serial = Indexer(stdlib_repo, tmp_path / "serial.db")
+    pool = pool_for(stdlib_repo)
+    parallel = Indexer(stdlib_repo, tmp_path / "parallel.db", pool=pool)
+    try:
+        first_serial, first_parallel = serial.refresh(), parallel.refresh()
+        assert first_parallel.parsed == first_serial.parsed == first_serial.scanned
+        assert first_serial.skipped == first_parallel.skipped == {}
+        expected = content(serial.conn)
+        assert content(parallel.conn) == expected
+        # Real content, not two empty indexes: every file, the large ones with their definitions,
+        # resolved calls, one FTS row per entity.
+        assert len(expected["files"]) == first_serial.parsed
+        assert expected["fts_rows"] == [(len(expected["entities"]),)]
+        ids = {row[0] for row in expected["entities"]}
+        assert {"_pydecimal.py::Decimal", "_pydecimal.py::Decimal.__add__", "typing.py::NamedTuple",
+                "json/decoder.py::JSONDecoder.decode"} <= ids
+        kinds = {row[2] for row in expected["edges"]}
+        assert kinds == {"contains", "calls", "imports", "inherits"}
+
+        # A save of one file and a deleted file: the incremental paths agree too.
+        edited = stdlib_repo / "json" / "decoder.py"
+        edited.write_text(edited.read_text(encoding="utf-8") + "\n\ndef added_probe():\n    return py_scanstring('\"a\"', 1)\n",
+                          encoding="utf-8")
+        (stdlib_repo / "http" / "cookies.py").unlink()
+        for ix in (serial, parallel):
+            result = ix.refresh(paths=["json/decoder.py", "http/cookies.py"])
+            assert (result.parsed, result.removed) == (1, 1)
+        after = content(serial.conn)
+        assert content(parallel.conn) == after
+        assert ("json/decoder.py::added_probe", "json/decoder.py::py_scanstring", "calls", "json/decoder.py",
+                "file") in after["edges"]
+        assert not [row for row in after["files"] if row[0] == "http/cookies.py"]
+    finally:
+        serial.close()
+        parallel.close()
+        pool.close()
+
+
+def test_a_file_that_runs_out_of_time_costs_only_itself_with_files_in_flight(tmp_path):
+    # 200,000 nested brackets: tree-sitter's tags query takes minutes on this, and the parse
+    # has no deadline here (parse_timeout_ms 0), so only the pool's kill can end it.
+    files = {f"m{n}.py": f"def f{n}():\n    return g{n}()\n\n\ndef g{n}():\n    return {n}\n" for n in range(12)}
+    root = make_repo(tmp_path / "repo", {**files, "deep.py": b"x = [\n" + b"[\n" * 200_000})
+    limits = ParseLimits(1 << 20, 0, 4096, 300)
+    names = ["m0.py", "m1.py", "deep.py", *[f"m{n}.py" for n in range(2, 12)]]
+    jobs = [(name, (root / name).read_bytes(), limits) for name in names]
+    pool = pool_for(root, rows=False)
+    try:
+        outcomes = list(pool.imap(iter(jobs), budget_s=1.0, window=8))
+    finally:
+        pool.close()
+    assert pool.restarts == 1
+    assert [(parsed.path, status) for parsed, status in outcomes] == [
+        (name, "timeout" if name == "deep.py" else "ok") for name in names]
+    for name, (parsed, _status) in zip(names, outcomes):
+        if name != "deep.py":  # the jobs in flight when the pool was killed ran again, whole
+            n = name[1:-3]
+            assert [e.id for e in parsed.entities] == [name, f"{name}::f{n}", f"{name}::g{n}"]
+            assert [(r.src, r.name) for r in parsed.references] == [(f"{name}::f{n}", f"g{n}")]
+    assert [e.id for e in outcomes[2][0].entities] == ["deep.py"]
