@@ -97,8 +97,8 @@ def test_explain_shows_each_signal(repo):
     assert "send_receipt" in listing and "vector_rank=" in listing
 
 
-def test_models_lists_the_bundled_default(repo):
+def test_models_lists_the_derived_default(repo):
     models = json.loads(run_cogd(repo, "models", "--json").stdout)
     active = [m for m in models if m.get("active")]
-    assert len(active) == 1 and active[0]["dim"] == 384
-    assert active[0]["id"].startswith("all-MiniLM-L6-v2-int8@8199be6f699a")
+    assert len(active) == 1 and active[0]["dim"] == 384 and active[0]["source"] == "derived"
+    assert active[0]["id"].startswith("all-MiniLM-L6-v2-int8pc@9e8025153763")  # derived by the daemon's first load

@@ -277,7 +277,7 @@ class EmbeddingWorker:
             if self._interrupted():
                 return  # the index moved on (or we are stopping): start a fresh pass
             rows = store.embedding_rows(conn, chunk)
-            texts = {r[0]: entity_text(r[1], r[2], r[3], r[4], r[7], r[5]) for r in rows}
+            texts = {r[0]: entity_text(r[1], r[2], r[3], r[4], r[7], r[5], style=self.config.text) for r in rows}
             keys = {i: text_key(model, self.config.max_tokens, t) for i, t in texts.items()}
             cached = self._cache.get_many(list(set(keys.values())))
             missing = [i for i in texts if keys[i] not in cached]

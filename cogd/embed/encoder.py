@@ -7,6 +7,19 @@ the attention mask; L2 normalisation. Texts are processed shortest first (by
 characters) so that batches hold texts of similar length and little padding;
 results come back in the caller's order.
 
+Batches: every text is tokenised once (truncated, unpadded), the texts are
+ordered by token count, and each batch is padded to its own longest text, so
+a batch holds texts of nearly the same length and little padding is computed.
+A batch holds at most ``batch_size`` texts and, when ``batch_tokens`` is set,
+at most ``batch_tokens`` padded tokens (long texts then go in smaller batches).
+
+Light mode: ``encode(texts, threads=1)`` runs on a second onnxruntime session
+with that many intra-op threads (built on first use from the same verified
+bytes; its weights are a second copy, see ``docs/architecture.md`` for the
+measured cost), so a caller can drop to one core between two batches while
+hooks need the CPU and go back to all threads afterwards. ``threads`` may
+also be a function, asked before every batch.
+
 Memory: the bundled model stores int8 weights that are dequantised by
 Cast/Mul nodes; onnxruntime's constant folding (graph optimisations on) turns
 them into float32 once, at load, so a loaded encoder holds about 200 MB
@@ -19,6 +32,8 @@ batch's worth, about 170–190 MB for 8 × 256, which is why the default batch i
 from __future__ import annotations
 
 import os
+import threading
+from collections.abc import Callable
 
 import numpy as np
 
@@ -26,6 +41,32 @@ from cogd.embed.model import ModelError, ModelInfo, read_verified
 
 MIN_TOKENS = 4  # [CLS], [SEP] and at least two tokens of text
 MAX_TOKENS = 512  # the position table of BERT-family models
+
+
+_SHARED_ARENA: bool | None = None  # None: not tried yet; True: registered in onnxruntime's environment
+_SHARED_ARENA_LOCK = threading.Lock()
+
+
+def _shared_arena() -> bool:
+    """Register one CPU arena in onnxruntime's process environment, once; True when sessions can share it.
+
+    Every session otherwise keeps an arena of its own, sized by its largest
+    batch: the light session would add a second one (measured +54 MB at 128
+    tokens). A failure to register (an onnxruntime without the call) leaves
+    each session its own arena.
+    """
+    global _SHARED_ARENA
+    with _SHARED_ARENA_LOCK:
+        if _SHARED_ARENA is None:
+            import onnxruntime as ort
+
+            try:
+                info = ort.OrtMemoryInfo("Cpu", ort.OrtAllocatorType.ORT_ARENA_ALLOCATOR, 0, ort.OrtMemType.DEFAULT)
+                ort.create_and_register_allocator(info, ort.OrtArenaCfg(0, -1, -1, -1))
+                _SHARED_ARENA = True
+            except Exception:  # onnxruntime's own exception types; also "already registered"
+                _SHARED_ARENA = False
+        return _SHARED_ARENA
 
 
 def default_threads() -> int:
@@ -55,53 +96,43 @@ def _clean(text: str) -> str:
 class Encoder:
     """A loaded model: ``encode`` texts to float32 unit vectors of ``info.dim``.
 
-    ``threads``: onnxruntime intra-op threads; 0 → :func:`default_threads`.
-    ``max_tokens``: sequence cap per text, special tokens included (4–512);
-    longer texts are truncated, not split. ``batch_size``: texts per
-    inference call (>= 1). Raises ModelError when the model file fails its
-    sha256 check or onnxruntime/tokenizers cannot load it, ValueError on bad
-    arguments. Not thread-safe: use one Encoder from one thread at a time.
+    ``threads``: onnxruntime intra-op threads of the main session; 0 →
+    :func:`default_threads`. ``max_tokens``: sequence cap per text, special
+    tokens included (4–512); longer texts are truncated, not split.
+    ``batch_size``: at most this many texts per inference call (>= 1).
+    ``batch_tokens``: when > 0, a batch also holds at most this many padded
+    tokens (texts × longest text); a single text longer than that still goes
+    alone; the default 1,024 is ``EmbedConfig().batch_tokens`` (measured: peak RSS
+    of an encoder after 512 stdlib texts at 256 tokens 242 MB, 353 MB without).
+    Raises ModelError when the model file fails its sha256 check or
+    onnxruntime/tokenizers cannot load it, ValueError on bad arguments.
+    ``encode`` may be called from several threads (onnxruntime sessions and
+    the tokenizer are safe to share; building a light session is locked).
     """
 
-    def __init__(self, info: ModelInfo, threads: int = 0, max_tokens: int = 256, batch_size: int = 8):
+    def __init__(self, info: ModelInfo, threads: int = 0, max_tokens: int = 256, batch_size: int = 8,
+                 batch_tokens: int = 1024):
         if not MIN_TOKENS <= max_tokens <= MAX_TOKENS:
             raise ValueError(f"max_tokens must be between {MIN_TOKENS} and {MAX_TOKENS}, got {max_tokens}")
         if batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, got {batch_size}")
         if threads < 0:
             raise ValueError(f"threads must be >= 0, got {threads}")
-        import onnxruntime as ort
+        if batch_tokens < 0:
+            raise ValueError(f"batch_tokens must be >= 0, got {batch_tokens}")
         from tokenizers import Tokenizer
 
         self.info = info
         self.dim = info.dim
         self.max_tokens = max_tokens
         self.batch_size = batch_size
+        self.batch_tokens = batch_tokens
         self.threads = threads or default_threads()
+        self._sessions_lock = threading.Lock()
+        session = self._build_session(self.threads)
+        self._sessions = {self.threads: session}
 
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = self.threads
-        options.inter_op_num_threads = 1
-        options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        # Idle pool threads would otherwise spin for a while after every run,
-        # burning a core that the editor and the agent need more.
-        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        # Memory patterns are planned and kept per input shape; with a new
-        # (batch, length) shape nearly every call they only add memory
-        # (measured: RSS 560 MB with them, 430 MB without, same speed). The
-        # CPU arena stays on: without it peaks were higher (820 MB) and
-        # throughput 25% lower.
-        options.enable_mem_pattern = False
-        options.log_severity_level = 3  # errors only
-        data = read_verified(info)  # the exact bytes that passed the sha256 check
-        try:
-            self._session = ort.InferenceSession(data, options, providers=["CPUExecutionProvider"])
-        except Exception as exc:  # onnxruntime's own exception types
-            raise ModelError(f"onnxruntime cannot load {info.path}: {exc}") from exc
-        del data
-
-        inputs = {i.name for i in self._session.get_inputs()}
+        inputs = {i.name for i in session.get_inputs()}
         for needed in ("input_ids", "attention_mask"):
             if needed not in inputs:
                 raise ModelError(f"{info.path} has no input {needed!r} (inputs: {sorted(inputs)})")
@@ -109,7 +140,7 @@ class Encoder:
         if unknown:
             raise ModelError(f"{info.path} wants inputs cogd does not provide: {sorted(unknown)}")
         self._token_types = "token_type_ids" in inputs
-        outputs = self._session.get_outputs()
+        outputs = session.get_outputs()
         by_name = {o.name: o for o in outputs}
         output = by_name.get("last_hidden_state") or by_name.get("token_embeddings") or outputs[0]
         self._output = output.name
@@ -130,23 +161,92 @@ class Encoder:
         pad_id = tokenizer.token_to_id(pad_token)
         if pad_id is None:
             pad_id = padding.get("pad_id", 0)
+        self._pad_id = int(pad_id)
         # Replace whatever the file says (all-MiniLM's: truncate and pad to 128)
-        # with cogd's cap and padding to the longest text of each batch.
+        # with cogd's cap; padding is done here, per batch, after sorting by length.
         tokenizer.no_truncation()
         tokenizer.no_padding()
         tokenizer.enable_truncation(max_length=max_tokens)
-        tokenizer.enable_padding(pad_id=pad_id, pad_token=pad_token)
         self._tokenizer = tokenizer
 
-    def _run(self, texts: list[str]) -> np.ndarray:
-        """One inference call: ``texts`` (already clean) → (len(texts), dim) float32, unit rows."""
-        encodings = self._tokenizer.encode_batch(texts)
-        ids = np.array([e.ids for e in encodings], dtype=np.int64)
-        mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)
+    def _build_session(self, threads: int):
+        """An onnxruntime session over the verified model bytes with ``threads`` intra-op threads."""
+        import onnxruntime as ort
+
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+        options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        # Idle pool threads would otherwise spin for a while after every run,
+        # burning a core that the editor and the agent need more.
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        # Memory patterns are planned and kept per input shape; with a new
+        # (batch, length) shape nearly every call they only add memory
+        # (measured: RSS 560 MB with them, 430 MB without, same speed). The
+        # CPU arena stays on: without it peaks were higher (820 MB) and
+        # throughput 25% lower.
+        options.enable_mem_pattern = False
+        options.log_severity_level = 3  # errors only
+        if _shared_arena():  # the main and the light session draw on one arena
+            options.add_session_config_entry("session.use_env_allocators", "1")
+        data = read_verified(self.info)  # the exact bytes that passed the sha256 check
+        try:
+            return ort.InferenceSession(data, options, providers=["CPUExecutionProvider"])
+        except Exception as exc:  # onnxruntime's own exception types
+            raise ModelError(f"onnxruntime cannot load {self.info.path}: {exc}") from exc
+
+    def session_for(self, threads: int | None = None):
+        """The session with ``threads`` intra-op threads (None or 0: the main one), built on first use.
+
+        Building one takes about as long as the encoder's own load (0.2–0.5 s)
+        and holds a second copy of the weights; call it ahead of time (e.g.
+        ``session_for(1)`` at start) to keep that off a latency path.
+        Raises ValueError for a negative count, ModelError like the constructor.
+        """
+        if threads is None or threads == 0:
+            threads = self.threads
+        if threads < 0:
+            raise ValueError(f"threads must be >= 0, got {threads}")
+        session = self._sessions.get(threads)
+        if session is None:
+            with self._sessions_lock:
+                session = self._sessions.get(threads)
+                if session is None:
+                    session = self._build_session(threads)
+                    self._sessions[threads] = session
+        return session
+
+    def _batches(self, lengths: list[int]) -> list[list[int]]:
+        """Indices into ``lengths`` (token counts) grouped into batches, shortest texts first."""
+        order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+        batches: list[list[int]] = []
+        current: list[int] = []
+        for i in order:
+            # Sorted ascending: the text being added is the longest of its batch.
+            too_many = len(current) >= self.batch_size
+            too_big = self.batch_tokens and current and (len(current) + 1) * lengths[i] > self.batch_tokens
+            if current and (too_many or too_big):
+                batches.append(current)
+                current = []
+            current.append(i)
+        if current:
+            batches.append(current)
+        return batches
+
+    def _run(self, session, encodings: list) -> np.ndarray:
+        """One inference call over tokenised texts → (len(encodings), dim) float32, unit rows."""
+        width = max(len(e.ids) for e in encodings)
+        ids = np.full((len(encodings), width), self._pad_id, dtype=np.int64)
+        mask = np.zeros((len(encodings), width), dtype=np.int64)
+        for row, enc in enumerate(encodings):
+            n = len(enc.ids)
+            ids[row, :n] = enc.ids
+            mask[row, :n] = 1
         feed = {"input_ids": ids, "attention_mask": mask}
         if self._token_types:
             feed["token_type_ids"] = np.zeros_like(ids)
-        hidden = self._session.run([self._output], feed)[0]
+        hidden = session.run([self._output], feed)[0]
         if self._pooled:
             vectors = hidden.astype(np.float32, copy=False)
         else:
@@ -156,22 +256,31 @@ class Encoder:
         norms = np.linalg.norm(vectors, axis=1, keepdims=True)
         return (vectors / np.maximum(norms, 1e-12)).astype(np.float32, copy=False)
 
-    def encode(self, texts: list[str]) -> np.ndarray:
+    def encode(self, texts: list[str], *, threads: int | Callable[[], int | None] | None = None) -> np.ndarray:
         """Embed ``texts``; returns float32 of shape (len(texts), dim), row i for texts[i].
 
         Each row has L2 norm 1 (cosine similarity is a dot product). Texts
         are cut at ``max_tokens`` tokens. An empty list gives shape (0, dim);
         an empty string gets the vector of ``[CLS] [SEP]``; lone surrogates
         are replaced, not rejected. Raises TypeError for a non-str item.
+
+        ``threads``: None → the main session (``self.threads`` threads); an
+        int → the session with that many intra-op threads (see
+        :meth:`session_for`); a function → called before every batch, its
+        answer (int or None) picks the session for that batch, so a caller
+        can go light between two batches of one call. The vectors do not
+        depend on the thread count beyond float rounding (cosine > 0.9999).
         """
         clean = [_clean(t) for t in texts]
         out = np.empty((len(clean), self.dim), dtype=np.float32)
-        order = sorted(range(len(clean)), key=lambda i: len(clean[i]))
-        for start in range(0, len(order), self.batch_size):
-            chunk = order[start:start + self.batch_size]
-            out[chunk] = self._run([clean[i] for i in chunk])
+        if not clean:
+            return out
+        encodings = self._tokenizer.encode_batch(clean)
+        for batch in self._batches([len(e.ids) for e in encodings]):
+            wanted = threads() if callable(threads) else threads
+            out[batch] = self._run(self.session_for(wanted), [encodings[i] for i in batch])
         return out
 
-    def encode_query(self, text: str) -> np.ndarray:
-        """Embed one text (a search query); float32 of shape (dim,), L2 norm 1."""
-        return self.encode([text])[0]
+    def encode_query(self, text: str, *, threads: int | None = None) -> np.ndarray:
+        """Embed one text (a search query); float32 of shape (dim,), L2 norm 1. ``threads`` as in :meth:`encode`."""
+        return self.encode([text], threads=threads)[0]

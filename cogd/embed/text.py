@@ -24,6 +24,20 @@ MAX_DOC_CHARS = 480
 _SPACE = re.compile(r"\s+")
 _WORD = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|[0-9]+")
 _EMPTY_STRING = re.compile(r"""[rRbBuUfF]{0,2}(\"\"\"|''')\s*\1""")
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+#: ``full``: header, signature, docstring, head of the body (the text cogd always embedded).
+#: ``words``: header, signature, a shorter docstring, then the body's identifiers as distinct
+#: lower-case words instead of its code (the vocabulary of the body in fewer tokens).
+TEXT_STYLES = ("full", "words")
+WORDS_DOC_CHARS = 240
+WORDS_MAX_CHARS = 600
+# Words every body has: they carry no meaning for a search, only cost tokens.
+_COMMON = frozenset(
+    "self cls return if else elif for while in is not and or none true false def class import from as with "
+    "try except finally raise pass break continue lambda yield await async global nonlocal del assert "
+    "let const var function new this null undefined void int str bool float len list dict set tuple "
+    "args kwargs i j k n x y e err".split())
 
 
 def _squash(text: str) -> str:
@@ -44,16 +58,40 @@ def _cut(text: str, limit: int) -> str:
     return head[:space] if space > 0 else head
 
 
+def body_words(body: str, skip: set[str] | None = None) -> str:
+    """The identifiers of ``body`` as distinct lower-case words, in order of first use.
+
+    ``"fh = open_file(path); fh.read_all()"`` → ``"fh open file path read all"``.
+    Language keywords and a few names every body has (``self``, ``return``, ``i``)
+    are left out, and so are the words in ``skip``.
+    """
+    seen = set(skip or ())
+    seen.update(_COMMON)
+    out = []
+    for ident in _IDENT.findall(body):
+        for word in _WORD.findall(ident):
+            word = word.lower()
+            if len(word) > 1 and word not in seen:
+                seen.add(word)
+                out.append(word)
+    return " ".join(out)
+
+
 def entity_text(kind: str, qualname: str, signature: str, doc: str, body: str, path: str,
-                max_chars: int = MAX_TEXT_CHARS) -> str:
+                max_chars: int = MAX_TEXT_CHARS, style: str = "full") -> str:
     """The text embedded for one code entity, at most ``max_chars`` characters.
 
-    Lines: ``"<kind> <qualname> (<name words>) in <path>"``, the signature,
-    the docstring (at most 480 characters), then as much of the body as fits.
-    The signature and the docstring are taken out of the body's head when
-    they appear there (Python bodies start with both), so they are not paid
-    for twice. Any argument may be empty.
+    ``style`` ``"full"`` (default): lines ``"<kind> <qualname> (<name words>) in <path>"``,
+    the signature, the docstring (at most 480 characters), then as much of
+    the body as fits. The signature and the docstring are taken out of the
+    body's head when they appear there (Python bodies start with both), so
+    they are not paid for twice. ``"words"``: the same header and signature,
+    the docstring cut at 240 characters, then :func:`body_words` of the rest
+    of the body; at most ``min(max_chars, 600)`` characters. Any text
+    argument may be empty; raises ValueError for an unknown ``style``.
     """
+    if style not in TEXT_STYLES:
+        raise ValueError(f"text style must be one of {', '.join(TEXT_STYLES)}, got {style!r}")
     words = name_words(qualname)
     header = f"{kind} {qualname}".strip()
     if words and words != qualname.lower():
@@ -72,6 +110,16 @@ def entity_text(kind: str, qualname: str, signature: str, doc: str, body: str, p
         if 0 <= at < 400:
             end = at + len(doc_text) if rest.startswith(doc_text, at) else at + 80
             rest = _EMPTY_STRING.sub("", rest[:at] + rest[end:], count=1).strip()
+    if style == "words":
+        max_chars = min(max_chars, WORDS_MAX_CHARS)
+        short_doc = _cut(doc_text, WORDS_DOC_CHARS)
+        head = "\n".join(p for p in (header, sig, short_doc) if p)
+        known = {w.lower() for w in _WORD.findall(head)}
+        words = body_words(rest, known)
+        room = max_chars - len(head) - 1
+        if words and room > 20:
+            head += "\n" + _cut(words, room)
+        return head[:max_chars]
     parts = [header, sig, _cut(doc_text, MAX_DOC_CHARS)]
     head = "\n".join(p for p in parts if p)
     room = max_chars - len(head) - 1
