@@ -68,7 +68,7 @@ class EmbedConfig:
     model_dir: str = ""  # a directory with model.onnx + tokenizer.json; "" = `model` below
     model: str = "minilm-int8pc"  # with model_dir empty: "minilm-int8pc" (derived int8, default) | "minilm" (as shipped)
     text: str = "full"  # text per entity (cogd.embed.text.TEXT_STYLES): "full" | "words"
-    threads: int = 0  # onnxruntime intra-op threads; 0 = all cores but one (at least 1)
+    threads: int = 0  # onnxruntime intra-op threads of the embedding pass; 0 = all cores (one while a request is in flight)
     max_tokens: int = 256  # sequence cap per text
     batch_size: int = 8  # texts per inference call (bigger batches of long texts cost memory)
     # and at most this many padded tokens per call (0 = no limit): 256-token texts go 4 at a time,

@@ -1,7 +1,7 @@
 """The default encoder: int8 per-channel, derived from the bundled model's verified bytes.
 
 Real onnxruntime and onnx, a real derivation (5–15 s, once per module) into a
-cache folder of the test's own (``XDG_CACHE_HOME``), real stdlib code text.
+runtime folder of the test's own (``XDG_RUNTIME_DIR``), real stdlib code text.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ def cache_root(tmp_path_factory):
     """A private cache root holding one real derivation, shared by the module's tests."""
     root = tmp_path_factory.mktemp("xdg-cache")
     with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("XDG_CACHE_HOME", str(root))
+        mp.setenv("XDG_RUNTIME_DIR", str(root))
         resolve_model(EmbedConfig())
     return root
 
@@ -43,7 +43,7 @@ def cache(cache_root, tmp_path, monkeypatch):
     """A copy of the derived cache for one test (tests that tamper with it do not disturb the others)."""
     mine = tmp_path / "cache"
     shutil.copytree(cache_root, mine)
-    monkeypatch.setenv("XDG_CACHE_HOME", str(mine))
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(mine))
     return mine
 
 

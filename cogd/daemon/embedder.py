@@ -33,6 +33,7 @@ has not committed (the entities are not listed yet).
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from pathlib import Path
@@ -50,6 +51,21 @@ from cogd.index.vectors import DenseIndex, VectorStore, open_vectors
 log = logging.getLogger(__name__)
 
 CHUNK = 64  # entities per store write: readers see coverage grow in steps this size
+LIGHT_THREADS = 1  # onnxruntime threads for a batch that runs while a request is in flight
+
+
+def background_threads(configured: int) -> int:
+    """Intra-op threads for the embedding pass: ``configured`` (``[embed] threads``), or every
+    core this process may run on when it is 0. A pass drops to ``LIGHT_THREADS`` for any batch
+    that starts while a request is in flight (:meth:`EmbeddingWorker._before_batch`), so the
+    second core is the pass's only while nobody is asking.
+    """
+    if configured > 0:
+        return configured
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
 QUERY_CACHE_SIZE = 4  # recent query embeddings kept: enough for one request's code and memory searches (the oldest goes first)
 
 
@@ -60,7 +76,8 @@ class EmbeddingWorker:
         # yielding: give way to requests between encoder batches, at a lower thread priority
         # (cogd.daemon.scheduling); None (an in-process CLI worker) never waits.
         self.yielding = yielding
-        self.batches = 0  # encoder calls made by passes (the counters tests and status read)
+        self.batches = 0  # encoder batches run by passes (the counters tests and status read)
+        self.light_batches = 0  # of those, batches run on the one-thread session (a request was in flight)
         self.yields = 0  # times a pass waited between batches for requests to end
         self.index_dir = index_dir
         self.index_db = index_db
@@ -133,7 +150,8 @@ class EmbeddingWorker:
             "rate_per_s": round(self.rate, 1), "eta_s": round(eta, 1), "error": self.error,
             "queued": self._pending,  # a pass is due (the index changed since the last one)
             "computed": self.embedded,  # vectors the model computed since start (the rest came from the cache)
-            "yields": self.yields,  # waits between batches while requests were answered (cogd.daemon.scheduling)
+            "yields": self.yields,
+            "light_batches": self.light_batches,  # batches run on one thread because a request was in flight  # waits between batches while requests were answered (cogd.daemon.scheduling)
         }
 
     def front_status(self) -> dict:
@@ -171,7 +189,8 @@ class EmbeddingWorker:
         from cogd.embed.model import resolve_model
 
         info = resolve_model(self.config, self.index_dir.parent.parent)  # model_dir may be relative to the root
-        self.encoder = Encoder(info, self.config.threads, self.config.max_tokens, self.config.batch_size)
+        self.encoder = Encoder(info, background_threads(self.config.threads), self.config.max_tokens,
+                               self.config.batch_size, batch_tokens=self.config.batch_tokens)
         self.model_id = info.id
         self._cache = EmbeddingCache(self.index_dir / "embed_cache.db")
         vectors, (ids, kinds, _paths, matrix) = open_vectors(self.index_dir / "vectors", info.dim, info.id)
@@ -227,24 +246,27 @@ class EmbeddingWorker:
             return self._stopping or self._pending
 
     def _encode_yielding(self, texts: list[str]) -> np.ndarray:
-        """``encoder.encode(texts)``, one batch at a time, giving way to requests before each batch.
+        """``encoder.encode(texts)``, giving way to requests before each of its batches.
 
-        The same batches as ``encode`` makes (shortest texts first, ``batch_size`` at a time), so
-        the vectors are the same; between two of them the pass waits while a request is in flight
-        (:meth:`cogd.daemon.scheduling.RequestTracker.wait_quiet`) and counts it in ``yields``.
+        The encoder's own batches (token-sorted, ``batch_tokens`` at most): before each one
+        :meth:`_before_batch` waits while a request is in flight
+        (:meth:`cogd.daemon.scheduling.RequestTracker.wait_quiet`, counted in ``yields``) and
+        picks the session: all of the encoder's threads when no request is in flight, the
+        one-thread session (``LIGHT_THREADS``) when one still is, so that a hook's own query
+        embedding and search keep a core. The vectors do not depend on the session.
         """
         assert self.encoder is not None
-        out = np.empty((len(texts), self.encoder.dim), dtype=np.float32)
-        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
-        step = max(1, self.encoder.batch_size)
-        for start in range(0, len(order), step):
-            y = self.yielding
-            if y is not None and y.preempts:
-                y.tracker.wait_quiet(y.quiet_s, y.max_s, lambda: self._stopping, self._count_yield)
-            chunk = order[start:start + step]
-            out[chunk] = self.encoder.encode([texts[i] for i in chunk])
-            self.batches += 1
-        return out
+        return self.encoder.encode(texts, threads=self._before_batch)
+
+    def _before_batch(self) -> int | None:
+        y = self.yielding
+        if y is not None and y.preempts:
+            y.tracker.wait_quiet(y.quiet_s, y.max_s, lambda: self._stopping, self._count_yield)
+        self.batches += 1
+        if y is not None and y.tracker.in_flight > 0:
+            self.light_batches += 1
+            return LIGHT_THREADS
+        return None
 
     def _count_yield(self) -> None:
         self.yields += 1

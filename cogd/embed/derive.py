@@ -28,8 +28,8 @@ The work runs in a child process (``python -m cogd.embed.derive SRC OUT``)
 so that the ``onnx`` package and the float32 graph (~90 MB as protobuf, a few
 hundred MB while quantising) never enter the daemon's memory; it takes
 5–15 s once per machine and version of the recipe. The result lives in the
-user's cache directory (:func:`cache_dir`: ``$XDG_CACHE_HOME/cogd/models``
-or ``~/.cache/cogd/models``, folder 0700, file 0600) next to a manifest
+private runtime directory (:func:`cache_dir`: ``<runtime dir>/models``,
+folder 0700, file 0600) next to a manifest
 holding its sha256. The derivation is deterministic for fixed versions of
 onnxruntime and onnx (two derivations give the same bytes), so for the
 versions cogd pins the expected sha256 is pinned too
@@ -44,6 +44,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -68,10 +69,17 @@ class DeriveError(RuntimeError):
 
 
 def cache_dir() -> Path:
-    """Where derived models live: ``$XDG_CACHE_HOME/cogd/models`` (absolute only) or ``~/.cache/cogd/models``."""
-    base = os.environ.get("XDG_CACHE_HOME", "")
-    root = Path(base) if base and os.path.isabs(base) else Path.home() / ".cache"
-    return root / "cogd" / "models"
+    """Where derived models live: ``models/`` in cogd's private per-user runtime directory.
+
+    That is :func:`cogd.paths.runtime_dir` (``$XDG_RUNTIME_DIR/cogd``, ``/tmp/cogd-<uid>`` or
+    ``~/.cache/cogd/run``, the first that is a real 0700 directory of this user), the one place
+    outside a repository's ``.cogd/`` that cogd writes to. A runtime directory may be emptied at
+    reboot; the model is then derived again (5–15 s, in the background). Raises
+    :class:`cogd.rpc.locate.RuntimeDirError` when no candidate is usable.
+    """
+    from cogd.paths import runtime_dir
+
+    return Path(runtime_dir()) / "models"
 
 
 def tool_versions() -> tuple[str, str | None]:
@@ -104,13 +112,13 @@ def _quantize(fp32_path: Path, out_path: Path) -> None:
 def derive_file(source: bytes, out_path: Path) -> None:
     """Run the whole recipe in this process: ``source`` (verified ONNX bytes) → ``out_path``.
 
-    Steps 2 and 3 go through a private temporary folder that is removed
-    afterwards. Raises whatever onnxruntime/onnx raise; used by the child
+    Steps 2 and 3 go through a temporary folder beside ``out_path`` (private,
+    like it) that is removed afterwards. Raises whatever onnxruntime/onnx raise; used by the child
     process of :func:`derive`.
     """
     import onnxruntime as ort
 
-    with tempfile.TemporaryDirectory(prefix="cogd-derive-") as tmp:
+    with tempfile.TemporaryDirectory(prefix=".derive-", dir=out_path.parent) as tmp:
         fp32 = Path(tmp) / "fp32.onnx"
         options = ort.SessionOptions()
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
@@ -123,11 +131,12 @@ def derive_file(source: bytes, out_path: Path) -> None:
 
 def _private_dir(path: Path) -> None:
     """Create ``path`` (and parents) as folders only this user can enter; refuse one others can write."""
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    path.mkdir(mode=0o700, exist_ok=True)
     st = path.stat()
     if st.st_uid != os.getuid() or st.st_mode & 0o022:
         raise DeriveError(f"{path} is not a private folder of yours (owner uid {st.st_uid}, "
-                          f"mode {st.st_mode & 0o7777:04o}): refused. Fix: chmod 700 {path}, or set XDG_CACHE_HOME.")
+                          f"mode {st.st_mode & 0o7777:04o}): refused. Fix: chmod 700 {path}.")
     os.chmod(path, 0o700)
 
 
@@ -188,8 +197,16 @@ def derive(source: bytes, source_sha256: str, folder: Path, timeout: float = DER
         if hashlib.sha256(Path(tmp_src).read_bytes()).hexdigest() != source_sha256:
             raise DeriveError(f"the source bytes written to {tmp_src} do not hash to {source_sha256}")
         try:
-            proc = subprocess.run([sys.executable, "-m", "cogd.embed.derive", tmp_src, str(tmp_out)],
-                                  capture_output=True, text=True, timeout=timeout)
+            # TMPDIR: onnxruntime.quantization and its helpers write scratch files through
+            # tempfile (one leaves a small session file behind); they go to a private folder
+            # that is removed afterwards, not to a world-visible /tmp.
+            scratch = tempfile.mkdtemp(prefix=".tmp-", dir=folder)
+            try:
+                proc = subprocess.run([sys.executable, "-m", "cogd.embed.derive", tmp_src, str(tmp_out)],
+                                      capture_output=True, text=True, timeout=timeout,
+                                      env={**os.environ, "TMPDIR": scratch})
+            finally:
+                shutil.rmtree(scratch, ignore_errors=True)
         except subprocess.TimeoutExpired as exc:
             raise DeriveError(f"deriving the int8 model took more than {timeout:.0f} s") from exc
         if proc.returncode != 0:

@@ -5,8 +5,8 @@ Three sources:
 * **derived** (``embed.model_dir`` empty and ``embed.model = "minilm-int8pc"``,
   the default): the bundled model re-quantised for onnxruntime's integer
   kernels (int8 weights, one scale per output channel), derived once per
-  machine from the bundled file's verified bytes and cached in the user's
-  cache directory (:mod:`cogd.embed.derive`; about twice as fast as the
+  boot from the bundled file's verified bytes and cached in cogd's private
+  runtime directory (:mod:`cogd.embed.derive`; about twice as fast as the
   bundled file, cosine 0.994 to its vectors). Its sha256 is pinned for the
   pinned onnxruntime/onnx versions and checked before every load; a derived
   file that fails the check is derived again, never loaded.
@@ -280,7 +280,7 @@ def resolve_model(config, root: Path | None = None) -> ModelInfo:
     ``config.model_dir`` set → that directory (relative paths are taken from
     ``root``, the repository root, or the current directory); else
     ``config.model``: ``"minilm-int8pc"`` → the derived int8 model (derived
-    into the user's cache on first use: 5–15 s in a child process),
+    into the private runtime directory on first use: 5–15 s in a child process),
     ``"minilm"`` → the bundled file. Reads and hashes the whole ONNX file
     (~15 ms warm for 23 MB). Raises ModelError with the cause and a fix when
     files are missing, a sha256 pin does not match, the derivation fails or
