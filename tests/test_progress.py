@@ -55,16 +55,20 @@ def test_stages_as_lines_without_a_terminal():
 
 def test_stages_as_bars_on_a_terminal_keep_each_summary():
     out = io.StringIO()
-    with Stages(Console(file=out, force_terminal=True, width=200), tty=True) as stages:
+    # 80 columns, a common terminal: a long summary is wrapped onto the next line, never cut
+    long = "2,677 of 2,677 entities, 565 computed by the model (the rest from the cache)"
+    with Stages(Console(file=out, force_terminal=True, width=80), tty=True) as stages:
         stages.start("index", "parsing the work tree")
         stages.update(3, 10, "files parsed")
         stages.finish("10 files, 42 code entities", 10)
-        stages.start("memory", "reading the memory files")
-        stages.finish("2 memory files read: 2 accepted", 2)
-    final = ANSI.sub("", out.getvalue()).split("\r")[-1]
-    # The last frame holds both stages, each finished with its summary.
-    assert re.search(r"✓ index\s.*10\s+10 files, 42 code entities", final), final
-    assert re.search(r"✓ memory\s.*2\s+2 memory files read: 2 accepted", final), final
+        stages.start("vectors", "loading the model")
+        stages.update(64, 2677, "0 computed by the model")
+        stages.finish(long, 2677)
+    text = ANSI.sub("", out.getvalue())
+    # Each finished stage is a line of its own with its summary and its duration.
+    assert re.search(r"✓ index    10 files, 42 code entities \(\d+\.\d s\)", text), text
+    flat = " ".join(text.split())  # the wrapped summary, joined again
+    assert re.search(r"✓ vectors " + re.escape(long) + r" \(\d+\.\d s\)", flat), text
 
 
 def test_quiet_stages_draw_nothing():

@@ -91,15 +91,15 @@ def _read_until(fd: int, buffer: bytearray, condition, timeout: float = WAIT_S) 
 def test_on_a_terminal_the_pack_comes_first_then_a_bar_that_ctrl_c_leaves_running(up):
     up.hold(True)
     master, slave = os.openpty()
-    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 50, 200, 0, 0))
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 50, 80, 0, 0))  # a common terminal's width
     proc = subprocess.Popen([COGD, "up", "--no-hooks"], cwd=up.root, stdin=slave, stdout=slave, stderr=slave,
                             env=up.env, start_new_session=True)
     os.close(slave)
     buffer = bytearray()
     try:
         # The pack is on screen, and under it the bar with the counted entities, none embedded.
-        text = _read_until(master, buffer, lambda t: PACK_RULE in t and f"0/{ENTITIES} entities" in t)
-        assert text.index(PACK_RULE) < text.rindex(f"0/{ENTITIES} entities")
+        text = _read_until(master, buffer, lambda t: PACK_RULE in t and f"0/{ENTITIES} · front" in t)
+        assert text.index(PACK_RULE) < text.rindex(f"0/{ENTITIES} · front")
         assert f"front 0/{ENTITIES}" in text and "Ctrl-C leaves it to the background" in text
         assert proc.poll() is None  # still following the embedding
         os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C on the terminal sends the foreground group

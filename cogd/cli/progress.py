@@ -8,6 +8,7 @@ import time
 
 import click
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.text import Text
 
 from cogd.cli.base import err
 
@@ -37,6 +38,7 @@ def index_with_progress(be, quiet: bool = False, full: bool = False) -> dict:
 #: often (seconds) per stage, so the output is line-based and finite.
 LINE_EVERY_S = 10.0
 POLL_S = 0.25  # how often a bar asks for the numbers
+BAR_WIDTH = 12  # characters of a bar: with the counts it keeps a row within 80 columns
 
 
 def format_eta(seconds: float) -> str:
@@ -57,14 +59,15 @@ def _finished(e: dict) -> bool:
     return phase in ("current", "idle") and not e.get("pending") and not e.get("queued")
 
 
-def _counts(e: dict) -> str:
-    """``1,234/5,678 entities · 42.1/s · ETA 2 min · front 1,234/1,234`` (what is known so far)."""
+def _counts(e: dict, short: bool = False) -> str:
+    """``1,234/5,678 entities · 42.1/s · ETA 2 min · front 1,234/1,234`` (what is known so far);
+    ``short``: without the word ``entities`` (the bar's form, which must fit 80 columns)."""
     phase = e.get("phase") or e.get("state")
     if phase == "loading":
         return "loading the model"
     if phase == "counting" and not e.get("entities"):
         return "counting the entities"
-    parts = [f"{e.get('embedded_entities', 0):,}/{e.get('entities', 0):,} entities"]
+    parts = [f"{e.get('embedded_entities', 0):,}/{e.get('entities', 0):,}" + ("" if short else " entities")]
     if e.get("pending") and e.get("rate_per_s"):
         parts += [f"{e['rate_per_s']:,.1f}/s", f"ETA {format_eta(e.get('eta_s', 0))}"]
     front = e.get("front") or {}
@@ -125,17 +128,20 @@ def _poll(be, seen: dict) -> dict:
 
 def _bar(be, seen: dict, deadline: float | None) -> None:
     """The live bar of :func:`follow_embedding`, the last status left in ``seen`` (a KeyboardInterrupt passes)."""
-    columns = (SpinnerColumn(finished_text="[green]✓[/]"), TextColumn("[bold]embedding"), BarColumn(),
-               TextColumn("{task.fields[counts]}"), TimeElapsedColumn(),
-               TextColumn("[dim]Ctrl-C leaves it to the background[/]"))
+    # Narrow on purpose: spinner, label, a short bar and the counts fit in 80 columns (a wider
+    # row is cut by rich, and the front's coverage at its end was what got lost); the Ctrl-C
+    # hint goes on a line of its own above the bar.
+    columns = (SpinnerColumn(finished_text="[green]✓[/]"), TextColumn("[bold]embedding"), BarColumn(bar_width=BAR_WIDTH),
+               TextColumn("{task.fields[counts]}"))
     e = _poll(be, seen)
+    err.print(Text("Ctrl-C leaves it to the background: the daemon goes on embedding.", style="dim"))
     with Progress(*columns, console=err, transient=True) as progress:
-        task = progress.add_task("embed", total=None, counts=_counts(e))
+        task = progress.add_task("embed", total=None, counts=_counts(e, short=True))
         while True:
             total = e.get("entities") or None
             counted = (e.get("phase") or e.get("state")) not in ("loading", "counting")
             progress.update(task, total=total if counted else None,
-                            completed=e.get("embedded_entities", 0) if counted else 0, counts=_counts(e))
+                            completed=e.get("embedded_entities", 0) if counted else 0, counts=_counts(e, short=True))
             if _finished(e) or (deadline is not None and time.monotonic() > deadline):
                 return
             time.sleep(POLL_S)
@@ -184,8 +190,11 @@ class Stages:
 
     def __enter__(self) -> "Stages":
         if self.tty and not self.quiet:
+            # The running stage's row stays short (a bar of BAR_WIDTH and its count); what a stage
+            # did is printed as a line of its own when it ends, wrapped rather than cut at the
+            # terminal's width.
             self._progress = Progress(
-                SpinnerColumn(finished_text="[green]✓[/]"), TextColumn("[bold]{task.description:<8}"), BarColumn(),
+                SpinnerColumn(), TextColumn("[bold]{task.description:<8}"), BarColumn(bar_width=BAR_WIDTH),
                 TextColumn("{task.fields[count]}"), TextColumn("[dim]{task.fields[note]}"), TimeElapsedColumn(),
                 console=self.console)
             self._progress.start()
@@ -220,9 +229,9 @@ class Stages:
         """The current stage is over: ``summary`` says what it did (``done`` items, when counted)."""
         took = time.monotonic() - self._started
         if self._progress is not None:
-            n = max(done or 0, 1)
-            self._progress.update(self._task, total=n, completed=n,
-                                  count=f"{done:,}" if done is not None else "", note=summary)
+            self._progress.update(self._task, visible=False)
+            self._progress.console.print(Text.assemble(("✓ ", "green"), (f"{self._name:<8}", "bold"), f" {summary} ",
+                                                       (f"({took:.1f} s)", "dim")))
         elif not self.quiet:
             self.console.print(f"{self._name}: {summary} ({took:.1f} s)", markup=False, highlight=False, soft_wrap=True)
 
