@@ -199,7 +199,8 @@ def test_embeddings_find_what_bm25_misses(embedded, prompt, expected):
 def test_status_reports_embedding_coverage(embedded):
     root = embedded
     status = json.loads(run_cogd(root, "status", "--json").stdout)
-    assert status["embedding"]["model"].startswith("all-MiniLM-L6-v2-int8@8199be6f699a")
+    # the default encoder: the int8 model derived from the bundled file, with its pinned hash
+    assert status["embedding"]["model"] == "all-MiniLM-L6-v2-int8pc@9e8025153763"
     assert status["embedding"]["coverage"] == 1.0
     assert status["embedding"]["entities"] == status["index"]["entities"] + status["index"]["files"]
 
