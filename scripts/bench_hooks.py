@@ -798,14 +798,7 @@ def main(argv: list[str] | None = None) -> int:
         load.stop()  # first: the busy processes must never outlive the bench
         if args.keep:
             log(f"kept {root} (the daemon is still running: `cogd stop` there)")
-        elif args.repo is not None:
-            if daemon_started:
-                try:
-                    subprocess.run([args.cogd, "stop"], cwd=root, capture_output=True, timeout=60)
-                except (OSError, subprocess.SubprocessError) as exc:
-                    log(f"could not stop the daemon: {exc}")
-            shutil.rmtree(tmp, ignore_errors=True)
-        else:
+        else:  # a --repo run stops the daemon it started too, and removes only its own scratch folder
             if daemon_started:
                 try:
                     subprocess.run([args.cogd, "stop"], cwd=root, capture_output=True, timeout=60)
