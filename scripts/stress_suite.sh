@@ -91,7 +91,10 @@ sampler_pid=$!
 
 echo "stress_suite: $python -m pytest $*"
 started=$(date +%s.%N)
-"$python" -m pytest "$@" &
+# A background job of a non-interactive shell starts with SIGINT ignored, and every process under it
+# would inherit that (a test's Ctrl-C would be lost): exec pytest with SIGINT back to its default.
+"$python" -c 'import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); os.execvp(sys.argv[1], sys.argv[1:])' \
+    "$python" -m pytest "$@" &
 pytest_pid=$!
 status=0
 # `wait` returns early when a trapped signal arrives: wait again until pytest has exited.

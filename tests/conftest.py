@@ -11,6 +11,7 @@ import contextlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import sysconfig
@@ -238,6 +239,17 @@ def refused(kind: str, fn, *args, **kwargs):
 # the watcher, embeddings of a small corpus) before it calls it a failure. Generous on purpose:
 # a wait returns as soon as its condition holds, so only a broken test ever waits this long.
 WAIT_S = 120.0
+
+
+def interruptible() -> None:
+    """``preexec_fn`` for a child a test will Ctrl-C: SIGINT back to its default disposition.
+
+    A shell starts a background job (``pytest … &``, as ``scripts/stress_suite.sh`` and many CI
+    runners do) with SIGINT ignored, every child inherits that, and Python then installs no
+    KeyboardInterrupt handler: the test's Ctrl-C would be lost. A terminal's foreground program
+    never starts that way, so the child is given the disposition a user's shell gives it.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def wait_for(condition, timeout: float = WAIT_S, what: str = "the condition", step: float = 0.05,

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import Daemon, daemon_processes, make_repo, run_cogd, wait_for
+from conftest import Daemon, daemon_processes, interruptible, make_repo, run_cogd, wait_for
 from cogd.config import EmbedConfig
 from cogd.daemon.embedder import EmbeddingWorker
 from cogd.daemon.scheduling import RequestTracker, Yielding, lower_thread_priority, thread_nice
@@ -300,7 +300,7 @@ def test_bench_load_processes_are_gone_after_a_normal_run(tmp_path):
 def _start_bench_until_load(tmp_path) -> tuple[subprocess.Popen, list[int], Path]:
     """Start a long benchmark; return it once its busy processes run, with their pids and its repository."""
     proc = subprocess.Popen(_bench("--load", "2", "--runs", "100000"), stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+                            stderr=subprocess.PIPE, text=True, cwd=tmp_path, preexec_fn=interruptible)
     lines: list[str] = []
     pids: list[int] = []
     repo = None

@@ -21,7 +21,7 @@ import time
 
 import pytest
 
-from conftest import COGD, WAIT_S, Daemon, make_repo, wait_for
+from conftest import COGD, WAIT_S, Daemon, interruptible, make_repo, wait_for
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -93,7 +93,7 @@ def test_on_a_terminal_the_pack_comes_first_then_a_bar_that_ctrl_c_leaves_runnin
     master, slave = os.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 50, 80, 0, 0))  # a common terminal's width
     proc = subprocess.Popen([COGD, "up", "--no-hooks"], cwd=up.root, stdin=slave, stdout=slave, stderr=slave,
-                            env=up.env, start_new_session=True)
+                            env=up.env, start_new_session=True, preexec_fn=interruptible)
     os.close(slave)
     buffer = bytearray()
     try:
