@@ -28,7 +28,8 @@ each measurement: on a shared machine other work moves the figures.
    that reports no front leaves this blank), and to the full embedding (nothing pending,
    nothing queued); the embedding rate over that span; the daemon's peak RSS (``VmHWM`` of
    ``/proc/<pid>/status``, read at every poll; the largest value seen, and the value when the
-   lexical index was done, to tell indexing's share from embedding's). ``--timeout S``
+   lexical index was done, to tell indexing's share from embedding's, and when each multiple of
+   RSS_EVERY entities had been embedded, so runs stopped early still compare). ``--timeout S``
    (default 3600) stops waiting S seconds after ``cogd start`` (the coverage reached and the
    rate then are reported); ``--no-embed-wait`` stops after the lexical index.
 
@@ -171,6 +172,9 @@ def vm_hwm_mb(pid: int) -> float | None:
     return None
 
 
+RSS_EVERY = 5000  # the peak resident size is also reported when each multiple of this many is embedded
+
+
 def _embedding_done(e: dict) -> bool:
     return e.get("state") in ("idle", "error", "disabled") and not e.get("pending") and not e.get("queued")
 
@@ -198,6 +202,9 @@ def stdlib_run(variant: Variant, template: Path, work: Path, *, embed_wait: bool
                            file_entities=index.get("file_entities"), peak_rss_at_index_mb=round(peak, 1))
                 if not embed_wait:
                     break
+            done = e.get("embedded_entities") or 0
+            for mark in range(RSS_EVERY, done + 1, RSS_EVERY):  # resident size as the vectors grow
+                out.setdefault("peak_rss_by_embedded", {}).setdefault(str(mark), round(peak, 1))
             front = e.get("front") or {}
             if ("index_s" in out and "front_s" not in out and front.get("entities")
                     and front.get("embedded_entities") == front["entities"]):
@@ -303,7 +310,9 @@ def main() -> None:
                  f"{e.get('rate_per_s')}/s at the end)" if "timed_out_s" in s else "")
               + (f", {s['embed_rate_per_s']} entities/s" if "embed_rate_per_s" in s else "")
               + f"; daemon peak RSS {s.get('peak_rss_mb')} MB ({s.get('peak_rss_at_index_mb')} MB when the "
-              f"lexical index was done); model {e.get('model')}; "
+              f"lexical index was done"
+              + "".join(f"; {int(k):,} embedded: {v} MB" for k, v in (s.get("peak_rss_by_embedded") or {}).items())
+              + f"); model {e.get('model')}; "
               f"load {s['load_before']} → {s['load_after']}")
 
 
