@@ -78,10 +78,18 @@ QUERY_CACHE_SIZE = 4  # recent query embeddings kept: enough for one request's c
 class EmbeddingWorker:
     """Owns the encoder, the LanceDB vector table and the in-memory KNN index."""
 
-    def __init__(self, index_dir: Path, index_db: Path, config: EmbedConfig, yielding: Yielding | None = None):
+    def __init__(self, index_dir: Path, index_db: Path, config: EmbedConfig, yielding: Yielding | None = None,
+                 after_first_index: bool = False):
         # yielding: give way to requests between encoder batches, at a lower thread priority
         # (cogd.daemon.scheduling); None (an in-process CLI worker) never waits.
         self.yielding = yielding
+        # after_first_index: load the model only once the first refresh has called notify().
+        # The first index's resolution step and the model's load and first batches were the
+        # daemon's two largest transient allocations, and overlapping them set its peak
+        # resident size (measured on the standard library: 519 MB at the end of the index with
+        # the model loaded beside it, 210 MB for the index alone); the model's ~2 s load
+        # after the index delays only the first vectors, never the first (lexical) pack.
+        self._index_seen = not after_first_index
         self.batches = 0  # encoder batches run by passes (the counters tests and status read)
         self.light_batches = 0  # of those, batches run on the one-thread session (a request was in flight)
         self.yields = 0  # times a pass waited between batches for requests to end
@@ -116,6 +124,7 @@ class EmbeddingWorker:
         """The index changed: schedule a pass."""
         with self._cond:
             self._pending = True
+            self._index_seen = True
             self._cond.notify_all()
 
     def stop(self, timeout: float = 30.0) -> None:
@@ -209,6 +218,11 @@ class EmbeddingWorker:
     def _run(self) -> None:
         if self.yielding is not None:  # first: onnxruntime's pool threads, created at load, inherit it
             lower_thread_priority(self.yielding.nice)
+        with self._cond:
+            self._cond.wait_for(lambda: self._index_seen or self._stopping)
+            if self._stopping:
+                self.state = "stopped"
+                return
         try:
             vectors = self._load()
         except Exception as exc:

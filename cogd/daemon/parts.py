@@ -306,7 +306,8 @@ def build_parts(layout: Layout, config: Config, *, start_index: bool, start_embe
 
         # Between encoder batches the embedder gives way to requests (cogd.daemon.scheduling).
         embedder = EmbeddingWorker(layout.index_dir, layout.index_db, config.embed,
-                                   daemon_yielding(config.daemon) if start_index else None)
+                                   daemon_yielding(config.daemon) if start_index else None,
+                                   after_first_index=start_index)
     worker = IndexWorker(layout.root, layout.index_db, config.index,
                          on_change=embedder.notify if embedder is not None else None)
     memory = memory_store(layout, config, embedder)

@@ -115,8 +115,9 @@ def _embedding_status(parts: Parts) -> dict:
     if parts.embedder is None:
         return {"state": "disabled", "phase": "disabled", "model": None, "coverage": 0.0}
     status = parts.embedder.status()
-    if parts.worker.refreshes == 0 and status["phase"] == "current":
-        # The index is not listed yet: whatever the embedder counted is not the tree's entities.
+    if parts.worker.refreshes == 0 and status["phase"] in ("current", "loading"):
+        # The index is not listed yet: whatever the embedder counted is not the tree's entities
+        # (and the model waits for that first index before it loads: cogd.daemon.embedder).
         status["phase"] = "counting"
     return status
 
