@@ -116,16 +116,24 @@ def repo(tmp_path_factory):
         doomed = cogd_json(root, "memory", "add", "knowledge", "shout returns lower case", "--title",
                            "shout is lower case")["record"]
         run_cogd(root, "memory", "reject", doomed["id"], "--reason", "it returns upper case")
-        yield {"root": root, "rule": rule, "candidate": candidate, "rejected": doomed}
+        secret = cogd_json(root, "memory", "add", "knowledge", "an address that must be erased", "--title",
+                           "to be erased")["record"]
+        run_cogd(root, "memory", "purge", secret["id"], "--yes")
+        yield {"root": root, "rule": rule, "candidate": candidate, "rejected": doomed, "erased": secret,
+               "ledger": cogd_json(root, "stats")["ledger"],
+               "events": cogd_json(root, "events")}
     finally:
         daemon.stop()
 
 
 @pytest.fixture(scope="module")
-def viewer(repo):
-    """The real ``cogd ui --port 0``: ``{"base": http://127.0.0.1:PORT, "token", "port"}``; stopped at the end."""
-    proc = subprocess.Popen([COGD, "ui", "--port", "0"], cwd=repo["root"], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+def viewer(repo, tmp_path_factory):
+    """The real ``cogd ui --port 0``: ``{"base": http://127.0.0.1:PORT, "token", "port"}``; stopped at the end
+    (its standard error goes to a file, printed when it says anything)."""
+    errors = tmp_path_factory.mktemp("ui-server") / "stderr.txt"
+    with open(errors, "w") as sink:
+        proc = subprocess.Popen([COGD, "ui", "--port", "0"], cwd=repo["root"], stdout=subprocess.PIPE,
+                                stderr=sink, text=True)
     try:
         line: list[str] = []
         reader = threading.Thread(target=lambda: line.append(proc.stdout.readline()), daemon=True)
@@ -141,6 +149,8 @@ def viewer(repo):
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+        if errors.read_text().strip():
+            print(f"cogd ui's standard error ({errors}):\n{errors.read_text()}")
 
 
 def url(viewer: dict, path: str, token: str | None = "") -> str:
@@ -253,6 +263,10 @@ def test_sessions_show_each_delivery_with_outcomes_and_evidence(repo, viewer, br
         assert re.fullmatch(r"Read lines 4–6 at [-\d: ]+UTC", cells[6])  # the tool use that made the hit
     assert page.locator("tr.outcome-miss").count() == stats["misses"]
     assert page.locator("#tool-uses tbody tr").count() == 1
+    page.locator("#delivery-3 a", has_text="explain").click()  # the last prompt, ranked again by Ask
+    page.wait_for_load_state("load")
+    assert page.locator("#q").input_value() == "shout the text in capitals"
+    assert page.locator("#pack-items tbody tr").count() > 0
     page.close()
 
 
@@ -303,6 +317,31 @@ def test_memory_pages_show_history_anchors_and_tombstones(repo, viewer, browser,
     assert events.count() == len(shown["events"])
     anchors = page.locator("#anchors tbody tr").first.locator("td").all_inner_texts()
     assert anchors[0] == "pkg/core.py::normalise" and anchors[3] == "current"
+    page.close()
+
+
+def test_a_rejected_memory_shows_its_moves_and_an_erased_one_only_hashes(repo, viewer, browser, shots):
+    rejected = repo["rejected"]["id"]
+    shown = cogd_json(repo["root"], "memory", "show", rejected)
+    page = visit(browser, viewer, shots, f"/memory/item?id={rejected}", "memory_rejected")
+    rows = [r.locator("td").all_inner_texts() for r in page.locator("#events tbody tr").all()]
+    assert [(r[1], r[2].split("\n")[0], r[3]) for r in rows] == [
+        (e["actor"], e["action"], f"{e['old_status'] or '∅'} → {e['new_status'] or '∅'}") for e in shown["events"]]
+    assert rows[-1][2] == "reject\nreason: it returns upper case"
+    assert rows[-1][3] == "active → rejected" and "shout returns lower case" in rows[-1][4]  # the pre-image
+    page.close()
+    erased = repo["erased"]["id"]
+    events = [e for e in repo["events"] if e["entity_id"] == erased]
+    assert events and all(e["redacted"] or e["action"] == "purge" for e in events)
+    page = visit(browser, viewer, shots, "/memory", "memory_erased_list")
+    assert page.locator("#erased tbody td:first-child").all_inner_texts() == [erased]
+    page.locator("#erased a").first.click()
+    page.wait_for_load_state("load")
+    page.screenshot(path=str(shots / "memory_erased.png"), full_page=True)
+    cells = [r.locator("td").all_inner_texts() for r in page.locator("#events tbody tr").all()]
+    assert [c[2].split("\n")[0] for c in cells] == [e["action"] for e in events]
+    assert "an address that must be erased" not in page.content()
+    assert all(c[4] == "redacted (erased)" for c, e in zip(cells, events) if e["redacted"])
     page.close()
 
 
@@ -397,3 +436,30 @@ def test_the_source_calls_only_read_methods(repo):
     with pytest.raises(ValueError, match="record=false"):
         source.call("context.prompt", {"prompt": "x", "session_id": "s"})
     assert source.call("usage.daily")["days"][0]["deliveries"] == 3
+
+
+def test_a_taken_port_is_a_clear_error(repo):
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        proc = run_cogd(repo["root"], "ui", "--port", str(port), check=False, timeout=60)
+    assert proc.returncode == 1
+    assert f"cannot listen on 127.0.0.1:{port}" in proc.stderr
+
+
+def test_browsing_wrote_nothing(repo, viewer):
+    """After every page above (Ask included): the ledger and the memory events are as the fixture left them."""
+    assert cogd_json(repo["root"], "stats")["ledger"] == repo["ledger"]
+    assert cogd_json(repo["root"], "events") == repo["events"]
+
+
+def test_with_no_daemon_the_viewer_starts_one(repo, viewer, browser, shots):
+    """Last in the module: the daemon stopped, a page starts it again (the fixture stops it)."""
+    run_cogd(repo["root"], "stop")
+    assert "no daemon running" in run_cogd(repo["root"], "stop").stdout
+    page = visit(browser, viewer, shots, "/", "overview_restarted")
+    status = cogd_json(repo["root"], "status")
+    assert status["running"] is True and text(page, "#daemon-pid") == str(status["pid"])
+    assert text(page, "#deliveries") == str(repo["ledger"]["deliveries"])
+    page.close()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+from cogd.rpc.client import RemoteError
 from cogd.ui import charts
 from cogd.ui.source import Source
 
@@ -115,15 +116,17 @@ def memory(source: Source, type_: str, status: str) -> tuple[str, dict]:
     types = sorted({m["type"] for m in everything})
     statuses = sorted({m["status"] for m in everything})
     shown = [m for m in everything if (not type_ or m["type"] == type_) and (not status or m["status"] == status)]
-    reasons = {}
+    reasons, erased = {}, []
     for event in source.call("memory.events")["events"]:
         if event["new_status"] == "rejected":
             reasons[event["entity_id"]] = ((event.get("detail") or {}).get("reason") or "", event["at"],
                                            event["redacted"])
+        if event["action"] == "purge":
+            erased.append(event)
     tombstones = [{**m, "reason": reasons.get(m["id"], ("", None, False))}
                   for m in everything if m["status"] in ("rejected", "pruned")]
     return "memory.html", {"memories": shown, "counts": counts, "types": types, "statuses": statuses,
-                           "type": type_, "status": status, "tombstones": tombstones,
+                           "type": type_, "status": status, "tombstones": tombstones, "erased": erased,
                            "candidates": counts_of(counts, "candidate")}
 
 
@@ -136,18 +139,38 @@ def memory_item(source: Source, memory_id: str) -> tuple[str, dict]:
     """One memory: its record, file text, every event (actor, time, move, pre-image; redacted
     ones say so) and each anchor with its staleness: ``current`` when the anchored entity's
     hash is the one written with the anchor, ``changed`` when not, ``gone`` when it no longer exists."""
-    found = source.call("memory.get", {"id": memory_id})
+    try:
+        found = source.call("memory.get", {"id": memory_id})
+    except RemoteError as exc:
+        if exc.kind != "not_found":
+            raise
+        found = erased_memory(source, memory_id)
+        if found is None:
+            raise
     anchors = []
     for anchor in found["record"].get("anchors") or []:
         try:
             now = source.call("entity.get", {"id": anchor["entity"]})["entity"]["hash"]
-        except Exception as exc:  # RemoteError not_found: the entity was removed or renamed
-            if getattr(exc, "kind", None) != "not_found":
+        except RemoteError as exc:  # not_found: the entity was removed or renamed
+            if exc.kind != "not_found":
                 raise
             now = None
         state = "gone" if now is None else "current" if now == anchor.get("hash") else "changed"
         anchors.append({**anchor, "now": now, "state": state})
     return "memory_item.html", {**found, "anchors": anchors}
+
+
+def erased_memory(source: Source, memory_id: str) -> dict | None:
+    """What is left of a purged memory: its events (their text redacted to hashes), as
+    :func:`memory_item`'s ``found``; None when the ledger has no event of ``memory_id`` either."""
+    events = source.call("memory.events", {"entity": memory_id})["events"]
+    if not events:
+        return None
+    record = {"id": memory_id, "title": "", "type": "–", "status": "erased", "source": "–",
+              "created_at": events[0]["at"], "updated_at": events[-1]["at"], "anchors": [],
+              "supersedes": None, "superseded_by": None,
+              "body": "(erased: the file and its text are gone; the events below keep hashes only)"}
+    return {"record": record, "events": events, "problem": None}
 
 
 def ask(source: Source, prompt: str) -> tuple[str, dict]:
