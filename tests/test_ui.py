@@ -294,7 +294,7 @@ def test_entity_page_matches_cogd_show(repo, viewer, browser, shots):
     assert text(page, "#retrieval-count") == str(shown["retrieval_count"])
     assert text(page, "#used-count") == str(shown["used_count"]) == "2"
     assert text(page, "#ignored-count") == str(shown["ignored_count"])
-    assert text(page, "#utility") == f"{shown['utility']:.3f}"
+    assert text(page, "#utility") == f"{shown['utility']:.4f}"
     assert "pkg/core.py::tokenise" in text(page, "#callees")
     assert "return len(tokenise(text))" in text(page, "#source")
     page.close()

@@ -99,3 +99,11 @@ def test_charts_escape_their_labels_and_scale_to_the_data():
     assert "nothing recorded yet" in charts.line_chart([], "t")
     line = charts.line_chart([("a", 0.5), ("b", None), ("c", 1.0)], "t")
     assert line.count("<circle") == 2 and "<polyline" not in line  # a gap leaves no segment of two points
+
+
+def test_the_rate_axis_ends_at_the_next_ten_percent():
+    low = charts.line_chart([("a", 0.13), ("b", 0.08)], "t")
+    assert ">20%</text>" in low and "<title>a: 13.0%</title>" in low
+    assert ">10%</text>" in charts.line_chart([("a", 0.0)], "t")  # at least 10%
+    assert ">100%</text>" in charts.line_chart([("a", 0.95)], "t")
+    assert ">30%</text>" in charts.line_chart([("a", 0.3)], "t")  # 30% exactly is its own top

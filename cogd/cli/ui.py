@@ -24,7 +24,7 @@ def ui(ctx: click.Context, port: int, open_: bool) -> None:
     layout = layout_from(ctx)
 
     def ready(url: str) -> None:
-        click.echo(f"cogd ui for {layout.root}: {url}", nl=True)
+        click.echo(f"cogd ui for {layout.root}: {url}")
         click.echo("(read-only; the token in the URL is this run's only key; Ctrl-C stops)")
         if open_:
             import webbrowser
@@ -35,3 +35,5 @@ def ui(ctx: click.Context, port: int, open_: bool) -> None:
         serve(layout, port, on_ready=ready)
     except OSError as exc:
         raise click.ClickException(f"cannot listen on 127.0.0.1:{port}: {exc}") from exc
+    except KeyboardInterrupt:  # uvicorn shuts down on Ctrl-C, then raises it again
+        click.echo("cogd ui stopped")

@@ -9,6 +9,8 @@ policy forbids them). Returns :class:`markupsafe.Markup`, safe to put in a templ
 
 from __future__ import annotations
 
+import math
+
 from markupsafe import Markup, escape
 
 WIDTH, HEIGHT = 640, 200  # the viewBox; the stylesheet scales it to the page's width
@@ -45,14 +47,16 @@ def _empty(title: str) -> Markup:
                    'nothing recorded yet</text>'], title)
 
 
-def line_chart(points: list[tuple[str, float | None]], title: str, top: float = 1.0,
-               top_label: str = "100%") -> Markup:
-    """A line over ``points`` (label, value in 0..``top``; None leaves a gap), one dot each,
-    each dot titled ``label: value`` (a value shown as a percentage of ``top``)."""
+def line_chart(points: list[tuple[str, float | None]], title: str) -> Markup:
+    """A line over ``points`` (label, a rate in 0..1; None leaves a gap), one dot each, titled
+    ``label: rate`` as a percentage. The y axis ends at the next 10% above the highest rate (at
+    least 10%), so that low rates, the usual case, are not a flat line along the bottom."""
     if not points:
         return _empty(title)
+    rates = [value for _, value in points if value is not None]
+    top = max(0.1, math.ceil(max(rates, default=0.0) * 10 - 1e-9) / 10)
     plot_w, plot_h, bottom = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM, HEIGHT - BOTTOM
-    body = _axes(top_label, [label for label, _ in points])
+    body = _axes(f"{top:.0%}", [label for label, _ in points])
     run: list[str] = []
     dots = []
     for i, (label, value) in enumerate(points):
@@ -65,9 +69,9 @@ def line_chart(points: list[tuple[str, float | None]], title: str, top: float = 
         y = bottom - plot_h * min(max(value / top, 0.0), 1.0)
         run.append(f"{x:.1f},{y:.1f}")
         dots.append(f'<circle class="dot" cx="{x:.1f}" cy="{y:.1f}" r="3.5">'
-                    f'<title>{escape(label)}: {value / top:.1%}</title></circle>')
+                    f'<title>{escape(label)}: {value:.1%}</title></circle>')
         if len(points) <= MAX_VALUE_LABELS:
-            dots.append(f'<text class="value" x="{x:.1f}" y="{y - 8:.1f}" text-anchor="middle">{value / top:.0%}</text>')
+            dots.append(f'<text class="value" x="{x:.1f}" y="{y - 8:.1f}" text-anchor="middle">{value:.0%}</text>')
     if len(run) > 1:
         body.append(f'<polyline class="line" points="{" ".join(run)}"/>')
     return _frame(body + dots, title)
@@ -111,8 +115,8 @@ def hbar_chart(rows: list[tuple[str, float]], title: str) -> Markup:
         shown = label if len(label) <= 40 else "…" + label[-39:]
         body.append(f'<text class="tick" x="{label_w - 8}" y="{y + 14}" text-anchor="end">{escape(shown)}</text>'
                     f'<rect class="bar" x="{label_w}" y="{y + 3}" width="{w:.1f}" height="{row_h - 6}">'
-                    f'<title>{escape(label)}: {value:.3f}</title></rect>'
-                    f'<text class="tick" x="{label_w + w + 6:.1f}" y="{y + 14}">{value:.3f}</text>')
+                    f'<title>{escape(label)}: {value:.4f}</title></rect>'
+                    f'<text class="tick" x="{label_w + w + 6:.1f}" y="{y + 14}">{value:.4f}</text>')
     head = (f'<svg class="chart hchart" viewBox="0 0 {WIDTH} {height}" role="img" '
             f'xmlns="http://www.w3.org/2000/svg"><title>{escape(title)}</title>')
     return Markup(head + "".join(body) + "</svg>")
