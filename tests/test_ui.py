@@ -105,23 +105,26 @@ def repo(tmp_path_factory):
         hook("post-tool-use", read(root, "pkg/users.py", 4, 3))  # count_words' lines: a hit
         hook("prompt-submit", {**base, "hook_event_name": "UserPromptSubmit", "prompt": "shout the text in capitals"})
         hook("session-end", {**base, "hook_event_name": "SessionEnd", "reason": "other"})
-        rule = cogd_json(root, "memory", "add", "rule", f"Never trust {XSS} in names",
-                         "--title", f"Rule {XSS}", "--anchor", "pkg/core.py::normalise")["record"]
+        # Memories through the daemon's socket, as the MCP server and the CLI write them (one
+        # process per CLI call would cost a second each on a loaded machine).
         from cogd.paths import Layout
         from cogd.rpc.client import call
 
-        socket_path = Layout(root).socket_path  # an agent's memory starts as a candidate
-        candidate = call(socket_path, "memory.record", {"type": "observation", "text": "tokenise splits on spaces only",
-                                                        "title": "tokenise splits on spaces"}, timeout=30)["record"]
-        doomed = cogd_json(root, "memory", "add", "knowledge", "shout returns lower case", "--title",
-                           "shout is lower case")["record"]
-        run_cogd(root, "memory", "reject", doomed["id"], "--reason", "it returns upper case")
-        secret = cogd_json(root, "memory", "add", "knowledge", "an address that must be erased", "--title",
-                           "to be erased")["record"]
-        run_cogd(root, "memory", "purge", secret["id"], "--yes")
+        def rpc(method: str, **params):
+            return call(Layout(root).socket_path, method, params, timeout=60)
+
+        rule = rpc("memory.record", type="rule", text=f"Never trust {XSS} in names", title=f"Rule {XSS}",
+                   anchors=["pkg/core.py::normalise"], source="human", actor="human")["record"]
+        candidate = rpc("memory.record", type="observation", text="tokenise splits on spaces only",
+                        title="tokenise splits on spaces")["record"]  # an agent's: a candidate
+        doomed = rpc("memory.record", type="knowledge", text="shout returns lower case", title="shout is lower case",
+                     source="human", actor="human")["record"]
+        rpc("memory.transition", id=doomed["id"], status="rejected", reason="it returns upper case", actor="human")
+        secret = rpc("memory.record", type="knowledge", text="an address that must be erased", title="to be erased",
+                     source="human", actor="human")["record"]
+        rpc("memory.purge", id=secret["id"])
         yield {"root": root, "rule": rule, "candidate": candidate, "rejected": doomed, "erased": secret,
-               "ledger": cogd_json(root, "stats")["ledger"],
-               "events": cogd_json(root, "events")}
+               "ledger": rpc("stats")["ledger"], "events": rpc("memory.events")["events"]}
     finally:
         daemon.stop()
 
@@ -234,6 +237,9 @@ def test_overview_shows_the_ledger_and_the_index(repo, viewer, browser, shots):
     assert text(page, "#index-entities") == str(status["index"]["entities"])
     assert text(page, "#daemon-pid") == str(status["pid"])
     assert text(page, "#embed-state").startswith(status["embedding"]["state"])
+    assert text(page, "#daemon-watch") == status["watch"]["mode"]
+    assert text(page, "#ledger-state") == status["recovery"]["ledger"]["state"]
+    assert page.locator("#problems").count() == (1 if status["errors"] else 0)
     # one day of deliveries: its row adds up to the totals, and every chart is drawn
     cells = page.locator("#days tbody tr").first.locator("td").all_inner_texts()
     assert cells[1:5] == [str(stats["deliveries"]), str(stats["hits"]), str(stats["misses"]),
@@ -401,6 +407,14 @@ def test_a_foreign_host_name_and_static_paths_are_refused(viewer):
         assert fetch(url(viewer, path))[0] == 404, path
 
 
+def test_an_unknown_id_is_a_404_page_that_shows_it_as_text(viewer):
+    for path in ("/entity", "/memory/item"):
+        status, body, headers = fetch(url(viewer, path + "?" + urllib.parse.urlencode({"id": XSS + "::nope"})))
+        assert status == 404 and headers["content-security-policy"].startswith("default-src 'self'"), path
+        assert XSS not in body and "&lt;img src=x onerror=alert(1)&gt;" in body, path
+    assert fetch(url(viewer, "/session?id=nobody"))[0] == 200  # a session without deliveries is empty, not an error
+
+
 def _addresses() -> list[str]:
     """This machine's non-loopback IPv4 addresses (from the routing table's view of the interfaces)."""
     try:
@@ -443,9 +457,13 @@ def test_a_taken_port_is_a_clear_error(repo):
         taken.bind(("127.0.0.1", 0))
         taken.listen(1)
         port = taken.getsockname()[1]
-        proc = run_cogd(repo["root"], "ui", "--port", str(port), check=False, timeout=60)
-    assert proc.returncode == 1
-    assert f"cannot listen on 127.0.0.1:{port}" in proc.stderr
+        from click.testing import CliRunner
+
+        from cogd.cli import main
+
+        result = CliRunner().invoke(main, ["--root", str(repo["root"]), "ui", "--port", str(port)])
+    assert result.exit_code == 1
+    assert f"cannot listen on 127.0.0.1:{port}" in result.output
 
 
 def test_browsing_wrote_nothing(repo, viewer):
@@ -456,8 +474,11 @@ def test_browsing_wrote_nothing(repo, viewer):
 
 def test_with_no_daemon_the_viewer_starts_one(repo, viewer, browser, shots):
     """Last in the module: the daemon stopped, a page starts it again (the fixture stops it)."""
+    from cogd.paths import Layout
+    from cogd.rpc import control
+
     run_cogd(repo["root"], "stop")
-    assert "no daemon running" in run_cogd(repo["root"], "stop").stdout
+    assert not control.is_running(Layout(repo["root"]))
     page = visit(browser, viewer, shots, "/", "overview_restarted")
     status = cogd_json(repo["root"], "status")
     assert status["running"] is True and text(page, "#daemon-pid") == str(status["pid"])
