@@ -250,7 +250,7 @@ def test_overview_shows_the_ledger_and_the_index(repo, viewer, browser, shots):
 
 
 def test_sessions_show_each_delivery_with_outcomes_and_evidence(repo, viewer, browser, shots):
-    stats = cogd_json(repo["root"], "stats")
+    stats = cogd_json(repo["root"], "stats")  # also: explain ranks a pack's prompt again, recording nothing
     page = visit(browser, viewer, shots, "/sessions", "sessions")
     row = page.locator("#session-list tbody tr").first.locator("td").all_inner_texts()
     assert row[0] == SESSION
@@ -269,10 +269,22 @@ def test_sessions_show_each_delivery_with_outcomes_and_evidence(repo, viewer, br
         assert re.fullmatch(r"Read lines 4–6 at [-\d: ]+UTC", cells[6])  # the tool use that made the hit
     assert page.locator("tr.outcome-miss").count() == stats["misses"]
     assert page.locator("#tool-uses tbody tr").count() == 1
-    page.locator("#delivery-3 a", has_text="explain").click()  # the last prompt, ranked again by Ask
+    page.locator("#delivery-3 a.explain").click()  # the last prompt, ranked again now
+    page.wait_for_load_state("load")
+    page.screenshot(path=str(shots / "session_explained.png"), full_page=True)
+    now = cogd_json(repo["root"], "context", "shout the text in capitals")
+    ranks = {item["entity_id"]: item["rank"] for item in now["items"]}
+    rows = page.locator("#delivery-3 tbody tr")
+    for n in range(rows.count()):
+        cells = rows.nth(n).locator("td").all_inner_texts()
+        expected = f"#{ranks[cells[1]]} " if cells[1] in ranks else "not in today's pack"
+        assert cells[8].startswith(expected), cells
+    assert "bm25_rank=" in page.locator("#delivery-3 td.signals").first.inner_text()
+    assert page.locator("#delivery-2 td.signals").count() == 0  # only the delivery asked for
+    page.locator("#delivery-3 a", has_text="open in Ask").click()
     page.wait_for_load_state("load")
     assert page.locator("#q").input_value() == "shout the text in capitals"
-    assert page.locator("#pack-items tbody tr").count() > 0
+    assert page.locator("#pack-items tbody td:nth-child(2)").all_inner_texts() == [i["entity_id"] for i in now["items"]]
     page.close()
 
 

@@ -160,7 +160,7 @@ def build_app(source: Source, token: str, hosts: set[str]) -> Guard:
     routes = [
         Route("/", page(lambda q: pages.overview(source))),
         Route("/sessions", page(lambda q: pages.sessions(source))),
-        Route("/session", page(lambda q: pages.session(source, q.get("id", "")))),
+        Route("/session", page(lambda q: pages.session(source, q.get("id", ""), q.get("explain", "")))),
         Route("/code", page(lambda q: pages.code(source, q.get("sort", ""), q.get("order", "")))),
         Route("/entity", page(lambda q: pages.entity(source, q.get("id", "")))),
         Route("/memory", page(lambda q: pages.memory(source, q.get("type", ""), q.get("status", "")))),

@@ -54,16 +54,31 @@ def sessions(source: Source) -> tuple[str, dict]:
     return "sessions.html", {"sessions": source.call("usage.sessions", {"limit": 1000})["sessions"]}
 
 
-def session(source: Source, session_id: str) -> tuple[str, dict]:
+def session(source: Source, session_id: str, explain: str = "") -> tuple[str, dict]:
     """One session's deliveries in order, each item with its outcome and evidence: the tool
-    uses that touched its lines while its delivery was open (:func:`evidence`)."""
+    uses that touched its lines while its delivery was open (:func:`evidence`). ``explain``: the
+    id of one prompt delivery whose prompt is ranked again now (:func:`explain_now`)."""
     found = source.call("usage.session", {"session_id": session_id})
     deliveries = found["deliveries"]
     for delivery in deliveries:
         delivery["tokens"] = round(delivery["size_chars"] / CHARS_PER_TOKEN)
+        delivery["explained"] = str(delivery["id"]) == explain and bool(delivery["query"])
+        if delivery["explained"]:
+            explain_now(source, delivery)
         for item in delivery["items"]:
             item["evidence"] = evidence(item, delivery, found["tool_uses"])
     return "session.html", {"session_id": session_id, "deliveries": deliveries, "tool_uses": found["tool_uses"]}
+
+
+def explain_now(source: Source, delivery: dict) -> None:
+    """Rank ``delivery``'s prompt again (``record`` false: nothing is recorded) and give each of
+    its items ``now``: its rank and ranking signals in today's pack, or None when today's pack
+    leaves it out. The ledger keeps no signals, so today's are the closest explanation there is."""
+    pack = source.call("context.prompt", {"session_id": "cogd-ui", "prompt": delivery["query"], "record": False})
+    ranked = {item["entity_id"]: item for item in pack["items"]}
+    for item in delivery["items"]:
+        again = ranked.get(item["entity_id"])
+        item["now"] = {"rank": again["rank"], "signals": again.get("signals") or {}} if again else None
 
 
 def evidence(item: dict, delivery: dict, tool_uses: list[dict]) -> list[dict]:
