@@ -26,7 +26,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import COGD, HOOK_DEADLINE_MS, WAIT_S, Daemon, lexical_only, make_repo, run_cogd, run_hook
+from conftest import (COGD, HOOK_DEADLINE_MS, WAIT_S, Daemon, interruptible, lexical_only, make_repo, run_cogd,
+                      run_hook)
 
 CHROMIUM = Path("/usr/bin/chromium")
 # Chromium's own background traffic (updates, sync, field trials) fails on a closed network and
@@ -136,7 +137,7 @@ def viewer(repo, tmp_path_factory):
     errors = tmp_path_factory.mktemp("ui-server") / "stderr.txt"
     with open(errors, "w") as sink:
         proc = subprocess.Popen([COGD, "ui", "--port", "0"], cwd=repo["root"], stdout=subprocess.PIPE,
-                                stderr=sink, text=True)
+                                stderr=sink, text=True, preexec_fn=interruptible)
     try:
         line: list[str] = []
         reader = threading.Thread(target=lambda: line.append(proc.stdout.readline()), daemon=True)
@@ -146,14 +147,16 @@ def viewer(repo, tmp_path_factory):
         assert found, f"cogd ui printed no URL: {line!r}"
         yield {"base": found.group(1), "port": int(found.group(2)), "token": found.group(3), "proc": proc}
     finally:
-        proc.send_signal(signal.SIGINT)  # uvicorn's own shutdown
+        proc.send_signal(signal.SIGINT)  # Ctrl-C: uvicorn's own shutdown
         try:
-            proc.wait(timeout=20)
+            rest, _ = proc.communicate(timeout=WAIT_S)
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+            raise
         if errors.read_text().strip():
             print(f"cogd ui's standard error ({errors}):\n{errors.read_text()}")
+    assert proc.returncode == 0 and "cogd ui stopped" in rest, (proc.returncode, rest)
 
 
 def url(viewer: dict, path: str, token: str | None = "") -> str:
