@@ -24,7 +24,8 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 from starlette.routing import Route
 
-from cogd.rpc.client import DaemonUnavailable, RemoteError
+from cogd.errors import CogdError
+from cogd.rpc.client import DaemonUnavailable
 from cogd.ui import pages
 from cogd.ui.source import Source
 
@@ -38,6 +39,7 @@ SECURITY_HEADERS = [
     (b"cross-origin-resource-policy", b"same-origin"),
 ]
 READ_ONLY = ("GET", "HEAD")
+ERROR_STATUS = {"not_found": 404, "bad_request": 400, "unavailable": 503, "busy": 503}  # else 502
 STATIC_TYPES = {".css": "text/css; charset=utf-8", ".svg": "image/svg+xml"}
 
 
@@ -143,11 +145,10 @@ def build_app(source: Source, token: str, hosts: set[str]) -> Guard:
             q = request.query_params
             try:
                 name, context = render(q)
-            except RemoteError as exc:
-                code = {"not_found": 404, "bad_request": 400}.get(exc.kind, 502)
-                return _error(env, code, str(exc))
             except DaemonUnavailable as exc:
-                return _error(env, 503, f"the daemon did not answer: {exc}")
+                return _error(env, 503, f"the daemon did not answer: {exc.line()}")
+            except CogdError as exc:  # a refusal of the daemon's, or of the start (an unsafe .cogd/)
+                return _error(env, ERROR_STATUS.get(exc.kind, 502), exc.line())
             return HTMLResponse(env.get_template(name).render(**context, now=time.time(), page=request.url.path))
         return endpoint
 
