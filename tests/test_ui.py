@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 
 from conftest import (COGD, HOOK_DEADLINE_MS, WAIT_S, Daemon, interruptible, lexical_only, make_repo, run_cogd,
-                      run_hook)
+                      run_hook, wait_for)
 
 CHROMIUM = Path("/usr/bin/chromium")
 # Chromium's own background traffic (updates, sync, field trials) fails on a closed network and
@@ -485,6 +485,24 @@ def test_a_taken_port_is_a_clear_error(repo):
         result = CliRunner().invoke(main, ["--root", str(repo["root"]), "ui", "--port", str(port)])
     assert result.exit_code == 1
     assert f"cannot listen on 127.0.0.1:{port}" in result.output
+
+
+def test_open_hands_the_tokened_url_to_the_browser(repo, tmp_path):
+    """``--open`` asks the user's browser (``$BROWSER``, as Python's webbrowser reads it) to open
+    the URL it prints; here the "browser" writes down what it was given."""
+    opened = tmp_path / "opened.txt"
+    browser = tmp_path / "browser.sh"
+    browser.write_text(f'#!/bin/sh\nprintf "%s" "$1" > {opened}\n')
+    browser.chmod(0o755)
+    proc = subprocess.Popen([COGD, "ui", "--open"], cwd=repo["root"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                            text=True, env={**os.environ, "BROWSER": f"{browser} %s"}, preexec_fn=interruptible)
+    try:
+        printed = re.search(r"http://127\.0\.0\.1:\d+/\?token=[\w-]+", proc.stdout.readline()).group(0)
+        wait_for(lambda: opened.exists() and opened.read_text(), what="the browser's invocation")
+        assert opened.read_text() == printed
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=WAIT_S)
 
 
 def test_browsing_wrote_nothing(repo, viewer):
