@@ -404,6 +404,8 @@ def test_every_request_needs_the_token(viewer):
     for path in ("/", "/sessions", "/code", "/memory", "/ask?q=x", "/static/style.css", "/nope"):
         assert fetch(url(viewer, path, token=None))[0] == 403, path
         assert fetch(url(viewer, path, token="x" + viewer["token"][1:]))[0] == 403, path
+        assert fetch(url(viewer, path, token="%E2%82%AC" + viewer["token"]))[0] == 403, path  # not Latin-1
+        assert fetch(url(viewer, path, token=viewer["token"][:-1]))[0] == 403, path
     status, body, headers = fetch(url(viewer, "/"))
     assert status == 200 and headers["content-security-policy"].startswith("default-src 'self'")
     assert headers["referrer-policy"] == "no-referrer"

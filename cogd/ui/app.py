@@ -70,7 +70,7 @@ class Guard:
             await send(message)
 
         headers = dict(scope.get("headers") or [])
-        given = parse_qs(scope.get("query_string", b"").decode("latin-1")).get("token", [""])[0].encode("latin-1")
+        given = parse_qs(scope.get("query_string", b"").decode("latin-1")).get("token", [""])[0].encode("utf-8")
         if headers.get(b"host", b"").decode("latin-1") not in self.hosts:
             return await _plain(with_headers, 403, "forbidden: unknown Host (open the URL cogd ui printed)")
         if not secrets.compare_digest(given, self.token):
