@@ -34,6 +34,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("memory", ("cogd.memory",)),
     ("retrieve", ("cogd.retrieve",)),
     ("daemon", ("cogd.daemon",)),
+    ("viewer", ("cogd.ui",)),
     ("edges", ("cogd.cli", "cogd.mcp_server", "cogd.hookclient")),
 ]
 

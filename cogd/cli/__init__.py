@@ -24,6 +24,7 @@ import click
 
 from cogd.cli import doctor, index, install, lifecycle, memory, reset, status
 from cogd.cli.base import CogdGroup
+from cogd.cli.ui import ui as ui_command
 
 
 @click.group(cls=CogdGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -41,5 +42,6 @@ for _command in (
     status.status, index.index, index.search, index.show, index.stats, index.context, index.models,
     lifecycle.logs, doctor.doctor, reset.reset_command, lifecycle.mcp,
     memory.memory_group, memory.verify, memory.events, memory.export, memory.import_, memory.consolidate,
+    ui_command,
 ):
     main.add_command(_command)

@@ -1,4 +1,6 @@
-"""The daemon's session methods: ``usage.tool_use``, ``session.pre_compact``, ``session.end``.
+"""The daemon's session methods: ``usage.tool_use``, ``session.pre_compact``, ``session.end``,
+and the ledger's read-only views for the viewer: ``usage.sessions``, ``usage.session``,
+``usage.daily``, ``usage.files``.
 
 What a session did (its tool uses, their touches, the hits they make on
 delivered packs) goes to the ledger; an edit also queues the edited files for
@@ -50,7 +52,33 @@ def end(parts: Parts, params: dict) -> dict:
     return {"ok": True, "misses": misses}
 
 
-HANDLERS = {"usage.tool_use": tool_use, "session.pre_compact": pre_compact, "session.end": end}
+def sessions(parts: Parts, params: dict) -> dict:
+    """Read-only: the sessions with deliveries, latest first (``limit``, default 100)."""
+    return {"sessions": parts.ledger.sessions(p.limit(params, 100))}
+
+
+def session(parts: Parts, params: dict) -> dict:
+    """Read-only: one session's deliveries with their items and its tool uses with their touches,
+    oldest first (the newest ``limit`` of each, default 100)."""
+    session_id = p.text(params, "session_id", required=True, limit=p.SESSION_ID_MAX)
+    limit = p.limit(params, 100)
+    return {"session_id": session_id,
+            "deliveries": parts.ledger.deliveries(session_id, limit)[::-1],
+            "tool_uses": parts.ledger.tool_uses(session_id, limit)[::-1]}
+
+
+def daily(parts: Parts, params: dict) -> dict:
+    """Read-only: deliveries, pack characters and outcomes per UTC day of delivery."""
+    return {"days": parts.ledger.daily()}
+
+
+def files(parts: Parts, params: dict) -> dict:
+    """Read-only: usage summed per file, the most delivered first (``limit``, default 1000)."""
+    return {"files": parts.ledger.file_usage(p.limit(params, 1000))}
+
+
+HANDLERS = {"usage.tool_use": tool_use, "session.pre_compact": pre_compact, "session.end": end,
+            "usage.sessions": sessions, "usage.session": session, "usage.daily": daily, "usage.files": files}
 
 
 def methods(parts: Parts) -> dict[str, Handler]:

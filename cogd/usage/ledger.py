@@ -612,6 +612,66 @@ class Ledger:
             "last_delivered_at": sums[2] if sums else None, "last_hit_at": sums[3] if sums else None,
         }
 
+    # ---- reading for the viewer (``cogd ui``; docs/protocol.md, ``usage.*``) ----
+    def sessions(self, limit: int = 100) -> list[dict]:
+        """Sessions with at least one delivery, the latest delivery first, at most ``limit``.
+
+        Keys: ``session_id``, ``deliveries``, ``first_at``/``last_at`` (unix s of its first and
+        latest delivery), ``items``, ``hits``, ``misses``, ``pending``, ``ended_at`` (unix s or
+        None), ``end_reason``.
+        """
+        with self._lock:
+            rows = self._conn.execute(
+                "SELECT d.session_id, count(DISTINCT d.id) AS deliveries, min(d.created_at) AS first_at, "
+                "max(d.created_at) AS last_at, count(i.rank) AS items, "
+                "coalesce(sum(i.outcome = 'hit'), 0) AS hits, coalesce(sum(i.outcome = 'miss'), 0) AS misses, "
+                "coalesce(sum(i.outcome = 'pending'), 0) AS pending, s.ended_at, s.end_reason "
+                "FROM deliveries d LEFT JOIN delivery_items i ON i.delivery_id = d.id "
+                "LEFT JOIN sessions s ON s.session_id = d.session_id "
+                "GROUP BY d.session_id ORDER BY last_at DESC, d.session_id LIMIT ?", (limit,)).fetchall()
+        return [dict(r) for r in rows]
+
+    def daily(self) -> list[dict]:
+        """Per UTC day of delivery, oldest first: ``day`` (``YYYY-MM-DD``), ``deliveries``,
+        ``chars`` (their packs' characters), ``hits``, ``misses``, ``pending`` (of their items) and
+        ``hit_rate`` (hits / resolved items, None when none is resolved). An item counts on the day
+        of its delivery, so the days' hits and misses add up to :meth:`totals`' ones."""
+        with self._lock:
+            packs = self._conn.execute(
+                "SELECT date(created_at, 'unixepoch') AS day, count(*), sum(size_chars) FROM deliveries "
+                "GROUP BY day ORDER BY day").fetchall()
+            outcomes = {r[0]: r[1:] for r in self._conn.execute(
+                "SELECT date(d.created_at, 'unixepoch') AS day, sum(i.outcome = 'hit'), sum(i.outcome = 'miss'), "
+                "sum(i.outcome = 'pending') FROM delivery_items i JOIN deliveries d ON d.id = i.delivery_id "
+                "GROUP BY day").fetchall()}
+        days = []
+        for day, n, chars in packs:
+            hits, misses, pending = (int(v or 0) for v in outcomes.get(day, (0, 0, 0)))
+            days.append({"day": day, "deliveries": n, "chars": int(chars or 0), "hits": hits, "misses": misses,
+                         "pending": pending, "hit_rate": round(hits / (hits + misses), 4) if hits + misses else None})
+        return days
+
+    def file_usage(self, limit: int = 1000) -> list[dict]:
+        """Usage summed per file over its delivered entities, the most delivered first.
+
+        Keys: ``path``, ``entities`` (delivered at least once), ``retrieval_count``, ``used_count``
+        (hits), ``ignored_count`` (misses), ``successes``/``failures`` (weighted evidence),
+        ``utility`` (the file's posterior mean, :meth:`UtilityModel.file_utility`), ``last_hit_at``.
+        """
+        with self._lock:
+            rows = self._conn.execute(
+                "SELECT path, count(*) AS entities, sum(retrieval_count) AS retrieval_count, "
+                "sum(used_count) AS used_count, sum(ignored_count) AS ignored_count, sum(successes) AS successes, "
+                "sum(failures) AS failures, max(last_hit_at) AS last_hit_at FROM entity_utility "
+                "GROUP BY path ORDER BY retrieval_count DESC, path LIMIT ?", (limit,)).fetchall()
+        out = []
+        for r in rows:
+            row = dict(r)
+            row["successes"], row["failures"] = round(row["successes"], 4), round(row["failures"], 4)
+            row["utility"] = round(self.utility.file_utility(row["path"]), 4)
+            out.append(row)
+        return out
+
 
 # ---- reading without the writer ------------------------------------------------------------
 # Memory consolidation and doctor read usage evidence without opening the writer above (which
