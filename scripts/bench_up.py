@@ -188,6 +188,7 @@ def stdlib_run(variant: Variant, template: Path, work: Path, *, embed_wait: bool
     started = time.monotonic()
     out: dict = {"load_before": before}
     peak = 0.0
+    e: dict = {}  # the last embedding status read
     try:
         variant.cogd(clone, "start", timeout=600)
         status = variant.status(clone)
@@ -196,6 +197,13 @@ def stdlib_run(variant: Variant, template: Path, work: Path, *, embed_wait: bool
             at = time.monotonic() - started
             status = variant.status(clone)
             peak = max(peak, vm_hwm_mb(pid) or 0.0)
+            if "index" not in status:  # no answer within the status command's timeout, or no daemon
+                out.setdefault("unanswered", []).append({"at_s": round(at, 1), "running": status.get("running"),
+                                                         "error": status.get("error")})
+                if not status.get("running") or len(out["unanswered"]) > 20:
+                    break
+                time.sleep(poll)
+                continue
             index, e = status["index"], status.get("embedding") or {}
             if "index_s" not in out and index.get("refreshes", 0) >= 1 and index["state"] == "idle":
                 out.update(index_s=round(at, 2), files=index["files"], entities=index["entities"],

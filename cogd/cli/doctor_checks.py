@@ -491,13 +491,20 @@ def check_ledger(ctx: DoctorContext) -> Check:
     if mark.get("started_fresh_at"):
         when = time.strftime("%Y-%m-%d %H:%M", time.localtime(mark["started_fresh_at"]))
         return Check("ledger", OK, f"ledger started fresh on {when} with {mark.get('started_fresh_records')} memory "
-                     f"records from git; now {mark.get('events', 0)} events, {mark.get('deliveries', 0)} deliveries",
+                     f"records from git; now {_count(mark.get('events', 0), 'event')}, "
+                     f"{_count(mark.get('deliveries', 0), 'delivery', 'deliveries')}",
                      "", details)
     if report.state == "new":
         return Check("ledger", OK, "no ledger yet (nothing recorded)", "", details)
     counts = recovery.ledger_counts(ctx.layout.state_db)
-    return Check("ledger", OK, f"state.db holds {counts['events']} events, {counts['deliveries']} deliveries, "
-                 f"{counts['tombstones']} tombstones", "", {**details, "counts": counts})
+    return Check("ledger", OK, f"state.db holds {_count(counts['events'], 'event')}, "
+                 f"{_count(counts['deliveries'], 'delivery', 'deliveries')}, {_count(counts['tombstones'], 'tombstone')}",
+                 "", {**details, "counts": counts})
+
+
+def _count(n: int, one: str, many: str | None = None) -> str:
+    """``1 delivery``, ``2 deliveries``: ``n`` with the word in its number (``many`` default: ``one`` + s)."""
+    return f"{n:,} {one if n == 1 else (many or one + 's')}"
 
 
 def check_recovery(ctx: DoctorContext) -> list[Check]:
