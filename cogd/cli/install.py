@@ -21,11 +21,14 @@ from cogd.cli.base import console, layout_from
 from cogd.errors import CogdError
 from cogd.paths import Layout
 
+# The Claude Code tools whose uses are evidence (cogd.usage.touches parses each); the one list.
+# The subagent tool is ``Agent`` in current versions and was ``Task`` before: both are matched.
+CLAUDE_TOOLS = ("Read", "Edit", "MultiEdit", "Write", "NotebookEdit", "Grep", "Glob", "Bash", "Task", "Agent")
 # Claude Code event → (cogd-hook event, matcher or None, timeout in seconds)
 CLAUDE_EVENTS: dict[str, tuple[str, str | None, int]] = {
     "SessionStart": ("session-start", None, 10),
     "UserPromptSubmit": ("prompt-submit", None, 10),
-    "PostToolUse": ("post-tool-use", "Read|Edit|MultiEdit|Write|NotebookEdit|Grep|Glob|Bash|Task", 10),
+    "PostToolUse": ("post-tool-use", "|".join(CLAUDE_TOOLS), 10),
     "PreCompact": ("pre-compact", None, 5),
     "SessionEnd": ("session-end", None, 5),
 }
