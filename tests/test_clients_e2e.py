@@ -196,3 +196,28 @@ def test_unknown_client_exits_quietly_and_logs(repo):
     assert proc.returncode == 0 and proc.stdout == b"" and proc.stderr == b""
     log = (repo / ".cogd" / "logs" / "hook.log").read_text()
     assert "unknown client 'emacs'" in log
+
+
+def test_stats_and_show_break_hit_rates_down_by_client(repo):
+    """`cogd stats` and `cogd show` report each client's deliveries and hits as the ledger holds them."""
+    from conftest import run_cogd
+
+    stats = json.loads(run_cogd(repo, "stats", "--json").stdout)["by_client"]
+    expected = {}
+    for client, deliveries in ledger(repo, "SELECT client, count(*) FROM deliveries GROUP BY client"):
+        hits, misses, pending = ledger(
+            repo, "SELECT sum(i.outcome = 'hit'), sum(i.outcome = 'miss'), sum(i.outcome = 'pending') "
+                  "FROM delivery_items i JOIN deliveries d ON d.id = i.delivery_id WHERE d.client = ?", client)[0]
+        expected[client] = (deliveries, hits, misses, pending)
+    assert {c: (r["deliveries"], r["hits"], r["misses"], r["pending"]) for c, r in stats.items()
+            if r["deliveries"]} == expected
+    assert stats["copilot"]["deliveries"] == 0 and stats["copilot"]["tool_uses"] == 2
+    assert set(expected) == {"claude-code", "cline", "codex", "cursor", "gemini"}
+    shown = run_cogd(repo, "show", PROMPT_ENTITY).stdout
+    for client in ("claude-code", "cline", "codex", "gemini"):  # each delivered it twice and edited it
+        [(n, hits)] = ledger(repo, "SELECT count(*), sum(i.outcome = 'hit') FROM delivery_items i JOIN deliveries d "
+                                   "ON d.id = i.delivery_id WHERE d.client = ? AND i.entity_id = ?", client, PROMPT_ENTITY)
+        assert f"  {client}: {n} deliveries, {hits} hits" in shown
+        assert n == 2 and hits >= 1
+    table = run_cogd(repo, "stats").stdout
+    assert "hit rate by client" in table and "copilot" in table
