@@ -279,3 +279,12 @@ def test_detection_and_list(repo, tmp_path):
                .splitlines())
     bad = cogd(repo, "install-hooks", "--client", "vim", home=home)
     assert bad.returncode == 2 and "unknown client vim" in bad.stderr
+
+
+def test_the_plugin_and_the_settings_hooks_together_are_flagged(repo, tmp_path):
+    home = tmp_path / "home"
+    (home / ".claude").mkdir(parents=True)
+    (home / ".claude" / "settings.json").write_text('{"enabledPlugins": {"cogd@cogd": true}}')
+    proc = cogd(repo, "install-hooks", home=home)
+    assert proc.returncode == 0
+    assert f"the cogd plugin is enabled in {home / '.claude' / 'settings.json'}" in proc.stdout

@@ -45,10 +45,69 @@ def test_hook_client_imports_nothing_heavy():
     assert {name for name in ours - allowed if not name.startswith("cogd.rpc")} == set()
 
 
+PLUGIN_COMMAND = '"${CLAUDE_PLUGIN_ROOT}/find-cogd-hook"'
+
+
 def test_plugin_hooks_json_matches_the_installer():
     plugin = json.loads((PROJECT / "hooks" / "hooks.json").read_text())
-    installed = merged_settings({}, "cogd-hook")
+    installed = merged_settings({}, PLUGIN_COMMAND)
     assert plugin["hooks"] == installed["hooks"]
+
+
+def test_plugin_manifest_and_marketplace_entry():
+    """hooks/ is a Claude Code plugin (manifest in .claude-plugin/, its hooks file named there),
+    listed by the repository's marketplace; its version is the package's."""
+    import tomllib
+
+    version = tomllib.loads((PROJECT / "pyproject.toml").read_text())["project"]["version"]
+    manifest = json.loads((PROJECT / "hooks" / ".claude-plugin" / "plugin.json").read_text())
+    assert manifest["name"] == "cogd" and manifest["version"] == version
+    assert (PROJECT / "hooks" / manifest["hooks"]).resolve() == PROJECT / "hooks" / "hooks.json"
+    market = json.loads((PROJECT / ".claude-plugin" / "marketplace.json").read_text())
+    assert market["name"] == "cogd" and market["owner"]["name"]
+    [entry] = market["plugins"]
+    assert entry["name"] == manifest["name"] and entry["version"] == version
+    assert (PROJECT / entry["source"] / ".claude-plugin" / "plugin.json").is_file()
+    assert os.access(PROJECT / "hooks" / "find-cogd-hook", os.X_OK)
+
+
+def test_the_post_tool_use_matcher_is_the_tool_parser_list():
+    """One list: the matcher names exactly the Claude Code tools whose payloads cogd parses (Agent too)."""
+    from cogd.cli.install import CLAUDE_EVENTS, CLAUDE_TOOLS
+    from cogd.usage.touches import BY_CLIENT
+
+    assert set(CLAUDE_TOOLS) == set(BY_CLIENT["claude-code"]) and "Agent" in CLAUDE_TOOLS and "Task" in CLAUDE_TOOLS
+    assert CLAUDE_EVENTS["PostToolUse"][1].split("|") == list(CLAUDE_TOOLS)
+
+
+def _plugin_hook(event: str, path: str, payload: dict) -> subprocess.CompletedProcess:
+    env = {"PATH": path, "CLAUDE_PLUGIN_ROOT": str(PROJECT / "hooks"), "HOME": os.environ.get("HOME", "/")}
+    command = f"{PLUGIN_COMMAND} {event}"  # as Claude Code runs it: through a shell
+    return subprocess.run(["/bin/sh", "-c", command], input=json.dumps(payload).encode(), capture_output=True,
+                          timeout=60, env=env)
+
+
+def test_plugin_hook_without_cogd_on_path_exits_0_with_one_line(repo):
+    payload = {"session_id": "s", "cwd": str(repo), "hook_event_name": "SessionStart", "source": "startup"}
+    start = _plugin_hook("session-start", "/usr/bin:/bin", payload)
+    assert start.returncode == 0 and start.stderr == b""
+    [line] = start.stdout.decode().splitlines()
+    assert "cogd-hook is not on PATH" in json.loads(line)["systemMessage"]
+    tool = _plugin_hook("post-tool-use", "/usr/bin:/bin", {**payload, "tool_name": "Read", "tool_input": {}})
+    assert (tool.returncode, tool.stdout, tool.stderr) == (0, b"", b"")
+
+
+def test_plugin_hook_runs_the_cogd_hook_on_path(repo):
+    answer = encode({"jsonrpc": "2.0", "id": 1, "result": {"text": "T", "chars": 1, "items": [], "delivery_id": 3}})
+    daemon = FakeDaemon(socket_path(str(repo)), answer)
+    try:
+        proc = _plugin_hook("prompt-submit", f"{COGD_HOOK.parent}:/usr/bin:/bin",
+                            {"session_id": "s", "cwd": str(repo), "prompt": "p"})
+    finally:
+        daemon.close()
+    assert proc.returncode == 0
+    assert json.loads(proc.stdout) == {"hookSpecificOutput": {"hookEventName": "UserPromptSubmit",
+                                                              "additionalContext": "T"}}
 
 
 # ---- the real cogd-hook process against a stand-in daemon ----

@@ -150,6 +150,21 @@ def _double_claude(root: Path, local: bool) -> Path | None:
     return root / other.rel if wiring.holds_cogd(root, other) else None
 
 
+def plugin_enabled(root: Path, home: Path | None = None) -> Path | None:
+    """The Claude Code settings file that enables the cogd plugin (``enabledPlugins`` ``cogd@…``),
+    or None: its hooks and the settings' would both run (different commands are not de-duplicated)."""
+    home = home or _home()
+    for path in (root / ".claude" / "settings.json", root / ".claude" / "settings.local.json",
+                 home / ".claude" / "settings.json"):
+        try:
+            enabled = json.loads(path.read_text(encoding="utf-8")).get("enabledPlugins") or {}
+        except (OSError, ValueError, AttributeError):
+            continue
+        if isinstance(enabled, dict) and any(str(k).startswith("cogd@") and v for k, v in enabled.items()):
+            return path
+    return None
+
+
 def _report(client: str, outcome: wiring.Outcome, removing: bool) -> None:
     label, what = NAMES[client], outcome.target.what
     backup = f" (backup: {outcome.backup})" if outcome.backup else ""
@@ -202,6 +217,10 @@ def _wire(root: Path, client: str, local: bool, removing: bool) -> None:
         console.print(f"{NAMES[client]}: {MANUAL_MCP[client]} "
                       f"{json.dumps({'mcpServers': {MCP_SERVER_NAME: {'command': command, 'args': args}}})}",
                       markup=False, soft_wrap=True)
+    plugin = plugin_enabled(root) if client == CLAUDE_CODE else None
+    if plugin is not None:
+        console.print(f"Claude Code: the cogd plugin is enabled in {plugin}: its hooks and these would both run; "
+                      f"keep one (disable the plugin, or `cogd install-hooks --uninstall`)", markup=False)
     if client == CLAUDE_CODE and local:
         console.print("Claude Code: MCP server not registered in .mcp.json (--local); to add it for yourself:")
         console.print(f"  claude mcp add cogd -- {' '.join([command, *args])}", markup=False, soft_wrap=True)
