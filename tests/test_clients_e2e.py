@@ -134,6 +134,8 @@ def test_prompting_client_gets_packs_and_its_edit_hits(repo, client):
     assert {"path": "pkg/lonely.py", "action": "edit", "start_line": 7, "end_line": 8} in edit or \
         {"path": "pkg/lonely.py", "action": "edit", "start_line": 6, "end_line": 8} in edit, edit
     assert (client, "prompt", PROMPT_ENTITY, "edit") in hits(repo, session)
+    if client == "gemini":  # its read_file of normalise's lines (start_line/end_line) is a read of that entity
+        assert (client, "session_start", START_ENTITY, "read") in hits(repo, session)
     hook(client, "pre-compact", fixture(client, compact, repo), repo)
     assert ledger(repo, "SELECT count(*) FROM working_sets WHERE session_id = ?", session) == [(1,)]
     if end is not None:
