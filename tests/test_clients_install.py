@@ -288,3 +288,14 @@ def test_the_plugin_and_the_settings_hooks_together_are_flagged(repo, tmp_path):
     proc = cogd(repo, "install-hooks", home=home)
     assert proc.returncode == 0
     assert f"the cogd plugin is enabled in {home / '.claude' / 'settings.json'}" in proc.stdout
+
+
+def test_one_unmergeable_client_does_not_keep_the_others_unwired(repo, tmp_path):
+    home = tmp_path / "home"
+    home.mkdir()
+    (repo / ".gemini").mkdir()
+    (repo / ".gemini" / "settings.json").write_text("[]")
+    proc = cogd(repo, "install-hooks", "--client", "gemini,cursor", home=home)
+    assert proc.returncode != 0 and "Gemini CLI:" in proc.stderr and "not an object" in proc.stderr
+    assert (repo / ".gemini" / "settings.json").read_text() == "[]"
+    assert wiring.holds_cogd(repo, targets("cursor")[0])  # wired all the same

@@ -232,11 +232,17 @@ def install_hooks_for(layout: Layout, local: bool = False, clients: list[str] | 
                       uninstall: bool = False) -> list[str]:
     """Wire (or, ``uninstall``, unwire) ``clients`` (default: :func:`detect`) for ``layout``'s
     repository, printing one line per file. Returns the clients handled. Raises SettingsError
-    (the files already handled stay as written)."""
+    naming every client whose file could not be merged, after wiring all the others."""
     root = Path(layout.root)
     chosen = clients or detect(root)
-    for client in chosen:
-        _wire(root, client, local, uninstall)
+    failed = []
+    for client in chosen:  # one client's unmergeable file does not keep the others unwired
+        try:
+            _wire(root, client, local, uninstall)
+        except SettingsError as exc:
+            failed.append(f"{NAMES[client]}: {exc.message}")
+    if failed:
+        raise SettingsError("; ".join(failed))
     return chosen
 
 
