@@ -1,6 +1,6 @@
 """The clients themselves load what the installer writes (no model call).
 
-Needs the clients' own programs: ``codex`` (npm ``@openai/codex``) and ``gemini`` (npm
+Needs the clients' own programs: ``claude`` (npm ``@anthropic-ai/claude-code``), ``codex`` (npm ``@openai/codex``) and ``gemini`` (npm
 ``@google/gemini-cli``), found in ``$COGD_CLIENTS_BIN`` (a folder, e.g. an npm prefix's
 ``node_modules/.bin``) or on PATH. Each test is skipped, with the reason, when its client is
 absent: the suite never downloads them.
@@ -114,3 +114,24 @@ def test_gemini_loads_cogd_settings(wired):
                             timeout=CLIENT_WAIT_S, env=env)
     assert "Invalid configuration" in broken.stdout + broken.stderr
     assert "hooks.SessionStart[0].hooks[0].timeout" in broken.stdout + broken.stderr
+
+
+def test_claude_code_validates_the_plugin_and_its_marketplace(tmp_path):
+    """Claude Code's own `claude plugin validate` accepts hooks/ and the marketplace, and reads the
+    plugin's five hooks with the installer's matcher."""
+    from cogd.cli.install import CLAUDE_TOOLS
+
+    claude = client_program("claude")
+    project = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "HOME": str(tmp_path)}
+    plugin = subprocess.run([claude, "plugin", "validate", "hooks"], cwd=project, capture_output=True, text=True,
+                            timeout=CLIENT_WAIT_S, env=env)
+    assert plugin.returncode == 0 and "Validation passed" in plugin.stdout, plugin.stdout + plugin.stderr
+    provided = [line.strip() for line in plugin.stdout.splitlines() if line.strip().startswith("❯ hooks:")]
+    assert [line.split()[2] for line in provided] == ["SessionStart", "UserPromptSubmit", "PostToolUse", "PreCompact",
+                                                      "SessionEnd"]
+    assert provided[2].split()[3] == "|".join(CLAUDE_TOOLS)
+    market = subprocess.run([claude, "plugin", "validate", "."], cwd=project, capture_output=True, text=True,
+                            timeout=CLIENT_WAIT_S, env=env)
+    assert market.returncode == 0 and "Validation passed" in market.stdout, market.stdout + market.stderr
+    assert "warning" not in market.stdout.lower()
