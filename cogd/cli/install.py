@@ -139,6 +139,7 @@ MANUAL_MCP = {
 }
 NOTES = {
     CODEX: "Codex runs a project's hooks and config only once the project is trusted; review them with /hooks.",
+    GEMINI: "Gemini CLI uses a project's settings (its MCP servers at least) only in a trusted folder.",
     CURSOR: "Cursor cannot add context to a prompt: prompts get code through the MCP server (tool `get_context`).",
     COPILOT: "Copilot CLI does not read context from hooks: its packs come through the MCP server.",
 }
