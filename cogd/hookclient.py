@@ -1,9 +1,11 @@
-"""``cogd-hook EVENT``: the process a client (Claude Code, an editor) runs per hook.
+"""``cogd-hook [--client NAME] EVENT``: the process an agent (Claude Code, Codex, ...) runs per hook.
 
-Reads the client's JSON payload on stdin, finds the repository from its
-``cwd``, makes one JSON-RPC call to the repository's daemon and prints the
-answer in Claude Code's form. Events: ``session-start``, ``prompt-submit``,
-``post-tool-use``, ``session-end``, ``file-save PATH...`` (no stdin).
+Reads the client's JSON payload on stdin, turns it into one of cogd's events
+through the client's adapter (:mod:`cogd.clients`; Claude Code when no
+``--client`` is given), finds the repository from its working directory, makes
+one JSON-RPC call to the repository's daemon and prints the answer in that
+client's output form. Events: ``session-start``, ``prompt-submit``,
+``post-tool-use``, ``pre-compact``, ``session-end``, ``file-save PATH...`` (no stdin).
 
 It must never break the agent's session. Whatever happens — no daemon, a
 malformed payload, a timeout, a bug — it prints nothing, exits 0 within its
@@ -33,9 +35,10 @@ import time
 
 import _signal
 
+from cogd.clients import CONTEXT_EVENTS, Adapter, adapter
 from cogd.rpc.client import (DEADLINE_ENV, DEFAULT_DEADLINE_MS, DaemonUnavailable, RemoteError, acknowledge, call,
                              decode_answer, encode_request, parse_deadline_ms, receive, send)
-from cogd.rpc.fastjson import loads, quote
+from cogd.rpc.fastjson import loads
 from cogd.rpc.locate import cogd_file, find_root, socket_path
 from cogd.safepath import UnsafePath, check_chain, open_file, read_bytes
 
@@ -51,15 +54,16 @@ SPOOL_NAME = "tool-uses.spool"
 SPOOL_MAX_BYTES = 8 << 20  # beyond this a tool use is dropped (and logged): the spool never grows without bound
 SPOOL_MAX_LINE = 1 << 20
 
-# event → (JSON-RPC method, Claude Code hookEventName when the event injects context)
-EVENTS: dict[str, tuple[str, str | None]] = {
-    "session-start": ("context.session_start", "SessionStart"),
-    "prompt-submit": ("context.prompt", "UserPromptSubmit"),
-    "post-tool-use": ("usage.tool_use", None),
-    "pre-compact": ("session.pre_compact", None),
-    "session-end": ("session.end", None),
-    "file-save": ("index.touch", None),
+# event → JSON-RPC method (cogd.clients.CONTEXT_EVENTS are the ones that may inject a pack)
+EVENTS: dict[str, str] = {
+    "session-start": "context.session_start",
+    "prompt-submit": "context.prompt",
+    "post-tool-use": "usage.tool_use",
+    "pre-compact": "session.pre_compact",
+    "session-end": "session.end",
+    "file-save": "index.touch",
 }
+CLIENT_FLAG = "--client"
 
 # PostToolUse fields that can be megabytes and that touch parsing never reads.
 _BULKY_INPUT = ("content", "old_string", "new_string", "edits", "new_source")
@@ -188,6 +192,7 @@ class _Pending:
     """
 
     sent = False  # a tool use's line went out whole: the daemon records it even if we leave now
+    quiet: str | None = None  # what the client wants on stdout when nothing is injected
     held: tuple[object, int] | None = None  # (socket, ack token) of a pack to acknowledge once printed
     deadline = 0.0  # the hook's end, time.monotonic() seconds
 
@@ -241,8 +246,8 @@ def _slim_tool_payload(payload: dict) -> dict:
     return slim
 
 
-def _params(event: str, payload: dict, argv: list[str]) -> dict:
-    params = _event_params(event, payload, argv)
+def _params(event: str, payload: dict, argv: list[str], client: Adapter) -> dict:
+    params = _event_params(event, payload, argv, client)
     clock = os.environ.get("COGD_NOW")  # replays: the event's time (used only if the daemon trusts it)
     if clock:
         try:
@@ -252,19 +257,26 @@ def _params(event: str, payload: dict, argv: list[str]) -> dict:
     return params
 
 
-def _event_params(event: str, payload: dict, argv: list[str]) -> dict:
-    session = payload.get("session_id")
-    if event == "session-start":
-        return {"session_id": session, "source": payload.get("source")}
-    if event == "prompt-submit":
-        return {"session_id": session, "prompt": payload.get("prompt")}
+def _event_params(event: str, payload: dict, argv: list[str], client: Adapter) -> dict:
+    if event == "file-save":
+        return {"paths": [os.path.abspath(p) for p in argv]}
     if event == "post-tool-use":
-        return {"payload": _slim_tool_payload(payload)}
-    if event == "pre-compact":
-        return {"session_id": session, "trigger": payload.get("trigger")}
-    if event == "session-end":
-        return {"session_id": session, "reason": payload.get("reason")}
-    return {"paths": [os.path.abspath(p) for p in argv]}
+        tool = client.tool(payload)
+        if client.claude_shaped:
+            tool = _slim_tool_payload(tool)
+        return {"payload": {**tool, "client": client.name}}
+    return {**client.fields(event, payload), "client": client.name}
+
+
+def _split_client(argv: list[str]) -> tuple[Adapter, list[str]]:
+    """``(adapter, the rest)`` from ``[--client NAME | --client=NAME] EVENT ...``. Raises ValueError."""
+    if argv and argv[0] == CLIENT_FLAG:
+        if len(argv) < 2:
+            raise ValueError(f"{CLIENT_FLAG} needs a client name")
+        return adapter(argv[1]), argv[2:]
+    if argv and argv[0].startswith(CLIENT_FLAG + "="):
+        return adapter(argv[0][len(CLIENT_FLAG) + 1:]), argv[1:]
+    return adapter("claude-code"), argv
 
 
 def _spool(root: str, line: bytes, why: str) -> None:
@@ -434,12 +446,18 @@ def _spawn_daemon(root: str) -> None:
 
 def run(argv: list[str]) -> str | None:
     """Do the hook's work; return what to print (None for nothing). May raise."""
+    _Pending.sent, _Pending.held, _Pending.quiet = False, None, None
+    log.event = " ".join(argv[:3])[:80] or "?"  # until the arguments are read
+    client, argv = _split_client(argv)
+    _Pending.quiet = client.quiet
     event = argv[0] if argv else ""
-    log.event = event or "?"
-    _Pending.sent, _Pending.held = False, None
+    log.event = f"{event or '?'}" if client.name == "claude-code" else f"{client.name}:{event or '?'}"
     if event not in EVENTS:
         raise ValueError(f"unknown event {event!r}; expected one of {', '.join(EVENTS)}")
-    method, hook_event_name = EVENTS[event]
+    method = EVENTS[event]
+    injects = event in CONTEXT_EVENTS and client.injects(event)
+    if event in CONTEXT_EVENTS and not injects:
+        return None  # the client shows nothing a hook prints here: a pack would never be read
     if event == "file-save":
         payload: dict = {}
         where = argv[1] if len(argv) > 1 else os.getcwd()
@@ -449,8 +467,7 @@ def run(argv: list[str]) -> str | None:
             # From here the tool use is ours to hand over: the deadline waits until it is sent or
             # spooled (_send_tool_use unblocks it), which takes no longer than the send's timeout.
             _signal.pthread_sigmask(_signal.SIG_BLOCK, {_signal.SIGALRM})
-        cwd = payload.get("cwd")
-        where = cwd if isinstance(cwd, str) and cwd else os.environ.get("CLAUDE_PROJECT_DIR") or os.getcwd()
+        where = client.cwd(payload) or os.getcwd()
     root = find_root(where)
     if root is None:
         raise LookupError(f"{where!r} is not inside a repository")
@@ -459,12 +476,12 @@ def run(argv: list[str]) -> str | None:
     remaining = deadline_s - (time.monotonic() - log.started)
     _Pending.deadline = log.started + deadline_s
     _arm(remaining)
-    params = _params(event, payload, argv[1:])
+    params = _params(event, payload, argv[1:], client)
     if event == "post-tool-use":
         _send_tool_use(root, encode_request(method, params), _Pending.deadline)
         return None
     try:
-        if hook_event_name is not None:
+        if injects:
             result = _call_held(socket_path(root), method, params, timeout=max(remaining - SOCKET_MARGIN_S, 0.01))
         else:
             result = call(socket_path(root), method, params, timeout=max(remaining - SOCKET_MARGIN_S, 0.01),
@@ -473,13 +490,13 @@ def run(argv: list[str]) -> str | None:
         log(f"daemon unavailable: {exc}")
         # A timeout means a daemon accepted the connection but answered late (overload): it
         # runs, so starting one only costs this hook ~10 ms of imports when CPU is scarcest.
-        if hook_event_name is not None and not isinstance(exc.__cause__, TimeoutError):
+        if injects and not isinstance(exc.__cause__, TimeoutError):
             _spawn_daemon(root)
         return None
     except RemoteError as exc:
         log(f"daemon refused the request ({exc.kind}): {exc}")
         return None
-    if hook_event_name is None or not isinstance(result, dict):
+    if not injects or not isinstance(result, dict):
         return None
     text = result.get("text")
     if not isinstance(text, str) or not text:  # only this path logs: a pack delivered costs no write
@@ -488,8 +505,7 @@ def run(argv: list[str]) -> str | None:
     if len(text) > MAX_CONTEXT_CHARS:  # a client over its limit swaps the text for a preview: send nothing
         log(f"pack of {len(text)} characters is over {MAX_CONTEXT_CHARS}: not injected")
         return None
-    # json.dumps({"hookSpecificOutput": {"hookEventName": ..., "additionalContext": text}}), spelled out
-    return f'{{"hookSpecificOutput": {{"hookEventName": {quote(hook_event_name)}, "additionalContext": {quote(text)}}}}}'
+    return client.render(event, text)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -505,6 +521,7 @@ def main(argv: list[str] | None = None) -> int:
         log(f"no context: {exc.__class__.__name__}: {str(exc)[:300]}")
         output = None
     printed = False
+    quiet, _Pending.quiet = _Pending.quiet, None
     try:
         # No deadline from here: once the pack is printed, its acknowledgement must go out too.
         _signal.setitimer(_signal.ITIMER_REAL, 0)
@@ -515,6 +532,9 @@ def main(argv: list[str] | None = None) -> int:
             sys.stdout.write(output + "\n")
             sys.stdout.flush()
             printed = True
+        elif quiet:  # nothing to inject, on every path (failures too): the client still wants its JSON
+            sys.stdout.write(quiet + "\n")
+            sys.stdout.flush()
     except BaseException:  # noqa: BLE001
         pass
     try:

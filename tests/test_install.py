@@ -45,7 +45,7 @@ EXPECTED_FRESH = {
         "SessionStart": [{"hooks": [{"type": "command", "command": f"{CMD} session-start", "timeout": 10}]}],
         "UserPromptSubmit": [{"hooks": [{"type": "command", "command": f"{CMD} prompt-submit", "timeout": 10}]}],
         "PostToolUse": [{
-            "matcher": "Read|Edit|MultiEdit|Write|NotebookEdit|Grep|Glob|Bash|Task",
+            "matcher": "Read|Edit|MultiEdit|Write|NotebookEdit|Grep|Glob|Bash|Task|Agent",
             "hooks": [{"type": "command", "command": f"{CMD} post-tool-use", "timeout": 10}],
         }],
         "PreCompact": [{"hooks": [{"type": "command", "command": f"{CMD} pre-compact", "timeout": 5}]}],

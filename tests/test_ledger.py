@@ -79,7 +79,7 @@ def test_delivery_with_items_round_trips(ledger):
     assert {k: v for k, v in stored.items() if k != "items"} == {
         "id": delivery_id, "session_id": "s1", "event": "prompt", "source": "", "created_at": 1000.5,
         "query": "how is the area computed?", "size_chars": 240, "item_count": 2, "fingerprint": "",
-        "closed_at": None,
+        "closed_at": None, "client": "",
     }
     assert stored["items"] == [
         {"delivery_id": delivery_id, "rank": 1, "entity_id": "pkg/geometry.py::Circle.area", "kind": "method",

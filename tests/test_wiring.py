@@ -28,8 +28,8 @@ HEAVY = {"sqlite3", "asyncio", "tree_sitter", "rich", "click", "xxhash", "datacl
 SLOW_FOR_A_HOOK = {"json", "re", "enum", "functools", "collections", "socket", "selectors", "signal", "runpy",
                    "cogd.rpc.protocol", "cogd.rpc.control"}
 # Everything the hook process may import beyond the interpreter's own start-up, on its happy path.
-HOT_PATH_ALLOWED = {"cogd", "cogd.hookclient", "cogd.rpc", "cogd.rpc.client", "cogd.rpc.fastjson", "cogd.rpc.locate",
-                    "cogd.safepath", "cogd.errors",
+HOT_PATH_ALLOWED = {"cogd", "cogd.hookclient", "cogd.clients", "cogd.rpc", "cogd.rpc.client", "cogd.rpc.fastjson",
+                    "cogd.rpc.locate", "cogd.safepath", "cogd.errors",
                     "_json", "_socket", "__future__"}
 
 
@@ -41,14 +41,73 @@ def test_hook_client_imports_nothing_heavy():
     assert SLOW_FOR_A_HOOK & loaded == set()
     # The hook's share of cogd is the wire package and the standard-library safe-path layer.
     ours = {name for name in loaded if name == "cogd" or name.startswith("cogd.")}
-    allowed = {"cogd", "cogd.hookclient", "cogd.safepath", "cogd.errors"}
+    allowed = {"cogd", "cogd.hookclient", "cogd.clients", "cogd.safepath", "cogd.errors"}
     assert {name for name in ours - allowed if not name.startswith("cogd.rpc")} == set()
+
+
+PLUGIN_COMMAND = '"${CLAUDE_PLUGIN_ROOT}/find-cogd-hook"'
 
 
 def test_plugin_hooks_json_matches_the_installer():
     plugin = json.loads((PROJECT / "hooks" / "hooks.json").read_text())
-    installed = merged_settings({}, "cogd-hook")
+    installed = merged_settings({}, PLUGIN_COMMAND)
     assert plugin["hooks"] == installed["hooks"]
+
+
+def test_plugin_manifest_and_marketplace_entry():
+    """hooks/ is a Claude Code plugin (manifest in .claude-plugin/, its hooks file named there),
+    listed by the repository's marketplace; its version is the package's."""
+    import tomllib
+
+    version = tomllib.loads((PROJECT / "pyproject.toml").read_text())["project"]["version"]
+    manifest = json.loads((PROJECT / "hooks" / ".claude-plugin" / "plugin.json").read_text())
+    assert manifest["name"] == "cogd" and manifest["version"] == version
+    assert (PROJECT / "hooks" / manifest["hooks"]).resolve() == PROJECT / "hooks" / "hooks.json"
+    market = json.loads((PROJECT / ".claude-plugin" / "marketplace.json").read_text())
+    assert market["name"] == "cogd" and market["owner"]["name"]
+    [entry] = market["plugins"]
+    assert entry["name"] == manifest["name"] and entry["version"] == version
+    assert (PROJECT / entry["source"] / ".claude-plugin" / "plugin.json").is_file()
+    assert os.access(PROJECT / "hooks" / "find-cogd-hook", os.X_OK)
+
+
+def test_the_post_tool_use_matcher_is_the_tool_parser_list():
+    """One list: the matcher names exactly the Claude Code tools whose payloads cogd parses (Agent too)."""
+    from cogd.cli.install import CLAUDE_EVENTS, CLAUDE_TOOLS
+    from cogd.usage.touches import BY_CLIENT
+
+    assert set(CLAUDE_TOOLS) == set(BY_CLIENT["claude-code"]) and "Agent" in CLAUDE_TOOLS and "Task" in CLAUDE_TOOLS
+    assert CLAUDE_EVENTS["PostToolUse"][1].split("|") == list(CLAUDE_TOOLS)
+
+
+def _plugin_hook(event: str, path: str, payload: dict) -> subprocess.CompletedProcess:
+    env = {"PATH": path, "CLAUDE_PLUGIN_ROOT": str(PROJECT / "hooks"), "HOME": os.environ.get("HOME", "/")}
+    command = f"{PLUGIN_COMMAND} {event}"  # as Claude Code runs it: through a shell
+    return subprocess.run(["/bin/sh", "-c", command], input=json.dumps(payload).encode(), capture_output=True,
+                          timeout=60, env=env)
+
+
+def test_plugin_hook_without_cogd_on_path_exits_0_with_one_line(repo):
+    payload = {"session_id": "s", "cwd": str(repo), "hook_event_name": "SessionStart", "source": "startup"}
+    start = _plugin_hook("session-start", "/usr/bin:/bin", payload)
+    assert start.returncode == 0 and start.stderr == b""
+    [line] = start.stdout.decode().splitlines()
+    assert "cogd-hook is not on PATH" in json.loads(line)["systemMessage"]
+    tool = _plugin_hook("post-tool-use", "/usr/bin:/bin", {**payload, "tool_name": "Read", "tool_input": {}})
+    assert (tool.returncode, tool.stdout, tool.stderr) == (0, b"", b"")
+
+
+def test_plugin_hook_runs_the_cogd_hook_on_path(repo):
+    answer = encode({"jsonrpc": "2.0", "id": 1, "result": {"text": "T", "chars": 1, "items": [], "delivery_id": 3}})
+    daemon = FakeDaemon(socket_path(str(repo)), answer)
+    try:
+        proc = _plugin_hook("prompt-submit", f"{COGD_HOOK.parent}:/usr/bin:/bin",
+                            {"session_id": "s", "cwd": str(repo), "prompt": "p"})
+    finally:
+        daemon.close()
+    assert proc.returncode == 0
+    assert json.loads(proc.stdout) == {"hookSpecificOutput": {"hookEventName": "UserPromptSubmit",
+                                                              "additionalContext": "T"}}
 
 
 # ---- the real cogd-hook process against a stand-in daemon ----
@@ -105,8 +164,10 @@ def _imported(stderr: str) -> set[str]:
     return names
 
 
-def _run_hook(event: str, payload: dict, *, importtime: bool = False) -> subprocess.CompletedProcess:
-    argv = [sys.executable, *(["-X", "importtime"] if importtime else []), str(COGD_HOOK), event]
+def _run_hook(event: str, payload: dict, *, importtime: bool = False, client: str | None = None,
+              ) -> subprocess.CompletedProcess:
+    argv = [sys.executable, *(["-X", "importtime"] if importtime else []), str(COGD_HOOK),
+            *(["--client", client] if client else []), event]
     env = {k: v for k, v in os.environ.items() if k != "COGD_HOOK_DEADLINE_MS"}
     return subprocess.run(argv, input=json.dumps(payload).encode(), capture_output=True, timeout=30, env=env)
 
@@ -132,7 +193,8 @@ def test_prompt_submit_hot_path_imports_and_output(repo):
     assert proc.stdout == (json.dumps({"hookSpecificOutput": {"hookEventName": "UserPromptSubmit",
                                                               "additionalContext": text}}) + "\n").encode()
     # the request is byte for byte what cogd.rpc.protocol would write
-    assert daemon.received == [encode(request("context.prompt", {"session_id": "s1", "prompt": "why \u00e9?", "ack": True}))]
+    assert daemon.received == [encode(request("context.prompt", {"session_id": "s1", "prompt": "why \u00e9?",
+                                                                  "client": "claude-code", "ack": True}))]
     baseline = _imported(subprocess.run([sys.executable, "-X", "importtime", "-c", "pass"],
                                         capture_output=True, text=True).stderr)
     extra = _imported(proc.stderr.decode()) - baseline
@@ -182,3 +244,72 @@ def test_refused_connection_is_logged(repo):
     assert proc.returncode == 0 and proc.stdout == b"" and proc.stderr == b""
     assert "daemon unavailable" in (repo / ".cogd" / "logs" / "hook.log").read_text()
     assert "ConnectionRefusedError" in (repo / ".cogd" / "logs" / "hook.log").read_text()
+
+
+# ---- every client's path: the same imports, its own output form, its own request ----
+
+# client → (cogd-hook event, payload, expected stdout as JSON, params the daemon must receive)
+CLIENT_PATHS = {
+    "codex": ("prompt-submit", {"session_id": "s", "cwd": "{root}", "turn_id": "1", "prompt": "p"},
+              {"hookSpecificOutput": {"hookEventName": "UserPromptSubmit", "additionalContext": "T"}},
+              {"session_id": "s", "prompt": "p", "client": "codex", "ack": True}),
+    "gemini": ("prompt-submit", {"session_id": "s", "cwd": "{root}", "hook_event_name": "BeforeAgent", "prompt": "p"},
+               {"hookSpecificOutput": {"hookEventName": "BeforeAgent", "additionalContext": "T"}},
+               {"session_id": "s", "prompt": "p", "client": "gemini", "ack": True}),
+    "cursor": ("session-start", {"conversation_id": "s", "workspace_roots": ["{root}"], "hook_event_name": "sessionStart"},
+               {"additional_context": "T"},
+               {"session_id": "s", "source": "startup", "client": "cursor", "ack": True}),
+    "cline": ("prompt-submit", {"taskId": "s", "workspaceRoots": ["{root}"], "hookName": "UserPromptSubmit",
+                                "userPromptSubmit": {"prompt": "p"}},
+              {"cancel": False, "contextModification": "T"},
+              {"session_id": "s", "prompt": "p", "client": "cline", "ack": True}),
+}
+
+
+@pytest.mark.parametrize("client", sorted(CLIENT_PATHS))
+def test_every_client_path_is_as_light_and_speaks_its_form(repo, client):
+    event, payload, expected, params = CLIENT_PATHS[client]
+    payload = json.loads(json.dumps(payload).replace("{root}", str(repo)))
+    answer = encode({"jsonrpc": "2.0", "id": 1, "result": {"text": "T", "chars": 1, "items": [], "delivery_id": 3}})
+    daemon = FakeDaemon(socket_path(str(repo)), answer)
+    try:
+        proc = _run_hook(event, payload, importtime=True, client=client)
+    finally:
+        daemon.close()
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) == expected
+    method = "context.session_start" if event == "session-start" else "context.prompt"
+    assert daemon.received == [encode(request(method, params))]
+    baseline = _imported(subprocess.run([sys.executable, "-X", "importtime", "-c", "pass"],
+                                        capture_output=True, text=True).stderr)
+    extra = _imported(proc.stderr.decode()) - baseline
+    own = {f"cogd.clients.{client}"}  # its adapter, and no other client's
+    assert own <= extra
+    assert extra <= HOT_PATH_ALLOWED | own, f"new imports on the {client} hook path: {sorted(extra - HOT_PATH_ALLOWED)}"
+
+
+def test_copilot_tool_args_string_is_parsed_and_slim(repo):
+    """Copilot sends its tool arguments as a JSON string: the hook sends them parsed, bulky text left out."""
+    daemon = FakeDaemon(socket_path(str(repo)), encode({"jsonrpc": "2.0", "id": 1, "result": {"tool_use": 1}}))
+    args = {"path": str(repo / "a.py"), "old_str": "x" * 100_000, "new_str": "y = 2"}
+    payload = {"sessionId": "s", "cwd": str(repo), "toolName": "edit", "toolArgs": json.dumps(args),
+               "toolResult": {"resultType": "success", "textResultForLlm": "z" * 100_000}}
+    try:
+        proc = _run_hook("post-tool-use", payload, importtime=True, client="copilot")
+    finally:
+        daemon.close()
+    assert proc.returncode == 0 and proc.stdout == b""
+    sent = json.loads(daemon.received[0])["params"]["payload"]
+    assert sent == {"session_id": "s", "cwd": str(repo), "tool_name": "edit", "tool_use_id": "",
+                    "tool_input": {"path": str(repo / "a.py"), "new_str": "y = 2"}, "tool_response": {},
+                    "client": "copilot"}
+    assert not SLOW_FOR_A_HOOK & _imported(proc.stderr.decode())
+
+
+def test_cline_gets_its_json_even_when_no_daemon_answers(repo):
+    """Cline reads a JSON answer from every hook: with no daemon the hook still prints it (and exits 0)."""
+    payload = {"taskId": "s", "workspaceRoots": [str(repo)], "hookName": "PostToolUse",
+               "postToolUse": {"toolName": "read_file", "parameters": {"path": "a.py"}}}
+    proc = _run_hook("post-tool-use", payload, client="cline")
+    assert proc.returncode == 0 and proc.stdout == b'{"cancel": false}\n'
+    assert "tool use spooled for the daemon" in (repo / ".cogd" / "logs" / "hook.log").read_text()

@@ -112,6 +112,10 @@ def show(ctx: click.Context, entity_id: str, as_json: bool) -> None:
     console.print(f"delivered {u['retrieval_count']}×: used {u['used_count']}, ignored {u['ignored_count']}, "
                   f"pending {u['pending']}; utility {u['utility']:.3f} (Beta posterior mean; "
                   f"the repository's base rate is {u['base_rate']:.3f})")
+    for client, row in (u.get("by_client") or {}).items():
+        rate = f"{row['hit_rate']:.1%}" if row["hits"] + row["misses"] else "-"
+        console.print(f"  {client or '(unknown)'}: {row['deliveries']} deliveries, {row['hits']} hits, "
+                      f"{row['misses']} misses, {row['pending']} pending (hit rate {rate})", markup=False)
 
 
 @click.command()
@@ -157,6 +161,20 @@ def stats(ctx: click.Context, as_json: bool) -> None:
     for key, value in result["ledger"].items():
         ledger.add_row(key, str(value))
     console.print(ledger)
+    _print_by_client(result.get("by_client", {}))
+
+
+def _print_by_client(by_client: dict, title: str = "hit rate by client") -> None:
+    """One row per client: deliveries, hits, misses, pending, hit rate (and tool uses when known)."""
+    uses = any("tool_uses" in row for row in by_client.values())
+    table = Table("client", "deliveries", "hits", "misses", "pending", "hit rate", *(["tool uses"] if uses else []),
+                  title=title)
+    for client, row in by_client.items():
+        table.add_row(client or "(unknown)", str(row["deliveries"]), str(row["hits"]), str(row["misses"]),
+                      str(row["pending"]), f"{row['hit_rate']:.1%}", *([str(row.get("tool_uses", 0))] if uses else []))
+    if not by_client:
+        table.add_row("(none yet)", "0", "0", "0", "0", "-", *(["0"] if uses else []))
+    console.print(table)
 
 
 @click.command()

@@ -1,9 +1,10 @@
-"""Wiring cogd's hooks into Claude Code's project settings (``.claude/settings.json``).
+"""``cogd install-hooks``: wiring cogd's hooks and MCP server into every client a repository uses.
 
-The merge keeps every key and every other hook already there, replaces only
-cogd's own entries (recognised by their command), writes a timestamped backup
-before changing anything, writes atomically, and is idempotent: a second run
-with the same command changes nothing and writes no backup.
+Which clients: those given (``--client NAME[,NAME]``, ``--all``), else those the repository
+or the user already uses (:func:`detect`: their configuration folders), Claude Code always.
+What each file receives and how it is merged, backed up, made idempotent and undone is
+:mod:`cogd.cli.wiring`; this module picks the clients, guards against installing Claude
+Code's hooks into both of its project files, and prints one line per file.
 """
 
 from __future__ import annotations
@@ -12,31 +13,22 @@ import json
 import os
 import shlex
 import sys
-import time
 from pathlib import Path
 
 import click
 
+from cogd.cli import wiring
 from cogd.cli.base import console, layout_from
-from cogd.errors import CogdError
+from cogd.cli.wiring import CLAUDE_EVENTS, CLAUDE_TOOLS, SettingsError
+from cogd.clients import CLAUDE_CODE, CLIENTS, CLINE, CODEX, COPILOT, CURSOR, GEMINI
 from cogd.paths import Layout
 
-# Claude Code event → (cogd-hook event, matcher or None, timeout in seconds)
-CLAUDE_EVENTS: dict[str, tuple[str, str | None, int]] = {
-    "SessionStart": ("session-start", None, 10),
-    "UserPromptSubmit": ("prompt-submit", None, 10),
-    "PostToolUse": ("post-tool-use", "Read|Edit|MultiEdit|Write|NotebookEdit|Grep|Glob|Bash|Task", 10),
-    "PreCompact": ("pre-compact", None, 5),
-    "SessionEnd": ("session-end", None, 5),
-}
-_MARKERS = ("cogd-hook", "cogd.hookclient")
+__all__ = ["CLAUDE_EVENTS", "CLAUDE_TOOLS", "SettingsError", "LOCAL_HELP", "detect", "hook_command",
+           "install_claude_hooks", "install_hooks_command", "install_hooks_for", "install_mcp_server",
+           "mcp_command", "merged_settings"]
 
-
-class SettingsError(CogdError, ValueError):
-    """The existing settings file cannot be merged safely (left untouched); kind ``config``."""
-
-    def __init__(self, message: str):
-        super().__init__("config", message)
+NAMES = {CLAUDE_CODE: "Claude Code", CODEX: "Codex CLI", GEMINI: "Gemini CLI", CURSOR: "Cursor",
+         COPILOT: "GitHub Copilot CLI", CLINE: "Cline"}
 
 
 def hook_command() -> str:
@@ -55,133 +47,14 @@ def hook_command() -> str:
     return f"{shlex.quote(sys.executable)} -m cogd.hookclient"
 
 
-def _is_cogd(handler: object) -> bool:
-    return isinstance(handler, dict) and any(m in str(handler.get("command", "")) for m in _MARKERS)
-
-
-def merged_settings(existing: dict, command: str) -> dict:
-    """``existing`` settings with cogd's hook entries set to run ``command EVENT``.
-
-    Other hooks, matchers and keys are preserved in order. Raises
-    SettingsError when ``hooks`` (or an event's list) has an unexpected type.
-    """
-    settings = json.loads(json.dumps(existing))  # deep copy
-    hooks = settings.setdefault("hooks", {})
-    if not isinstance(hooks, dict):
-        raise SettingsError('"hooks" is not an object')
-    for claude_event, (cogd_event, matcher, timeout) in CLAUDE_EVENTS.items():
-        groups = hooks.setdefault(claude_event, [])
-        if not isinstance(groups, list):
-            raise SettingsError(f'"hooks.{claude_event}" is not a list')
-        kept = []
-        for group in groups:
-            if isinstance(group, dict) and isinstance(group.get("hooks"), list):
-                handlers = [h for h in group["hooks"] if not _is_cogd(h)]
-                if not handlers and any(_is_cogd(h) for h in group["hooks"]):
-                    continue  # a group that held only cogd's handler
-                group = {**group, "hooks": handlers}
-            kept.append(group)
-        entry: dict = {"hooks": [{"type": "command", "command": f"{command} {cogd_event}", "timeout": timeout}]}
-        if matcher:
-            entry = {"matcher": matcher, **entry}
-        kept.append(entry)
-        hooks[claude_event] = kept
-    return settings
-
-
-def install_claude_hooks(root: Path, command: str | None = None, *, local: bool = False) -> dict:
-    """Merge cogd's hooks into ``root/.claude/settings.json``.
-
-    ``local`` targets ``settings.local.json`` instead: Claude Code's private,
-    uncommitted project file, the right place when teammates install cogd in
-    other locations (the command is an absolute path on this machine).
-
-    Returns ``{"path", "changed", "backup"}`` (backup is None when nothing
-    changed or the file did not exist). Raises SettingsError when the existing
-    file is not valid JSON or not an object — it is then left untouched.
-    """
-    link = root / ".claude" / ("settings.local.json" if local else "settings.json")
-    try:
-        if link.parent.exists() and not link.parent.is_dir():
-            raise SettingsError(f"{link.parent} exists but is not a directory")
-        path, existing, original, mode = _read_json_object(link)
-        updated = merged_settings(existing, command or hook_command())
-        if original is not None and existing == updated:
-            return {"path": str(link), "changed": False, "backup": None}
-        backup = _replace_with_backup(path, original, mode, updated)
-    except OSError as exc:
-        raise SettingsError(f"cannot update {link}: {exc}") from exc
-    return {"path": str(link), "changed": True, "backup": str(backup) if backup else None}
-
-
-def _read_json_object(link: Path) -> tuple[Path, dict, str | None, int]:
-    """``(path, object, original text or None, permission bits)`` of a JSON settings file.
-
-    A symlink (dotfile managers) is followed: the file is updated where it
-    points. A missing or empty file gives ``{}``. Raises SettingsError when
-    the file is not a regular file, not UTF-8, not JSON, or not an object.
-    """
-    path = link.resolve() if link.is_symlink() else link
-    if path.exists() and not path.is_file():
-        raise SettingsError(f"{path} exists but is not a regular file")
-    if not path.exists():
-        return path, {}, None, 0o644
-    raw = path.read_bytes()
-    mode = path.stat().st_mode & 0o777
-    try:
-        original = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise SettingsError(f"{path} is not UTF-8 text ({exc}); fix it or move it away, then run again") from exc
-    try:
-        existing = json.loads(original) if original.strip() else {}
-    except ValueError as exc:
-        raise SettingsError(f"{path} is not valid JSON ({exc}); fix it or move it away, then run again") from exc
-    if not isinstance(existing, dict):
-        raise SettingsError(f"{path} holds a JSON {type(existing).__name__}, not an object")
-    return path, existing, original, mode
-
-
-def _replace_with_backup(path: Path, original: str | None, mode: int, updated: dict) -> Path | None:
-    """Back up ``original`` (when there was a file) beside ``path``, then write ``updated`` atomically.
-
-    Returns the backup's path or None. Raises OSError.
-    """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    backup = None
-    if original is not None:
-        stamp = time.strftime("%Y%m%d-%H%M%S")
-        backup = path.with_name(f"{path.name}.cogd-backup-{stamp}")
-        n = 1
-        while backup.exists():  # two changes in one second must not overwrite the older backup
-            n += 1
-            backup = path.with_name(f"{path.name}.cogd-backup-{stamp}-{n}")
-        _write(backup, original, mode)  # as private as the original (settings may hold secrets in env)
-    _write(path, json.dumps(updated, indent=2, ensure_ascii=False) + "\n", mode)
-    return backup
-
-
-def _write(path: Path, text: str, mode: int) -> None:
-    """Write ``text`` atomically (temp file, fsync, rename) with permission bits ``mode``."""
-    tmp = path.with_name(f".{path.name}.cogd-tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.chmod(tmp, mode)
-    os.replace(tmp, path)
-
-
-# ---- MCP server registration (.mcp.json, Claude Code's project-scoped MCP servers) ----
-
 MCP_SERVER_NAME = "cogd"
 
 
 def mcp_command() -> tuple[str, list[str]]:
     """(command, args) that start ``cogd mcp``: this installation's absolute ``cogd`` script.
 
-    Claude Code starts project MCP servers in the project directory, so no
-    ``--root`` is needed (the server finds the repository around its cwd).
+    Clients start project MCP servers in the project directory, so no ``--root``
+    is needed (the server finds the repository around its cwd).
     """
     script = Path(sys.executable).parent / "cogd"
     if script.is_file() and os.access(script, os.X_OK):
@@ -189,62 +62,220 @@ def mcp_command() -> tuple[str, list[str]]:
     return sys.executable, ["-m", "cogd.cli", "mcp"]
 
 
-def install_mcp_server(root: Path, command: str | None = None, args: list[str] | None = None) -> dict:
-    """Register ``cogd mcp`` in ``root/.mcp.json`` as ``mcpServers.cogd`` (stdio).
+def merged_settings(existing: dict, command: str) -> dict:
+    """``existing`` Claude Code settings with cogd's hook entries set to run ``command EVENT``.
 
-    Merged like the hooks: every other server and key is kept, a timestamped
-    backup is written before a change, the write is atomic, and a second run
-    changes nothing. Returns ``{"path", "changed", "backup"}``. Raises
-    SettingsError when the file is not a JSON object (or ``mcpServers`` is not
-    an object); the file is then left untouched.
+    Other hooks, matchers and keys are preserved in order. Raises SettingsError
+    when ``hooks`` (or an event's list) has an unexpected type.
     """
-    if command is None:
-        command, default_args = mcp_command()
-        args = default_args if args is None else args
-    entry = {"type": "stdio", "command": command, "args": list(args or []), "env": {}}
-    link = root / ".mcp.json"
-    try:
-        path, existing, original, mode = _read_json_object(link)
-        servers = existing.get("mcpServers", {})
-        if not isinstance(servers, dict):
-            raise SettingsError(f'{path}: "mcpServers" is not an object')
-        if original is not None and servers.get(MCP_SERVER_NAME) == entry:
-            return {"path": str(link), "changed": False, "backup": None}
-        updated = {**existing, "mcpServers": {**servers, MCP_SERVER_NAME: entry}}
-        backup = _replace_with_backup(path, original, mode, updated)
-    except OSError as exc:
-        raise SettingsError(f"cannot update {link}: {exc}") from exc
-    return {"path": str(link), "changed": True, "backup": str(backup) if backup else None}
+    target = wiring.targets(CLAUDE_CODE, command, ("cogd", ["mcp"]))[0]
+    return target.add(existing)
+
+
+def _as_dict(outcome: wiring.Outcome, root: Path) -> dict:
+    return {"path": str(root / outcome.target.rel), "changed": outcome.changed,
+            "backup": str(outcome.backup) if outcome.backup else None}
+
+
+def install_claude_hooks(root: Path, command: str | None = None, *, local: bool = False) -> dict:
+    """Merge cogd's hooks into ``root/.claude/settings.json`` (``settings.local.json`` when ``local``).
+
+    Returns ``{"path", "changed", "backup"}`` (backup is None when nothing
+    changed or the file did not exist). Raises SettingsError when the existing
+    file is not valid JSON or not an object — it is then left untouched.
+    """
+    target = wiring.targets(CLAUDE_CODE, command or hook_command(), mcp_command(), local=local)[0]
+    return _as_dict(wiring.install(Path(root), target), Path(root))
+
+
+def install_mcp_server(root: Path, command: str | None = None, args: list[str] | None = None) -> dict:
+    """Register ``cogd mcp`` in ``root/.mcp.json`` as ``mcpServers.cogd`` (stdio), merged like
+    the hooks. Returns ``{"path", "changed", "backup"}``. Raises SettingsError."""
+    default_command, default_args = mcp_command()
+    mcp = (command or default_command, list(default_args if args is None else args))
+    target = wiring.targets(CLAUDE_CODE, hook_command(), mcp)[1]
+    return _as_dict(wiring.install(Path(root), target), Path(root))
+
+
+# ---- which clients ----
+
+def _home() -> Path:
+    return Path(os.environ.get("HOME") or os.path.expanduser("~"))
+
+
+def detect(root: Path, home: Path | None = None) -> list[str]:
+    """The clients the repository or the user already uses, by their configuration folders
+    (Claude Code always: cogd's first client). ``home``: the user's home (default ``$HOME``)."""
+    home = home or _home()
+    codex_home = Path(os.environ.get("CODEX_HOME") or home / ".codex")
+    signs = {
+        CODEX: (root / ".codex", codex_home),
+        GEMINI: (root / ".gemini", home / ".gemini"),
+        CURSOR: (root / ".cursor", home / ".cursor"),
+        COPILOT: (root / ".github" / "hooks", home / ".copilot"),
+        CLINE: (root / ".clinerules", home / "Documents" / "Cline", home / ".cline"),
+    }
+    return [CLAUDE_CODE, *[c for c in CLIENTS[1:] if any(p.is_dir() for p in signs[c])]]
+
+
+def parse_clients(value: str) -> list[str]:
+    """``NAME[,NAME]`` → client names in :data:`CLIENTS` order. Raises click.BadParameter."""
+    names = [n.strip().lower() for n in value.split(",") if n.strip()]
+    unknown = [n for n in names if n not in CLIENTS]
+    if unknown or not names:
+        raise click.BadParameter(f"unknown client {', '.join(unknown) or repr(value)}; "
+                                 f"expected one of {', '.join(CLIENTS)}", param_hint="--client")
+    return [c for c in CLIENTS if c in names]
 
 
 # ---- the commands' half: what `cogd up` and `cogd install-hooks` print ----
 
-LOCAL_HELP = "Write the hooks to .claude/settings.local.json (private, not committed) instead of settings.json."
+LOCAL_HELP = ("Keep the wiring out of git: Claude Code's hooks go to .claude/settings.local.json, other "
+              "clients' files are listed in the clone's .git/info/exclude.")
+
+MANUAL_MCP = {
+    COPILOT: "Copilot CLI reads MCP servers from ~/.copilot/mcp-config.json; add",
+    CLINE: "Cline reads MCP servers from its cline_mcp_settings.json (MCP Servers → Configure); add",
+}
+NOTES = {
+    CODEX: "Codex runs a project's hooks and config only once the project is trusted; review them with /hooks.",
+    GEMINI: "Gemini CLI uses a project's settings (its MCP servers at least) only in a trusted folder.",
+    CURSOR: "Cursor cannot add context to a prompt: prompts get code through the MCP server (tool `get_context`).",
+    COPILOT: "Copilot CLI does not read context from hooks: its packs come through the MCP server.",
+}
 
 
-def install_hooks_for(layout: Layout, local: bool = False) -> None:
-    """Install cogd's hooks (to ``settings.local.json`` when ``local``) and, unless ``local``, the
-    MCP server for ``layout``'s repository, printing one line per file. Raises SettingsError."""
+def _double_claude(root: Path, local: bool) -> Path | None:
+    """The other Claude Code settings file when it already holds cogd's hooks (never both)."""
+    other = wiring.targets(CLAUDE_CODE, "cogd-hook", ("cogd", ["mcp"]), local=not local)[0]
+    return root / other.rel if wiring.holds_cogd(root, other) else None
 
-    def report(install, written: str, already: str, **kwargs) -> None:
-        result = install(layout.root, **kwargs)
-        backup = f" (backup: {result['backup']})" if result["backup"] else ""
-        console.print(f"{written} {result['path']}{backup}" if result["changed"] else f"{already} {result['path']}")
 
-    report(install_claude_hooks, "hooks written to", "hooks already in", local=local)
-    if local:
-        # .mcp.json is project-scoped and usually committed: an absolute path of this machine
-        # does not belong there when the hooks went to the private settings file.
-        command, args = mcp_command()
-        console.print("MCP server not registered in .mcp.json (--local); to add it for yourself:")
-        console.print(f"  claude mcp add cogd -- {' '.join([command, *args])}", markup=False, soft_wrap=True)
+def plugin_enabled(root: Path, home: Path | None = None) -> Path | None:
+    """The Claude Code settings file that enables the cogd plugin (``enabledPlugins`` ``cogd@…``),
+    or None: its hooks and the settings' would both run (different commands are not de-duplicated)."""
+    home = home or _home()
+    for path in (root / ".claude" / "settings.json", root / ".claude" / "settings.local.json",
+                 home / ".claude" / "settings.json"):
+        try:
+            enabled = json.loads(path.read_text(encoding="utf-8")).get("enabledPlugins") or {}
+        except (OSError, ValueError, AttributeError):
+            continue
+        if isinstance(enabled, dict) and any(str(k).startswith("cogd@") and v for k, v in enabled.items()):
+            return path
+    return None
+
+
+def _report(client: str, outcome: wiring.Outcome, removing: bool) -> None:
+    label, what = NAMES[client], outcome.target.what
+    backup = f" (backup: {outcome.backup})" if outcome.backup else ""
+    if outcome.note:
+        console.print(f"{label}: {outcome.note}", markup=False)
+    elif removing:
+        console.print(f"{label}: {what} removed from {outcome.path}{backup}" if outcome.changed
+                      else f"{label}: no {what} of cogd's in {outcome.path}", markup=False)
+    else:
+        verb = "`cogd mcp` registered in" if what == "MCP server" else "written to"
+        console.print(f"{label}: {what} {verb} {outcome.path}{backup}" if outcome.changed
+                      else f"{label}: {what} already in {outcome.path}", markup=False)
+
+
+def _wire(root: Path, client: str, local: bool, removing: bool) -> None:
+    """Install (or remove) one client's files, printing one line per file. Raises SettingsError."""
+    if not removing and client == CLAUDE_CODE:
+        other = _double_claude(root, local)
+        if other is not None:
+            console.print(f"{NAMES[client]}: cogd's hooks are already in {other}; not adding them again "
+                          f"(run `cogd install-hooks --uninstall{'' if local else ' --local'}` first to move them)",
+                          markup=False)
+            found = wiring.targets(client, hook_command(), mcp_command(), local=local)[1:]
+            for target in found:
+                _report(client, wiring.install(root, target), False)
+            return
+    found = wiring.targets(client, hook_command(), mcp_command(), local=local)
+    if local and client != CLAUDE_CODE and not removing:
+        held = [t.rel for t in found if wiring.tracked(root, t.rel)]
+        if held:
+            raise SettingsError(f"{', '.join(held)} is tracked by git: --local cannot keep cogd's wiring out of "
+                                f"commits; install without --local, or untrack it first")
+    scripts = [t for t in found if t.kind == "script"]
+    for target in found:
+        outcome = (wiring.uninstall if removing else wiring.install)(root, target)
+        if local and client != CLAUDE_CODE:
+            wiring.exclude(root, target.rel, add=not removing)
+        if target.kind != "script" or outcome.note:
+            _report(client, outcome, removing)
+    if scripts:
+        changed = removing or any(wiring.holds_cogd(root, t) for t in scripts)
+        verb = "removed from" if removing else "written to"
+        console.print(f"{NAMES[client]}: hooks {verb if changed else 'already in'} "
+                      f"{root / '.clinerules' / 'hooks'} ({', '.join(Path(t.rel).name for t in scripts)})",
+                      markup=False, soft_wrap=True)
+    if removing:
         return
-    report(install_mcp_server, "MCP server `cogd mcp` registered in", "MCP server already in")
+    command, args = mcp_command()
+    if client in MANUAL_MCP:
+        console.print(f"{NAMES[client]}: {MANUAL_MCP[client]} "
+                      f"{json.dumps({'mcpServers': {MCP_SERVER_NAME: {'command': command, 'args': args}}})}",
+                      markup=False, soft_wrap=True)
+    plugin = plugin_enabled(root) if client == CLAUDE_CODE else None
+    if plugin is not None:
+        console.print(f"Claude Code: the cogd plugin is enabled in {plugin}: its hooks and these would both run; "
+                      f"keep one (disable the plugin, or `cogd install-hooks --uninstall`)", markup=False)
+    if client == CLAUDE_CODE and local:
+        console.print("Claude Code: MCP server not registered in .mcp.json (--local); to add it for yourself:")
+        console.print(f"  claude mcp add cogd -- {' '.join([command, *args])}", markup=False, soft_wrap=True)
+    if client in NOTES:
+        console.print(f"{NAMES[client]}: {NOTES[client]}", markup=False)
+
+
+def install_hooks_for(layout: Layout, local: bool = False, clients: list[str] | None = None,
+                      uninstall: bool = False) -> list[str]:
+    """Wire (or, ``uninstall``, unwire) ``clients`` (default: :func:`detect`) for ``layout``'s
+    repository, printing one line per file. Returns the clients handled. Raises SettingsError
+    naming every client whose file could not be merged, after wiring all the others."""
+    root = Path(layout.root)
+    chosen = clients or detect(root)
+    failed = []
+    for client in chosen:  # one client's unmergeable file does not keep the others unwired
+        try:
+            _wire(root, client, local, uninstall)
+        except SettingsError as exc:
+            failed.append(f"{NAMES[client]}: {exc.message}")
+    if failed:
+        raise SettingsError("; ".join(failed))
+    return chosen
+
+
+def list_clients(root: Path) -> None:
+    """Print each client: detected or not, and the files that hold cogd's wiring."""
+    found = set(detect(root))
+    for client in CLIENTS:
+        targets = wiring.targets(client, hook_command(), mcp_command())
+        if client == CLAUDE_CODE:
+            targets += wiring.targets(client, hook_command(), mcp_command(), local=True)
+        held = sorted({t.rel if t.kind != "script" else ".clinerules/hooks/" for t in targets
+                       if wiring.holds_cogd(root, t)})
+        state = ("wired in " + ", ".join(held)) if held else "not wired"
+        console.print(f"{client:12} {'detected' if client in found else '-':9} {state}", markup=False)
 
 
 @click.command("install-hooks")
+@click.option("--client", "client_names", metavar="NAME[,NAME]",
+              help=f"Wire these clients ({', '.join(CLIENTS)}); default: the ones this repository or you use.")
+@click.option("--all", "all_clients", is_flag=True, help="Wire every client cogd knows.")
+@click.option("--list", "list_only", is_flag=True, help="List the clients, which are detected and where cogd is wired.")
 @click.option("--local", "local_hooks", is_flag=True, help=LOCAL_HELP)
+@click.option("--uninstall", is_flag=True, help="Remove cogd's wiring (the files' other content is kept).")
 @click.pass_context
-def install_hooks_command(ctx: click.Context, local_hooks: bool) -> None:
-    """Merge cogd's hooks into .claude/settings.json (backup first; idempotent)."""
-    install_hooks_for(layout_from(ctx), local_hooks)
+def install_hooks_command(ctx: click.Context, client_names: str | None, all_clients: bool, list_only: bool,
+                          local_hooks: bool, uninstall: bool) -> None:
+    """Wire cogd's hooks and MCP server into your agents' settings (merged, backed up, idempotent)."""
+    layout = layout_from(ctx)
+    if list_only:
+        list_clients(Path(layout.root))
+        return
+    if client_names and all_clients:
+        raise click.UsageError("give --client or --all, not both")
+    clients = list(CLIENTS) if all_clients else parse_clients(client_names) if client_names else None
+    install_hooks_for(layout, local_hooks, clients, uninstall)

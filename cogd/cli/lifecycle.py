@@ -15,14 +15,17 @@ from cogd.rpc import control
 
 
 @click.command()
-@click.option("--no-hooks", is_flag=True, help="Do not touch .claude/.")
+@click.option("--no-hooks", is_flag=True, help="Do not wire any agent (no client's settings are touched).")
 @click.option("--local", "local_hooks", is_flag=True, help=LOCAL_HELP)
 @click.option("--wait-embed", type=click.FloatRange(min=0), default=None, metavar="SECONDS",
               help="Show the background embedding for at most this long after the pack. Default: on a "
                    "terminal until it is done (Ctrl-C leaves it to the background); otherwise not at all.")
 @click.pass_context
 def up(ctx: click.Context, no_hooks: bool, local_hooks: bool, wait_embed: float | None) -> None:
-    """Set up this repository: start the daemon, index, wire Claude Code hooks, show a pack.
+    """Set up this repository: start the daemon, index, wire your agents' hooks, show a pack.
+
+    The agents wired are Claude Code and every other client this repository or you already
+    use (``cogd install-hooks --list`` shows them; ``--client`` there wires others).
 
     The pack is printed as soon as the lexical index is current (it gains vectors as they
     arrive); then the background embedding is shown until it is done, and Ctrl-C leaves it

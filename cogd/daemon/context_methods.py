@@ -151,7 +151,8 @@ def _deliver(parts: Parts, params: dict, event: str, source: str, query: str, pa
     if faults.active("ledger_write"):  # tests only (cogd.faults): a full disk, on demand
         raise sqlite3.OperationalError("database or disk is full")
     delivery = (p.session_id(params), event, source, query, pack.text, [i.as_dict() for i in pack.items],
-                p.event_time(params, parts.config.usage.trust_client_clock), fingerprint(pack.text))
+                p.event_time(params, parts.config.usage.trust_client_clock), fingerprint(pack.text),
+                p.ledger_text(params, "client", 40))
     if params.get("ack") is True:  # the client acknowledges once the pack is printed
         return {**pack.as_dict(), "delivery_id": None, "ack": parts.held.hold(delivery)}
     return {**pack.as_dict(), "delivery_id": _record(parts, delivery)}
@@ -173,8 +174,9 @@ def _empty_reason(parts: Parts) -> str:
 
 
 def _record(parts: Parts, delivery: tuple) -> int:
-    session, event, source, query, text, items, now, digest = delivery
-    return parts.ledger.record_delivery(session, event, source, query, text, items, now=now, fingerprint=digest)
+    session, event, source, query, text, items, now, digest, client = delivery
+    return parts.ledger.record_delivery(session, event, source, query, text, items, now=now, fingerprint=digest,
+                                        client=client)
 
 
 def confirm(parts: Parts, token: int) -> int | None:

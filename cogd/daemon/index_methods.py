@@ -119,6 +119,7 @@ def stats(parts: Parts, params: dict) -> dict:
         "edges": groups["edges"],
         "files": groups["files"],
         "ledger": totals,
+        "by_client": parts.ledger.by_client(),
         **{key: totals[key] for key in ("deliveries", "hits", "misses", "hit_rate")},
     }
 

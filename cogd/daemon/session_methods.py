@@ -22,13 +22,14 @@ def tool_use(parts: Parts, params: dict) -> dict:
     if not isinstance(payload, dict):
         raise p.invalid("payload", "must be the PostToolUse object")
     tool = p.ledger_text(payload, "tool_name", 200) or "unknown"
+    client = p.ledger_text(payload, "client", 40)
     touches = touches_from_tool_use(payload, parts.layout.root)
     # a tool_use_id that is not a string is ignored (it only de-duplicates spooled replays)
     tool_use_id = p.ledger_text(payload, "tool_use_id", 200) if isinstance(payload.get("tool_use_id"), str) else ""
     session, now = p.session_id(payload), p.event_time(params, parts.config.usage.trust_client_clock)
-    row, hits = parts.ledger.record_tool_use_with_hits(session, tool, tool_use_id, touches, now=now)
+    row, hits = parts.ledger.record_tool_use_with_hits(session, tool, tool_use_id, touches, now=now, client=client)
     parts.associate(session, touches, now)
-    if tool in EDITING_TOOLS and touches:
+    if touches and (tool in EDITING_TOOLS or any(t.action in ("edit", "write") for t in touches)):
         parts.worker.request(sorted({t.path for t in touches}))
     return {"tool_use": row, "touches": [t.as_dict() for t in touches], "hits": hits}
 
@@ -47,7 +48,8 @@ def end(parts: Parts, params: dict) -> dict:
     """SessionEnd: close the session (its unhit deliveries become misses); kick a consolidation."""
     reason = p.ledger_text(params, "reason", 80) or "other"
     misses = parts.ledger.end_session(p.session_id(params), reason,
-                                      now=p.event_time(params, parts.config.usage.trust_client_clock))
+                                      now=p.event_time(params, parts.config.usage.trust_client_clock),
+                                      client=p.ledger_text(params, "client", 40))
     parts.consolidator.kick("session_end")  # on its own thread: the SessionEnd reply never waits for it
     return {"ok": True, "misses": misses}
 

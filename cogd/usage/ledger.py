@@ -129,7 +129,13 @@ MIGRATIONS = (
     ("delivery_items", "hit_level", "TEXT NOT NULL DEFAULT ''"),
     ("delivery_items", "resolved_at", "REAL"),
     ("delivery_items", "reason", "TEXT NOT NULL DEFAULT ''"),
+    # The agent (cogd.clients) a delivery went to, a tool use or a session came from.
+    ("deliveries", "client", "TEXT NOT NULL DEFAULT ''"),
+    ("tool_uses", "client", "TEXT NOT NULL DEFAULT ''"),
+    ("sessions", "client", "TEXT NOT NULL DEFAULT ''"),
 )
+# Rows written before the client column existed came from the only client cogd then served.
+FIRST_CLIENT = "claude-code"
 
 # Which open deliveries of the session a new delivery closes.
 _CLOSES = {
@@ -193,6 +199,8 @@ class Ledger:
             columns = {r[1] for r in self._conn.execute(f"PRAGMA table_info({table})")}
             if column not in columns:
                 self._conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {declaration}")
+                if column == "client":  # in the same transaction as the column: all rows, or none
+                    self._conn.execute(f"UPDATE {table} SET client = ?", (FIRST_CLIENT,))
         self._conn.execute("CREATE INDEX IF NOT EXISTS deliveries_open ON deliveries(session_id) WHERE closed_at IS NULL")
 
     def _mask_stored_text(self) -> int:
@@ -232,9 +240,11 @@ class Ledger:
     # ---- deliveries and outcomes -------------------------------------------
     def record_delivery(
         self, session_id: str, event: str, source: str, query: str, text: str, items: list[dict],
-        now: float | None = None, fingerprint: str = "",
+        now: float | None = None, fingerprint: str = "", client: str = "",
     ) -> int:
         """Store one delivered pack; ``items`` are ``PackItem.as_dict()`` shapes. Returns the delivery id.
+
+        ``client``: the agent it went to (a :data:`cogd.clients.CLIENTS` name; '' when unknown).
 
         First closes the session's open deliveries this one replaces (their
         pending items become misses, see the module docstring); ``source``
@@ -247,8 +257,9 @@ class Ledger:
                 self._close(session_id, now, closes)
             cur = self._conn.execute(
                 "INSERT INTO deliveries(session_id, event, source, created_at, query, size_chars, item_count, "
-                "fingerprint) VALUES (?,?,?,?,?,?,?,?)",
-                (mask(session_id), event, mask(source), now, _prompt_head(query), len(text), len(items), fingerprint),
+                "fingerprint, client) VALUES (?,?,?,?,?,?,?,?,?)",
+                (mask(session_id), event, mask(source), now, _prompt_head(query), len(text), len(items), fingerprint,
+                 mask(client)),
             )
             delivery_id = int(cur.lastrowid)
             rows = [
@@ -267,8 +278,8 @@ class Ledger:
                 [(r[2], r[4], now) for r in rows],
             )
             self._conn.execute(
-                "INSERT INTO sessions(session_id, started_at) VALUES (?, ?) ON CONFLICT(session_id) DO NOTHING",
-                (mask(session_id), now),
+                "INSERT INTO sessions(session_id, started_at, client) VALUES (?, ?, ?) "
+                "ON CONFLICT(session_id) DO NOTHING", (mask(session_id), now, mask(client)),
             )
         return delivery_id
 
@@ -325,7 +336,8 @@ class Ledger:
         return cur.rowcount == 1
 
     def record_tool_use(
-        self, session_id: str, tool_name: str, tool_use_id: str, touches: list[Touch], now: float | None = None
+        self, session_id: str, tool_name: str, tool_use_id: str, touches: list[Touch], now: float | None = None,
+        client: str = "",
     ) -> int:
         """Store one tool use with its touches and resolve the hits it makes. Returns the row id.
 
@@ -333,18 +345,24 @@ class Ledger:
         ``now``; an item already hit keeps the strongest evidence (a read, then
         an edit of the same function, ends as an edit).
         """
-        return self.record_tool_use_with_hits(session_id, tool_name, tool_use_id, touches, now)[0]
+        return self.record_tool_use_with_hits(session_id, tool_name, tool_use_id, touches, now, client)[0]
 
     def record_tool_use_with_hits(
-        self, session_id: str, tool_name: str, tool_use_id: str, touches: list[Touch], now: float | None = None
+        self, session_id: str, tool_name: str, tool_use_id: str, touches: list[Touch], now: float | None = None,
+        client: str = "",
     ) -> tuple[int, list[dict]]:
-        """:meth:`record_tool_use`, also returning the hits as dicts (delivery_id, rank, entity_id, weight, action, level)."""
+        """:meth:`record_tool_use`, also returning the hits as dicts (delivery_id, rank, entity_id, weight, action, level).
+
+        ``client``: the agent that used the tool ('' when unknown). Hits count on the session's
+        deliveries whatever client they went to: a session id belongs to one client.
+        """
         now = time.time() if now is None else now
         with self._lock, self._conn:
             cur = self._conn.execute(
-                "INSERT INTO tool_uses(session_id, tool_name, tool_use_id, created_at, touches) VALUES (?,?,?,?,?)",
+                "INSERT INTO tool_uses(session_id, tool_name, tool_use_id, created_at, touches, client) "
+                "VALUES (?,?,?,?,?,?)",
                 (mask(session_id), mask(tool_name), mask(tool_use_id), now,
-                 json.dumps([{**t.as_dict(), "path": mask(t.path)} for t in touches])),
+                 json.dumps([{**t.as_dict(), "path": mask(t.path)} for t in touches]), mask(client)),
             )
             hits = self._resolve_hits(session_id, touches, now) if touches else []
         return int(cur.lastrowid), hits
@@ -396,18 +414,20 @@ class Ledger:
                            "weight": hit.weight, "action": hit.action, "level": hit.level})
         return result
 
-    def end_session(self, session_id: str, reason: str, now: float | None = None) -> int:
+    def end_session(self, session_id: str, reason: str, now: float | None = None, client: str = "") -> int:
         """Mark a session ended (idempotent: the first end wins) and close its deliveries.
 
+        ``client``: the agent that ended it, kept for a session the ledger had not seen.
         Returns how many pending items became misses.
         """
         now = time.time() if now is None else now
         with self._lock, self._conn:
             self._conn.execute(
-                "INSERT INTO sessions(session_id, started_at, ended_at, end_reason) VALUES (?,?,?,?) "
+                "INSERT INTO sessions(session_id, started_at, ended_at, end_reason, client) VALUES (?,?,?,?,?) "
                 "ON CONFLICT(session_id) DO UPDATE SET ended_at = coalesce(ended_at, excluded.ended_at), "
-                "end_reason = coalesce(end_reason, excluded.end_reason)",
-                (mask(session_id), now, now, mask(reason)),
+                "end_reason = coalesce(end_reason, excluded.end_reason), "
+                "client = CASE WHEN client = '' THEN excluded.client ELSE client END",
+                (mask(session_id), now, now, mask(reason), mask(client)),
             )
             return self._close(session_id, now, None)
 
@@ -567,7 +587,8 @@ class Ledger:
 
     def totals(self) -> dict:
         """Counts: ``deliveries``, ``delivery_items``, ``hits``, ``misses``, ``pending``, ``hit_rate``
-        (hits / resolved items, 0.0 when none), ``tool_uses``, ``sessions``, ``sessions_ended``."""
+        (hits / resolved items, 0.0 when none), ``tool_uses``, ``sessions``, ``sessions_ended``.
+        The same per client is :meth:`by_client`."""
         with self._lock:
             one = lambda sql: self._conn.execute(sql).fetchone()[0]  # noqa: E731
             outcomes = dict(self._conn.execute("SELECT outcome, count(*) FROM delivery_items GROUP BY outcome").fetchall())
@@ -584,6 +605,33 @@ class Ledger:
                 "sessions_ended": one("SELECT count(*) FROM sessions WHERE ended_at IS NOT NULL"),
             }
 
+    def by_client(self, entity_id: str | None = None) -> dict[str, dict]:
+        """Outcomes per client, clients sorted by name: ``{client: {"deliveries", "hits",
+        "misses", "pending", "hit_rate", "tool_uses"}}`` (``hit_rate`` = hits / (hits + misses),
+        0.0 when none). With ``entity_id``, only that entity's delivery items (``deliveries``
+        then counts its deliveries) and no ``tool_uses``. '' names rows with no client."""
+        where, args = ("WHERE i.entity_id = ?", [entity_id]) if entity_id is not None else ("", [])
+        with self._lock:
+            rows = self._conn.execute(
+                f"SELECT d.client, count(DISTINCT d.id), sum(i.outcome = 'hit'), sum(i.outcome = 'miss'), "
+                f"sum(i.outcome = 'pending') FROM deliveries d LEFT JOIN delivery_items i ON i.delivery_id = d.id "
+                f"{where} GROUP BY d.client", args).fetchall()
+            uses = {} if entity_id is not None else dict(self._conn.execute(
+                "SELECT client, count(*) FROM tool_uses GROUP BY client").fetchall())
+        found: dict[str, dict] = {}
+        for client, deliveries, hits, misses, pending in rows:
+            hits, misses = int(hits or 0), int(misses or 0)
+            found[client] = {"deliveries": int(deliveries), "hits": hits, "misses": misses,
+                             "pending": int(pending or 0),
+                             "hit_rate": round(hits / (hits + misses), 4) if hits + misses else 0.0}
+            if entity_id is None:
+                found[client]["tool_uses"] = int(uses.get(client, 0))
+        if entity_id is None:
+            for client, n in uses.items():  # a client with tool uses and no delivery (no context hooks)
+                found.setdefault(client, {"deliveries": 0, "hits": 0, "misses": 0, "pending": 0,
+                                          "hit_rate": 0.0, "tool_uses": int(n)})
+        return dict(sorted(found.items()))
+
     def entity_usage(self, entity_id: str, path: str | None = None) -> dict:
         """How often ``entity_id`` was delivered, its outcomes so far, and its utility.
 
@@ -591,7 +639,8 @@ class Ledger:
         (misses), ``pending``, ``successes``/``failures`` (weighted evidence),
         ``utility`` (posterior mean, shrunk towards ``path``'s when given),
         ``base_rate`` (the repository's mean, the centre of the ranking factor),
-        ``last_hit_at``/``last_delivered_at`` (unix s or None).
+        ``last_hit_at``/``last_delivered_at`` (unix s or None), ``by_client`` (the
+        outcomes per client, :meth:`by_client`).
         """
         with self._lock:
             row = self._conn.execute(
@@ -610,6 +659,7 @@ class Ledger:
             "utility": round(self.utility.utility(entity_id, path), 4),
             "base_rate": round(self.utility.base_rate(), 4),
             "last_delivered_at": sums[2] if sums else None, "last_hit_at": sums[3] if sums else None,
+            "by_client": self.by_client(entity_id),
         }
 
     # ---- reading for the viewer (``cogd ui``; docs/protocol.md, ``usage.*``) ----
