@@ -26,13 +26,9 @@ def ui(ctx: click.Context, port: int, open_: bool) -> None:
     def ready(url: str) -> None:
         click.echo(f"cogd ui for {layout.root}: {url}")
         click.echo("(read-only; the token in the URL is this run's only key; Ctrl-C stops)")
-        if open_:
-            import webbrowser
-
-            webbrowser.open(url)
 
     try:
-        serve(layout, port, on_ready=ready)
+        serve(layout, port, on_ready=ready, open_browser=open_)
     except OSError as exc:
         raise click.ClickException(f"cannot listen on 127.0.0.1:{port}: {exc}") from exc
     except KeyboardInterrupt:  # uvicorn shuts down on Ctrl-C, then raises it again
