@@ -5,7 +5,8 @@ file, and the Content-Security-Policy needs no exception for it. Every label is 
 and its hidden characters are made visible (labels can be paths and ids from the repository,
 which is untrusted input; see :mod:`cogd.ui.visible`); colours come from classes in
 ``static/style.css``, never from inline styles (the policy forbids them). Returns
-:class:`markupsafe.Markup`, safe to put in a template as is."""
+:class:`markupsafe.Markup`, safe to put in a template as is.
+"""
 
 from __future__ import annotations
 
