@@ -8,7 +8,8 @@ The token never appears where another local user can read it. It is not in this 
 arguments or environment, and ``--open`` does not hand the tokened URL to the browser on its
 command line (every user can read every process's arguments in ``/proc``): it writes a page
 that forwards to the URL into ``.cogd/run/`` (mode 0600, in a 0700 folder) and opens that
-file's path instead (:func:`launch_page`); the page is removed when the viewer stops.
+file's path instead (:func:`launch_page`, which the command calls); the page is removed
+when the viewer stops.
 
 Another local user can connect to the port without the token and be refused; to stop one
 who connects and never finishes a request from holding the connection (and a file
@@ -111,12 +112,10 @@ def launch_page(layout: Layout, url: str) -> Path:
     return page
 
 
-def serve(layout: Layout, port: int = 0, on_ready=None, open_browser: bool = False) -> None:
+def serve(layout: Layout, port: int = 0, on_ready=None) -> None:
     """Serve the viewer of ``layout``'s daemon on ``127.0.0.1:port`` until interrupted.
 
     ``on_ready(url)`` is called once the socket listens, with the URL to open (token included).
-    ``open_browser``: open the page in the user's browser through :func:`launch_page`'s file
-    (its path, never the token, is what the browser's command line shows).
     Raises OSError when the port cannot be bound.
     """
     import uvicorn
@@ -129,18 +128,9 @@ def serve(layout: Layout, port: int = 0, on_ready=None, open_browser: bool = Fal
     config = uvicorn.Config(app, http=DeadlineProtocol, log_level="warning", access_log=False,
                             server_header=False, proxy_headers=False, lifespan="off")
     server = uvicorn.Server(config)
-    url = f"http://{HOST}:{bound}/?token={token}"
-    page = None
     try:
         if on_ready is not None:
-            on_ready(url)
-        if open_browser:
-            import webbrowser
-
-            page = launch_page(layout, url)
-            webbrowser.open(page.as_uri())
+            on_ready(f"http://{HOST}:{bound}/?token={token}")
         server.run(sockets=[sock])
     finally:
         sock.close()
-        if page is not None:
-            page.unlink(missing_ok=True)
