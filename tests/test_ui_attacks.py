@@ -53,7 +53,7 @@ tags: []
 <script>alert(8)</script> {RLO}desrever
 """
 CODE = '''def count_words(text):
-    """</pre><svg onload=alert(1)> \u202e evil \x1b[31m red \x07 bell"""
+    """</pre><svg onload=alert(1)> \u202e evil \x1b[31m red \x07 bell no\u200brmalise"""
     return len(text.split())
 '''
 CSP = ("default-src 'none'; style-src 'self'; img-src 'self'; base-uri 'none'; form-action 'self'; "
@@ -213,6 +213,24 @@ def test_open_puts_no_token_on_the_browser_command_line(repo, tmp_path):
     assert not page.exists()
 
 
+def test_open_with_an_unsafe_run_folder_writes_nothing_through_it(tmp_path):
+    """A ``.cogd/run`` that is a symbolic link (a hostile checkout's) is not written through:
+    ``cogd ui --open`` refuses at once, naming it, before any token, page or browser exists."""
+    root = make_repo(tmp_path / "repo", {"a.py": "A = 1\n"})
+    (root / ".cogd").mkdir(mode=0o700)
+    (tmp_path / "elsewhere").mkdir(mode=0o700)
+    (root / ".cogd" / "run").symlink_to(tmp_path / "elsewhere")
+    opened = tmp_path / "argv.txt"
+    browser = tmp_path / "browser.sh"
+    browser.write_text(f'#!/bin/sh\nprintf "%s" "$*" > {opened}\n')
+    browser.chmod(0o755)
+    proc = subprocess.run([COGD, "ui", "--open"], cwd=root, capture_output=True, text=True, timeout=WAIT_S,
+                          env={**os.environ, "BROWSER": f"{browser} %s"})
+    assert proc.returncode == 1 and "token=" not in proc.stdout, proc
+    assert f"refusing {root / '.cogd' / 'run'}: it is a symbolic link" in proc.stderr
+    assert not opened.exists() and list((tmp_path / "elsewhere").iterdir()) == []
+
+
 def test_each_run_has_its_own_token_and_port(repo, viewer, tmp_path):
     proc, other = start_viewer(repo)
     stop_viewer(proc)
@@ -359,14 +377,15 @@ def test_markup_from_the_repository_and_the_address_bar_is_text(viewer, repo):
 
 def test_hidden_characters_are_shown_as_code_points(viewer, repo):
     """A right-to-left override in a file name (``a<RLO>gnp.py`` reads "apng.py"), an escape
-    sequence and a bell in a docstring used to reach the page as they are, invisible or
-    reordering the text; they are shown as ``⟨U+202E⟩``, ``⟨U+001B⟩``, ``⟨U+0007⟩``."""
+    sequence, a bell and a zero width space in a docstring used to reach the page as they are,
+    invisible or reordering the text; they are shown as ``⟨U+202E⟩``, ``⟨U+001B⟩``, ``⟨U+0007⟩``,
+    ``⟨U+200B⟩``."""
     pages = _pages(viewer, repo)
     for name, html in pages.items():
-        assert not re.search("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\u202a-\u202e\u2066-\u2069]", html), name
+        assert not re.search("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\u200b\u202a-\u202e\u2066-\u2069]", html), name
     assert "pkg/a⟨U+202E⟩gnp.py" in pages["/entity spoofed"]
     assert "pkg/a⟨U+202E⟩gnp.py" in pages["/code"][pages["/code"].index("<svg"):]  # the chart's label too
-    assert "⟨U+202E⟩ evil ⟨U+001B⟩[31m red ⟨U+0007⟩ bell" in pages["/entity"]
+    assert "⟨U+202E⟩ evil ⟨U+001B⟩[31m red ⟨U+0007⟩ bell no⟨U+200B⟩rmalise" in pages["/entity"]
     assert "⟨U+202E⟩desrever" in pages["/memory/item"]
     # the link to the entity still carries its real id
     assert urllib.parse.urlencode({"id": SPOOFED}) in pages["/code"]
