@@ -407,7 +407,7 @@ def test_every_request_needs_the_token(viewer):
         assert fetch(url(viewer, path, token="%E2%82%AC" + viewer["token"]))[0] == 403, path  # not Latin-1
         assert fetch(url(viewer, path, token=viewer["token"][:-1]))[0] == 403, path
     status, body, headers = fetch(url(viewer, "/"))
-    assert status == 200 and headers["content-security-policy"].startswith("default-src 'self'")
+    assert status == 200 and headers["content-security-policy"].startswith("default-src 'none'")
     assert headers["referrer-policy"] == "no-referrer"
 
 
@@ -428,7 +428,7 @@ def test_a_foreign_host_name_and_static_paths_are_refused(viewer):
 def test_an_unknown_id_is_a_404_page_that_shows_it_as_text(viewer):
     for path in ("/entity", "/memory/item"):
         status, body, headers = fetch(url(viewer, path + "?" + urllib.parse.urlencode({"id": XSS + "::nope"})))
-        assert status == 404 and headers["content-security-policy"].startswith("default-src 'self'"), path
+        assert status == 404 and headers["content-security-policy"].startswith("default-src 'none'"), path
         assert XSS not in body and "&lt;img src=x onerror=alert(1)&gt;" in body, path
     assert fetch(url(viewer, "/session?id=nobody"))[0] == 200  # a session without deliveries is empty, not an error
 
@@ -489,19 +489,27 @@ def test_a_taken_port_is_a_clear_error(repo):
     assert f"cannot listen on 127.0.0.1:{port}" in result.output
 
 
-def test_open_hands_the_tokened_url_to_the_browser(repo, tmp_path):
+def test_open_hands_the_browser_a_page_that_forwards_to_the_viewer(repo, browser, tmp_path):
     """``--open`` asks the user's browser (``$BROWSER``, as Python's webbrowser reads it) to open
-    the URL it prints; here the "browser" writes down what it was given."""
+    a private page that forwards to the URL it prints (the token is not on the browser's command
+    line: see tests/test_ui_attacks.py); here the "browser" writes down what it was given, and
+    Chromium, given the same, lands on the viewer's overview."""
     opened = tmp_path / "opened.txt"
-    browser = tmp_path / "browser.sh"
-    browser.write_text(f'#!/bin/sh\nprintf "%s" "$1" > {opened}\n')
-    browser.chmod(0o755)
+    script = tmp_path / "browser.sh"
+    script.write_text(f'#!/bin/sh\nprintf "%s" "$1" > {opened}.tmp && mv {opened}.tmp {opened}\n')
+    script.chmod(0o755)
     proc = subprocess.Popen([COGD, "ui", "--open"], cwd=repo["root"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                            text=True, env={**os.environ, "BROWSER": f"{browser} %s"}, preexec_fn=interruptible)
+                            text=True, env={**os.environ, "BROWSER": f"{script} %s"}, preexec_fn=interruptible)
     try:
         printed = re.search(r"http://127\.0\.0\.1:\d+/\?token=[\w-]+", proc.stdout.readline()).group(0)
         wait_for(lambda: opened.exists() and opened.read_text(), what="the browser's invocation")
-        assert opened.read_text() == printed
+        given = opened.read_text()
+        assert given.startswith("file://") and printed.split("token=")[1] not in given
+        page = browser.new_page()
+        page.goto(given)
+        page.wait_for_url(printed, timeout=WAIT_S * 1000)
+        assert text(page, "#deliveries") == str(repo["ledger"]["deliveries"])
+        page.close()
     finally:
         proc.send_signal(signal.SIGINT)
         proc.communicate(timeout=WAIT_S)

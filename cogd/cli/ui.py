@@ -19,9 +19,10 @@ def ui(ctx: click.Context, port: int, open_: bool) -> None:
     entity's usage), memory (events, anchors, tombstones) and ask (the pack for a prompt,
     without recording a delivery). Stops on Ctrl-C.
     """
-    from cogd.ui.serve import serve  # the ASGI stack loads only for this command
+    from cogd.ui.serve import launch_page, serve  # the ASGI stack loads only for this command
 
     layout = layout_from(ctx)
+    pages = []
 
     def ready(url: str) -> None:
         click.echo(f"cogd ui for {layout.root}: {url}")
@@ -29,7 +30,12 @@ def ui(ctx: click.Context, port: int, open_: bool) -> None:
         if open_:
             import webbrowser
 
-            webbrowser.open(url)
+            try:  # the browser gets a private page's path, not the URL: its command line is public
+                pages.append(launch_page(layout, url))
+            except OSError as exc:  # an unsafe .cogd/ included (UnsafePath)
+                click.echo(f"cogd ui: not opening a browser: {exc}; open the URL above", err=True)
+            else:
+                webbrowser.open(pages[-1].as_uri())
 
     try:
         serve(layout, port, on_ready=ready)
@@ -37,3 +43,6 @@ def ui(ctx: click.Context, port: int, open_: bool) -> None:
         raise click.ClickException(f"cannot listen on 127.0.0.1:{port}: {exc}") from exc
     except KeyboardInterrupt:  # uvicorn shuts down on Ctrl-C, then raises it again
         click.echo("cogd ui stopped")
+    finally:
+        for page in pages:
+            page.unlink(missing_ok=True)

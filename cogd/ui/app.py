@@ -2,13 +2,16 @@
 
 The guard (:class:`Guard`) checks every request before any route sees it: the ``Host`` header
 must name the loopback address the server listens on (a page of another site that rebinds
-its name to 127.0.0.1 is refused), the ``token`` query parameter must equal this run's token
-(compared in constant time; 403 otherwise), and the method must be GET or HEAD (405
-otherwise: there is no write endpoint at all). Every answer carries a Content-Security-Policy
-of ``default-src 'self'`` (no script, style, font or image from anywhere else), no referrer
-(the token is in every URL) and no caching. Templates escape every value (Jinja2's
-autoescape); static files are a fixed table read from the package at start, so a request's
-path never reaches the file system.
+its name to 127.0.0.1 is refused), an ``Origin`` header, when a browser sends one, must be
+the viewer's own (a script of another page is refused even before the token is looked at),
+the ``token`` query parameter must equal this run's token (compared in constant time; 403
+otherwise), and the method must be GET or HEAD (405 otherwise: there is no write endpoint at
+all). Every answer carries a Content-Security-Policy of ``default-src 'none'`` with only the
+package's own stylesheet and images allowed (no script at all, from anywhere; no frame, font,
+fetch or form target elsewhere), no referrer (the token is in every URL) and no caching.
+Templates escape every value (Jinja2's autoescape) and show hidden characters as their code
+points (:mod:`cogd.ui.visible`); static files are a fixed table read from the package at
+start, so a request's path never reaches the file system.
 """
 
 from __future__ import annotations
@@ -26,10 +29,11 @@ from starlette.routing import Route
 
 from cogd.errors import CogdError
 from cogd.rpc.client import DaemonUnavailable
-from cogd.ui import pages
+from cogd.ui import pages, visible
 from cogd.ui.source import Source
 
-CSP = "default-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+CSP = ("default-src 'none'; style-src 'self'; img-src 'self'; base-uri 'none'; form-action 'self'; "
+       "frame-ancestors 'none'")
 SECURITY_HEADERS = [
     (b"content-security-policy", CSP.encode()),
     (b"x-content-type-options", b"nosniff"),
@@ -37,6 +41,7 @@ SECURITY_HEADERS = [
     (b"x-frame-options", b"DENY"),
     (b"cache-control", b"no-store"),
     (b"cross-origin-resource-policy", b"same-origin"),
+    (b"cross-origin-opener-policy", b"same-origin"),
 ]
 READ_ONLY = ("GET", "HEAD")
 ERROR_STATUS = {"not_found": 404, "bad_request": 400, "unavailable": 503, "busy": 503}  # else 502
@@ -44,17 +49,18 @@ STATIC_TYPES = {".css": "text/css; charset=utf-8", ".svg": "image/svg+xml"}
 
 
 class Guard:
-    """ASGI middleware: Host, token and method checks, then the security headers on every answer.
+    """ASGI middleware: Host, Origin, token and method checks, then the security headers on every answer.
 
     ``token``: this run's secret (``secrets.token_urlsafe``); ``hosts``: the ``Host`` header
-    values accepted (``127.0.0.1:PORT``, ``localhost:PORT``). Websockets and anything but HTTP
-    are closed unanswered.
+    values accepted (``127.0.0.1:PORT``, ``localhost:PORT``); an ``Origin`` header, if any, must
+    be ``http://`` and one of them. Websockets and anything but HTTP are closed unanswered.
     """
 
     def __init__(self, app, token: str, hosts: set[str]):
         self.app = app
         self.token = token.encode()
         self.hosts = hosts
+        self.origins = {f"http://{host}" for host in hosts}
 
     async def __call__(self, scope, receive, send):
         if scope["type"] == "lifespan":
@@ -73,6 +79,9 @@ class Guard:
         given = parse_qs(scope.get("query_string", b"").decode("latin-1")).get("token", [""])[0].encode("utf-8")
         if headers.get(b"host", b"").decode("latin-1") not in self.hosts:
             return await _plain(with_headers, 403, "forbidden: unknown Host (open the URL cogd ui printed)")
+        origin = headers.get(b"origin")
+        if origin is not None and origin.decode("latin-1") not in self.origins:
+            return await _plain(with_headers, 403, "forbidden: a request from another site's page")
         if not secrets.compare_digest(given, self.token):
             return await _plain(with_headers, 403, "forbidden: this page needs the token cogd ui printed in its URL")
         if scope["method"] not in READ_ONLY:
@@ -100,10 +109,10 @@ def load_static() -> dict[str, tuple[bytes, str]]:
 
 
 def templates(token: str) -> Environment:
-    """The page templates, autoescaped, with ``u(path, **query)`` (a URL carrying the token)
+    """The page templates, autoescaped, hidden characters shown (:func:`cogd.ui.visible.finalize`), with ``u(path, **query)`` (a URL carrying the token)
     and the formatting helpers as globals."""
     env = Environment(loader=PackageLoader("cogd.ui", "templates"), autoescape=True, undefined=StrictUndefined,
-                      trim_blocks=True, lstrip_blocks=True)
+                      trim_blocks=True, lstrip_blocks=True, finalize=visible.finalize)
 
     def u(path: str, **query) -> str:
         pairs = [(k, v) for k, v in query.items() if v is not None and v != ""]

@@ -1,22 +1,31 @@
 """The viewer's charts, drawn on the server as inline SVG.
 
 Server-rendered SVG needs no script (the pages run none), no vendored library and no licence
-file, and the Content-Security-Policy stays ``default-src 'self'`` with no exception. Every
-label is escaped here (they can be paths and ids from the repository, which is untrusted
-input); colours come from classes in ``static/style.css``, never from inline styles (the
-policy forbids them). Returns :class:`markupsafe.Markup`, safe to put in a template as is.
+file, and the Content-Security-Policy needs no exception for it. Every label is escaped here
+and its hidden characters are made visible (labels can be paths and ids from the repository,
+which is untrusted input; see :mod:`cogd.ui.visible`); colours come from classes in
+``static/style.css``, never from inline styles (the policy forbids them). Returns
+:class:`markupsafe.Markup`, safe to put in a template as is.
 """
 
 from __future__ import annotations
 
 import math
 
-from markupsafe import Markup, escape
+from markupsafe import Markup
+from markupsafe import escape as _escape
+
+from cogd.ui.visible import visible
 
 WIDTH, HEIGHT = 640, 200  # the viewBox; the stylesheet scales it to the page's width
 LEFT, RIGHT, TOP, BOTTOM = 48, 12, 18, 34  # margins, in viewBox units, for the axes' labels
 MAX_BAR = 48  # a bar's widest, so that one day is not one wide block
 MAX_VALUE_LABELS = 16  # up to this many points each carry their value as a label
+
+
+def escape(text: str) -> str:
+    """``text`` escaped for SVG, its hidden characters made visible (:func:`cogd.ui.visible.visible`)."""
+    return _escape(visible(str(text)))
 
 
 def _frame(body: list[str], title: str) -> Markup:
