@@ -27,7 +27,7 @@ def _emit(data: dict, as_json: bool, line: str) -> None:
     if as_json:
         click.echo(json.dumps(data, indent=2, default=str))
     else:
-        console.print(line, markup=False)
+        click.echo(line)  # not rich: a line a script greps must not be wrapped at 80 columns
 
 
 @snapshot_group.command("publish")
@@ -160,10 +160,9 @@ def pull_before_up(layout: Layout) -> None:
         return
     if not local_index_empty(layout):
         return
-    console.print(f"pulling the index snapshot from {config.snapshot.uri} …", markup=False)
+    click.echo(f"pulling the index snapshot from {config.snapshot.uri} …")
     try:
         result = pull_locked(layout)
     except click.ClickException:
         return  # someone else holds the lock: the daemon decides
-    console.print(result.line() + ("" if result.state == "installed" else " — building the index locally"),
-                  markup=False)
+    click.echo(result.line() + ("" if result.state == "installed" else " — building the index locally"))
