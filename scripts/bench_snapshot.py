@@ -48,7 +48,10 @@ ENV = {**os.environ, "PYTHONSAFEPATH": "1", "PYTHONPATH": str(Path(__file__).res
 
 
 def sh(args: list[str], cwd: Path, timeout: float = 3600) -> str:
-    return subprocess.run(args, cwd=cwd, check=True, capture_output=True, text=True, timeout=timeout, env=ENV).stdout
+    proc = subprocess.run(args, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=ENV)
+    if proc.returncode != 0:
+        raise SystemExit(f"{' '.join(args)} in {cwd} failed ({proc.returncode}):\n{proc.stdout}{proc.stderr}")
+    return proc.stdout
 
 
 def cogd(root: Path, *args: str, timeout: float = 3600) -> str:
@@ -96,7 +99,7 @@ def run_up(root: Path, head: str, embedded: bool, poll: float, timeout: float) -
         subprocess.run([*CLI, "stop"], cwd=root, capture_output=True, timeout=120, env=ENV)
     pulled = re.search(r"snapshot of \w+ installed .* in ([\d.]+) s", out)
     return {"seconds": round(seconds, 2), "pull_s": float(pulled.group(1)) if pulled else None,
-            "pull_line": next((line for line in out.splitlines() if "snapshot" in line), ""),
+            "pull_line": next((line for line in out.splitlines() if line.startswith("snapshot ")), ""),
             "computed": (status.get("embedding") or {}).get("computed"),
             "entities": status["index"]["entities"], "files": status["index"]["files"], "load": load()}
 
@@ -137,6 +140,7 @@ def main() -> None:
     head = sh(["git", "rev-parse", "HEAD"], source).strip()
     base = sh(["git", "rev-parse", f"HEAD~{args.back}"], source).strip()
     tmp = Path(tempfile.mkdtemp(prefix="bench-snapshot-"))
+    (tmp / "store").mkdir()  # a file:// store must exist (an unmounted share is not created on the local disk)
     store = f"file://{tmp / 'store'}"
     try:
         report = {"source": str(source), "head": head, "snapshot_commit": base, "back": args.back, "embed": embed}

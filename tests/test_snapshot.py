@@ -46,6 +46,16 @@ def pull(clone, check: bool = True):
     return proc, json.loads(proc.stdout) if proc.stdout.strip().startswith("{") else None
 
 
+def pull_here(clone):
+    """The pull of ``cogd snapshot pull``, in this process (what the command prints is its ``line()``)."""
+    from cogd.config import load_config
+    from cogd.paths import Layout
+    from cogd.snapshot.pull import pull as pull_snapshot
+
+    layout = Layout(clone).ensure()
+    return pull_snapshot(layout, load_config(layout.config_file))
+
+
 def assert_equal_to_fresh(world, clone) -> None:
     got = projection(clone)
     for key in ("entities", "edges", "refs", "fts", "fts_rows", "files", "commit"):
@@ -62,6 +72,9 @@ def test_publish_writes_a_verifiable_snapshot_once(world):
     assert [f["name"] for f in manifest["files"]] == ["index.db"]
     assert manifest["counts"]["entities"] == published["counts"]["entities"] > 20
     assert sorted(os.listdir(folder / "objects")) == sorted(p["object"] for p in manifest["files"][0]["parts"])
+    # A shared store: the team reads it whatever the publisher's umask (cogd's own is 077).
+    assert [oct(os.stat(p).st_mode & 0o777) for p in (folder.parent, folder, folder / "objects",
+                                                      folder / "manifest.json")] == ["0o755"] * 3 + ["0o644"]
     again = json.loads(run_cogd(world["origin"], "snapshot", "publish", "--json").stdout)
     assert again["state"] == "exists"
     assert json.loads((folder / "manifest.json").read_text()) == manifest  # immutable: not rewritten
@@ -113,7 +126,13 @@ def test_a_corrupted_object_is_refused_and_the_index_is_built_locally(world):
     assert proc.returncode == 1 and result["state"] == "refused"
     assert "fails its SHA-256 check (the store's copy is damaged)" in result["reason"]
     assert not (clone / ".cogd" / "index" / "index.db").exists()  # nothing installed
-    run_cogd(clone, "index")
+    daemon = Daemon(clone)
+    try:  # a daemon started right after does not fail the same way again: it builds locally
+        daemon.start()
+        log = (clone / ".cogd" / "logs" / "daemon.log").read_text()
+        assert "snapshot not pulled: the pull for this HEAD just ended refused (object" in log
+    finally:
+        daemon.stop()
     assert_equal_to_fresh(world, clone)
 
 
@@ -148,8 +167,9 @@ def test_a_manifest_from_another_model_is_refused_with_the_reason(world):
 def test_another_schema_version_is_refused(world):
     store, clone = copy_store(world, "schema")
     rewrite_manifest(store_dir(store, clone, world["a"]), lambda d: d.update(schema_version="1"))
-    _proc, result = pull(clone, check=False)
-    assert result["reason"].endswith("refused: it was built with index schema '1', this cogd uses '2'")
+    result = pull_here(clone)
+    assert result.state == "refused"
+    assert result.reason.endswith("refused: it was built with index schema '1', this cogd uses '2'")
 
 
 def test_a_store_that_vanishes_mid_pull_fails_clearly_and_a_second_pull_resumes(world, monkeypatch, tmp_path):
@@ -188,10 +208,11 @@ def test_a_store_that_vanishes_mid_pull_fails_clearly_and_a_second_pull_resumes(
     assert_equal_to_fresh(world, clone)
 
 
-def test_a_pull_killed_mid_download_resumes(world):
-    store, clone = copy_store(world, "killed")
-    proc = _run_with_fault(clone, "snapshot:install")
-    assert proc.returncode == 137  # killed after every object was verified, before the swap
+@pytest.mark.parametrize("point", ["snapshot:object", "snapshot:install"])
+def test_a_killed_pull_resumes_from_its_verified_objects(world, point):
+    store, clone = copy_store(world, f"killed-{point[9:]}")
+    proc = _run_with_fault(clone, point)
+    assert proc.returncode == 137  # killed (as by SIGKILL) after an object was verified / before the swap
     assert not (clone / ".cogd" / "index" / "index.db").exists()
     _proc, result = pull(clone)
     assert result["state"] == "installed" and result["downloaded_bytes"] == 0 and result["reused_bytes"] > 0
@@ -228,9 +249,8 @@ def test_a_crafted_index_with_valid_checksums_is_refused(world, tamper, message)
         conn.commit()
         conn.close()
     recut_index(store_dir(store, clone, world["a"]), apply)
-    proc, result = pull(clone, check=False)
-    assert proc.returncode == 1 and result["state"] == "refused"
-    assert message in result["reason"]
+    result = pull_here(clone)
+    assert result.state == "refused" and message in result.reason
     assert not (clone / ".cogd" / "index" / "index.db").exists()
 
 
@@ -243,8 +263,8 @@ def test_a_crafted_index_with_valid_checksums_is_refused(world, tamper, message)
 def test_a_hostile_manifest_is_rejected_before_anything_is_downloaded(world, change, message):
     store, clone = copy_store(world, f"manifest-{message[:6].replace(' ', '')}")
     rewrite_manifest(store_dir(store, clone, world["a"]), change)
-    proc, result = pull(clone, check=False)
-    assert proc.returncode == 1 and message in result["reason"]
+    result = pull_here(clone)
+    assert result.state == "refused" and message in result.reason
     assert not (clone / ".cogd" / "snapshot" / "incoming" / world["a"] / "objects").exists() or not os.listdir(
         clone / ".cogd" / "snapshot" / "incoming" / world["a"] / "objects")
 

@@ -83,6 +83,9 @@ def export_vectors(index_copy: Path, vectors_dir: Path, model: dict, dest: Path)
         out.executemany("INSERT INTO meta(key, value) VALUES (?, ?)",
                         [(k, str(model[k])) for k in ("id", "dim", "text", "max_tokens")])
         entities = store.entity_states(conn)
+        if not vectors_dir.is_dir():  # embedding never ran here: the puller embeds everything
+            out.commit()
+            return 0
         db = lancedb.connect(str(vectors_dir))
         if "entities" not in set(db.list_tables().tables):
             out.commit()

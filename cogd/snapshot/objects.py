@@ -28,7 +28,7 @@ from urllib.parse import urlparse
 from cogd.errors import CogdError
 
 COPY_CHUNK = 1 << 20
-S3_TIMEOUT_S = 30.0
+S3_TIMEOUT_S = 10.0  # connect and per-request socket timeouts (an unreachable store must not hang doctor)
 
 
 class StoreUnavailable(CogdError):
@@ -114,10 +114,28 @@ class FileStore(Store):
     def exists(self, key: str) -> bool:
         return self._path(key).is_file()
 
+    def _make_parents(self, dest: Path) -> None:
+        """Create the folders between the store's base and ``dest`` readable by the team (0755),
+        whatever the umask (cogd's own is 077)."""
+        missing = []
+        folder = dest.parent
+        while folder != self.base and not folder.is_dir():
+            missing.append(folder)
+            folder = folder.parent
+        if not self.base.is_dir():
+            raise StoreUnavailable(f"snapshot store {self.uri}: {self.base} is not a directory",
+                                   "create it (a shared folder or a mounted network share) or fix [snapshot] uri")
+        for folder in reversed(missing):
+            try:
+                folder.mkdir()
+            except FileExistsError:
+                continue  # another publisher made it meanwhile
+            os.chmod(folder, 0o755)
+
     def upload(self, key: str, src: Path) -> None:
         dest = self._path(key)
         try:
-            dest.parent.mkdir(parents=True, exist_ok=True)
+            self._make_parents(dest)
             fd, tmp = tempfile.mkstemp(prefix=".incoming-", dir=dest.parent)
             try:
                 with os.fdopen(fd, "wb") as out, open(src, "rb") as fh:

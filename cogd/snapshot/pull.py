@@ -49,6 +49,7 @@ from cogd.snapshot.publish import repository_id, store_for
 log = logging.getLogger("cogd.snapshot")
 
 MAX_LISTED = 100_000  # names read from the repository's folder at most
+RETRY_AFTER_S = 600.0  # a daemon's start does not retry a pull that failed for the same HEAD this recently
 ObjectHook = Callable[[str, int], None]  # (object name, bytes) after each verified download
 
 
@@ -123,11 +124,12 @@ def _fetch(store: Store, key: str, dest: Path, size: int, name: str) -> None:
     part = dest.with_name(dest.name + ".part")
     with os.fdopen(safepath.open_file(part, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), "wb") as fh:
         got = store.download(key, fh, size)
-    if got != size or _sha256_file(part) != name:
+    if got != size:
         part.unlink()
-        raise SnapshotError(f"object {name[:16]}… is damaged or truncated ({got} of {size} bytes; checksum "
-                            f"{'ok' if got == size else 'not checked'})" if got != size else
-                            f"object {name[:16]}… fails its SHA-256 check (the store's copy is damaged)")
+        raise SnapshotError(f"object {name[:16]}… is damaged or truncated ({got} of {size} bytes)")
+    if _sha256_file(part) != name:
+        part.unlink()
+        raise SnapshotError(f"object {name[:16]}… fails its SHA-256 check (the store's copy is damaged)")
     os.replace(part, dest)
 
 
@@ -270,6 +272,10 @@ def pull(layout: Layout, config: Config, *, uri: str | None = None, hook: Object
         result.state, result.reason = "refused", exc.line()
     finally:
         result.seconds = time.monotonic() - began
+    try:
+        state.record_attempt(layout, gitrepo.head(layout.root), {"state": result.state, "reason": result.reason})
+    except (CogdError, OSError):
+        pass  # only an optimisation of the next start
     return result
 
 
@@ -295,6 +301,11 @@ def pull_on_start(layout: Layout, config: Config) -> PullResult:
     if not local_index_empty(layout):
         return PullResult("skipped", "a local index exists (`cogd snapshot pull` replaces it)")
     try:
+        failed = state.recent_failure(layout, gitrepo.head(layout.root), RETRY_AFTER_S)
+        if failed is not None:  # e.g. `cogd up` just tried: build locally instead of failing twice
+            log.info("snapshot not pulled: the pull for this HEAD just ended %s (%s)", failed.get("state"),
+                     failed.get("reason"))
+            return PullResult("skipped", f"the last pull for this HEAD ended {failed.get('state')}")
         result = pull(layout, config)
     except Exception as exc:  # the disk, or a bug: the daemon must still start and build locally
         log.exception("snapshot pull failed")

@@ -17,6 +17,7 @@ from cogd import safepath
 from cogd.paths import Layout
 
 STATE_FILE = "snapshot.json"
+ATTEMPT_FILE = "last-pull.json"  # in .cogd/snapshot/: the last pull's outcome, for the daemon's start
 
 
 def record(layout: Layout, info: dict) -> None:
@@ -51,3 +52,26 @@ def installed(layout: Layout) -> dict | None:
         except (OSError, ValueError, subprocess.TimeoutExpired):
             pass
     return data
+
+
+def record_attempt(layout: Layout, head: str, outcome: dict) -> None:
+    """Remember how the last pull for ``head`` ended (``outcome``: its state and reason), so a daemon
+    started right after a failed ``cogd up`` pull does not wait for the same failure again."""
+    folder = layout.cogd_dir / "snapshot"
+    safepath.check_chain(folder, create=True)
+    data = {"head": head, "at": time.time(), **outcome}
+    safepath.write_atomic(folder / ATTEMPT_FILE, json.dumps(data, sort_keys=True).encode("utf-8"))
+
+
+def recent_failure(layout: Layout, head: str, within_s: float) -> dict | None:
+    """The last pull's record when it was for ``head``, did not install, and ended less than
+    ``within_s`` seconds ago; None otherwise (or when there is no readable record)."""
+    try:
+        raw = safepath.read_bytes(layout.cogd_dir / "snapshot" / ATTEMPT_FILE, 1 << 16)
+        data = json.loads(raw) if raw else None
+    except (OSError, ValueError, safepath.UnsafePath):
+        return None
+    if not isinstance(data, dict) or data.get("head") != head or data.get("state") == "installed":
+        return None
+    at = data.get("at")
+    return data if isinstance(at, (int, float)) and 0 <= time.time() - at < within_s else None
