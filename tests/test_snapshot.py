@@ -21,6 +21,7 @@ def world(tmp_path_factory):
     """A published snapshot of A in a file:// store, a fresh build at B to compare with."""
     base = tmp_path_factory.mktemp("snap")
     store = base / "store"
+    store.mkdir()  # a file:// store must exist: an unmounted share is never created on the local disk
     origin = base / "origin"
     a, b = make_history(origin, config_text(f"file://{store}"))
     run_cogd(origin, "index")
@@ -180,6 +181,7 @@ def test_a_store_that_vanishes_mid_pull_fails_clearly_and_a_second_pull_resumes(
     # Small parts, so that the snapshot has several objects to fetch (the default is 32 MiB).
     monkeypatch.setattr(publish, "PART_BYTES", 64 << 10)
     store = tmp_path / "store"
+    store.mkdir()
     origin = clone_at(world["origin"], tmp_path / "origin", world["a"])
     (origin / ".cogd" / "config.toml").write_text(config_text(f"file://{store}"))
     git(origin, "update-index", "--assume-unchanged", ".cogd/config.toml")

@@ -66,6 +66,7 @@ def embedded_run(root) -> tuple[dict, set]:
 
 def test_vectors_travel_and_only_changed_entities_are_embedded(tmp_path):
     store = tmp_path / "store"
+    store.mkdir()
     config = config_text(f"file://{store}", embed='model = "minilm"')
     origin = make_repo(tmp_path / "origin", {**CODE, ".cogd/config.toml": config})
     daemon = Daemon(origin)
