@@ -163,6 +163,9 @@ def test_a_manifest_from_another_model_is_refused_with_the_reason(world):
     assert proc.returncode == 1 and result["state"] == "refused"
     assert "its vectors are of {'id': 'other-encoder@0123456789ab'" in result["reason"]
     assert "this repository embeds with {'id': 'all-MiniLM-L6-v2" in result["reason"]
+    assert not (clone / ".cogd" / "index" / "index.db").exists()
+    run_cogd(clone, "index")
+    assert_equal_to_fresh(world, clone)
 
 
 def test_another_schema_version_is_refused(world):
@@ -218,9 +221,8 @@ def test_a_killed_pull_resumes_from_its_verified_objects(world, point):
     assert not (clone / ".cogd" / "index" / "index.db").exists()
     _proc, result = pull(clone)
     assert result["state"] == "installed" and result["downloaded_bytes"] == 0 and result["reused_bytes"] > 0
-    assert not (clone / ".cogd" / "snapshot" / "incoming").exists() or not os.listdir(clone / ".cogd/snapshot/incoming")
-    run_cogd(clone, "index")
-    assert_equal_to_fresh(world, clone)
+    assert os.listdir(clone / ".cogd" / "snapshot" / "incoming") == []  # installed: nothing left aside
+    assert projection(clone)["commit"] == world["a"]  # the snapshot's index, before any refresh
 
 
 def _run_with_fault(root, point):
