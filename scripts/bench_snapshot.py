@@ -5,7 +5,9 @@ What it measures, in one run
 ----------------------------
 ``--source`` (default: the checkout holding this script) is a git repository; ``--back N``
 (default 20) picks the publisher's commit, N commits before the source's HEAD (the snapshot a
-clone finds when CI published a while ago).
+clone finds when CI published a while ago). ``--stdlib`` makes the source instead: the running
+interpreter's standard library (without ``__pycache__`` and ``site-packages``) committed once,
+then N commits that each add one function to a different module (a quiet stretch of history).
 
 1. **Publish**: a clone at HEAD~N, ``cogd start``, ``cogd index``, waits for full embedding
    coverage, then ``cogd snapshot publish`` to a ``file://`` store in the temporary directory:
@@ -73,6 +75,26 @@ def clone(source: Path, dest: Path, commit: str) -> Path:
     return dest
 
 
+def stdlib_source(dest: Path, commits: int) -> Path:
+    """A git repository of this interpreter's standard library with ``commits`` small commits on top."""
+    import sysconfig
+
+    stdlib = Path(sysconfig.get_paths()["stdlib"])
+    shutil.copytree(stdlib, dest, symlinks=True, ignore=shutil.ignore_patterns("__pycache__", "site-packages", "*.pyc"))
+    git = ["git", "-c", "user.name=bench", "-c", "user.email=bench@example.com"]
+    sh(["git", "init", "-q", "-b", "main"], dest)
+    sh([*git, "add", "-A"], dest)
+    sh([*git, "commit", "-q", "-m", "standard library"], dest)
+    modules = sorted(p for p in dest.glob("*.py") if p.is_file() and not p.is_symlink())
+    for n in range(commits):
+        module = modules[n % len(modules)]
+        with open(module, "a", encoding="utf-8") as fh:
+            fh.write(f"\n\ndef _bench_snapshot_change_{n}(value):\n    \"\"\"Change {n} of the benchmark.\"\"\"\n"
+                     f"    return value + {n}\n")
+        sh([*git, "commit", "-q", "-am", f"change {n}"], dest)
+    return dest
+
+
 def wait_current(root: Path, head: str, embedded: bool, poll: float, timeout: float) -> dict:
     """The status once the index is at ``head`` and idle and (``embedded``) every entity has a vector."""
     deadline = time.monotonic() + timeout
@@ -128,6 +150,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--source", type=Path, default=Path(__file__).resolve().parent.parent)
     parser.add_argument("--back", type=int, default=20)
+    parser.add_argument("--stdlib", action="store_true", help="the standard library with --back small commits")
     parser.add_argument("--model", default="", help="[embed] model (default: cogd's default)")
     parser.add_argument("--lexical", action="store_true", help="[embed] enabled = false: the index alone")
     parser.add_argument("--poll", type=float, default=0.5)
@@ -136,13 +159,13 @@ def main() -> None:
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     embed = "enabled = false" if args.lexical else (f'model = "{args.model}"' if args.model else "enabled = true")
-    source = args.source.resolve()
-    head = sh(["git", "rev-parse", "HEAD"], source).strip()
-    base = sh(["git", "rev-parse", f"HEAD~{args.back}"], source).strip()
     tmp = Path(tempfile.mkdtemp(prefix="bench-snapshot-"))
-    (tmp / "store").mkdir()  # a file:// store must exist (an unmounted share is not created on the local disk)
-    store = f"file://{tmp / 'store'}"
     try:
+        source = stdlib_source(tmp / "source", args.back) if args.stdlib else args.source.resolve()
+        head = sh(["git", "rev-parse", "HEAD"], source).strip()
+        base = sh(["git", "rev-parse", f"HEAD~{args.back}"], source).strip()
+        (tmp / "store").mkdir()  # a file:// store must exist (an unmounted share is not created on the local disk)
+        store = f"file://{tmp / 'store'}"
         report = {"source": str(source), "head": head, "snapshot_commit": base, "back": args.back, "embed": embed}
         report["publish"] = publish(source, tmp, base, embed, store, not args.lexical, args.poll, args.timeout)
         with_root = clone(source, tmp / "with", head)

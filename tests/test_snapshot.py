@@ -285,3 +285,5 @@ def test_snapshot_status_and_doctor(world, tmp_path):
     checks = {c["name"]: c for c in json.loads(run_cogd(clone, "doctor", "--json", "--no-model-load",
                                                         check=False).stdout)["checks"]}
     assert checks["snapshot"]["status"] == "fail" and "is not a directory" in checks["snapshot"]["finding"]
+    proc = run_cogd(clone, "snapshot", "publish", check=False)  # a missing share is not created locally
+    assert proc.returncode == 1 and f"{store} is not a directory" in proc.stderr and not store.exists()

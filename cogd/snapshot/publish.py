@@ -143,6 +143,7 @@ def publish(layout: Layout, config: Config, uri: str | None = None, progress: Pr
     target = store_for(config, uri)
     commit, rid = gitrepo.head(layout.root), repository_id(layout.root, config)
     prefix = f"{rid}/{commit}"
+    target.children(rid, 1)  # reach the store first (a missing share fails here, before any copying)
     if target.exists(f"{prefix}/{MANIFEST_NAME}"):
         progress(f"snapshot of {commit[:12]} already in {target.uri}: nothing to do")
         return PublishResult("exists", target.uri, rid, commit, seconds=time.monotonic() - began)
