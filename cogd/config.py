@@ -183,6 +183,21 @@ class ConsolidateConfig:
 
 
 @dataclass
+class SnapshotConfig:
+    """Index snapshots on shared storage (:mod:`cogd.snapshot`; README "Teams: index snapshots")."""
+
+    # Where snapshots live: "file:///shared/dir" or "s3://bucket/prefix"; "" = off. Credentials for
+    # s3:// come from the usual AWS_* environment variables only, never from a config file.
+    uri: str = ""
+    endpoint: str = ""  # an S3-compatible service's URL (e.g. "http://127.0.0.1:9000"); "" = AWS itself
+    region: str = ""  # S3 region; "" = the SDK's default (AWS_REGION / AWS_DEFAULT_REGION)
+    repo_id: str = ""  # the repository's folder in the store; "" = its root commit (the same on every clone)
+    max_ancestors: int = 200  # HEAD and this many commits before it are searched for a snapshot
+    max_mb: int = 8192  # a snapshot larger than this (MB, uncompressed) is refused
+    pull_on_start: bool = True  # a daemon that starts with no index pulls the nearest snapshot first
+
+
+@dataclass
 class Config:
     hook: HookConfig = field(default_factory=HookConfig)
     pack: PackConfig = field(default_factory=PackConfig)
@@ -195,6 +210,7 @@ class Config:
     rank: RankConfig = field(default_factory=RankConfig)
     usage: UsageConfig = field(default_factory=UsageConfig)
     consolidate: ConsolidateConfig = field(default_factory=ConsolidateConfig)
+    snapshot: SnapshotConfig = field(default_factory=SnapshotConfig)
 
 
 def _apply(section: object, values: dict, where: str) -> None:
@@ -241,7 +257,7 @@ def load_config(path: Path | None) -> Config:
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
             raise ConfigError(f"{path}: {exc}") from exc
         for name in ("hook", "pack", "index", "embed", "retrieve", "daemon", "watch", "rank", "usage", "memory",
-                     "consolidate"):
+                     "consolidate", "snapshot"):
             section = data.get(name)
             if isinstance(section, dict):
                 _apply(getattr(config, name), section, name)

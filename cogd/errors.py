@@ -30,6 +30,7 @@ CODES: dict[str, int] = {
     "config": -32011,
     "unavailable": -32012,
     "model": -32013,
+    "snapshot": -32014,  # an index snapshot that cannot be used (cogd.snapshot)
     "internal": -32603,  # JSON-RPC's own "Internal error"
 }
 

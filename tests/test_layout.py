@@ -34,6 +34,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("usage", ("cogd.usage",)),
     ("memory", ("cogd.memory",)),
     ("retrieve", ("cogd.retrieve",)),
+    ("snapshot", ("cogd.snapshot",)),
     ("daemon", ("cogd.daemon",)),
     ("viewer", ("cogd.ui",)),
     ("edges", ("cogd.cli", "cogd.mcp_server", "cogd.hookclient")),

@@ -855,10 +855,45 @@ def check_runtime_dir(ctx: DoctorContext) -> Check:
 
 
 #: The core checks, in order (check_daemon first: it fills ``ctx.status``).
+def check_snapshot(ctx: DoctorContext) -> Check:
+    """``[snapshot] uri``: the store answers, and the nearest snapshot of HEAD's history has a valid
+    manifest this cogd can use (warn when there is none or it would be refused)."""
+    uri = ctx.config.snapshot.uri
+    if not uri:
+        return Check("snapshot", OK, "no snapshot store configured ([snapshot] uri)")
+    from cogd.errors import CogdError
+    from cogd.snapshot import state
+    from cogd.snapshot.pull import find, refusal
+    from cogd.snapshot.publish import store_for
+
+    installed = state.installed(ctx.layout)
+    came = (f"; the index came from {installed['commit'][:12]} ({installed['behind']} commits behind HEAD)"
+            if installed else "")
+    try:
+        found = find(store_for(ctx.config), ctx.layout.root, ctx.config)
+    except CogdError as exc:
+        return Check("snapshot", FAIL, f"{uri}: {exc.message}", exc.fix or "check [snapshot] uri and the store", {"uri": uri})
+    if found is None:
+        return Check("snapshot", WARN, f"{uri} answers but has no snapshot for HEAD or its "
+                     f"{ctx.config.snapshot.max_ancestors} previous commits{came}",
+                     "publish one (`cogd snapshot publish`, e.g. in CI on the default branch)", {"uri": uri})
+    manifest = found[1]
+    why = refusal(manifest, ctx.config, ctx.layout.root)
+    details = {"uri": uri, "commit": manifest.commit, "counts": manifest.counts}
+    if why:
+        return Check("snapshot", WARN, f"the nearest snapshot ({manifest.commit[:12]}) would be refused: {why}",
+                     "publish with the same cogd and [embed] settings as the team uses", details)
+    from cogd.snapshot.gitrepo import distance
+
+    behind = distance(ctx.layout.root, manifest.commit)
+    where = f"{manifest.commit[:12]} ({'?' if behind is None else behind} commits behind HEAD)"
+    return Check("snapshot", OK, f"{uri}: nearest snapshot {where}, manifest valid{came}", "", details)
+
+
 CHECKS: list[CheckFn] = [
     check_config, check_permissions, check_committed, check_daemon, check_socket, check_runtime_dir, check_lock, check_model,
     check_inotify, check_index_drift, check_languages, check_databases, check_ledger, check_recovery,
-    check_disk,
+    check_disk, check_snapshot,
 ]
 
 #: The memory subsystem's checks (``(DoctorContext) -> Check | list[Check]``): illegal hand edits

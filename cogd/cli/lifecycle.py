@@ -33,6 +33,9 @@ def up(ctx: click.Context, no_hooks: bool, local_hooks: bool, wait_embed: float 
     """
     layout = layout_from(ctx)
     console.print(f"[bold]cogd[/] for [cyan]{layout.root}[/]")
+    from cogd.cli.snapshot import pull_before_up  # [snapshot] uri: start from the team's index
+
+    pull_before_up(layout)
     started = control.spawn(layout, force=True)
     if not control.wait_ready(layout, timeout=60):
         raise click.ClickException(not_up(layout))

@@ -66,6 +66,7 @@ def status(ctx: click.Context, as_json: bool) -> None:
         except (DaemonUnavailable, RemoteError) as exc:
             result = {"running": True, "answering": False, "error": str(exc), "root": str(layout.root),
                       **(control.read_pid(layout) or {})}
+    result["snapshot"] = _snapshot(layout)
     if as_json and result.get("running"):
         click.echo(json.dumps(result, indent=2))
         return
@@ -90,7 +91,7 @@ def status(ctx: click.Context, as_json: bool) -> None:
         *((("runtime dir", result["runtime"]),) if result.get("runtime") else ()),
         ("index", f"{index['files']} files, {index['entities']} code entities, {index['edges']} edges"),
         *_skipped_rows(index), *_language_rows(result.get("languages") or {}),
-        ("commit", index["commit"] or "-"), ("worker", f"{index['state']} (queue {index['queue_depth']})"),
+        ("commit", index["commit"] or "-"), ("snapshot", _snapshot_line(result["snapshot"])), ("worker", f"{index['state']} (queue {index['queue_depth']})"),
         ("embedding", embedding_line(result.get("embedding") or {})),
         *_front_rows(result.get("embedding") or {}),
         ("watching", _watch_line(result.get("watch") or {})),
@@ -101,6 +102,19 @@ def status(ctx: click.Context, as_json: bool) -> None:
     console.print(table)
     _print_recovery(result)
     print_memory_status(result)  # counts, and refused hand edits / broken files with their fix
+
+
+def _snapshot(layout: Layout) -> dict | None:
+    """The snapshot the index came from (``.cogd/index/snapshot.json``), with ``behind``; None when none."""
+    from cogd.snapshot.state import installed
+
+    return installed(layout)
+
+
+def _snapshot_line(installed: dict | None) -> str:
+    from cogd.cli.snapshot import installed_line
+
+    return installed_line(installed)
 
 
 def _offline_recovery(layout: Layout) -> dict:

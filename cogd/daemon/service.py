@@ -62,6 +62,13 @@ class Service:
         self._suspect_corruption = False
         self._stores_checked_at = 0.0
         self._mark_written_at = 0.0
+        # A daemon without an index starts from the team's snapshot when one is configured; the
+        # first refresh below then catches up from its commit to HEAD (cogd/snapshot/pull.py).
+        self.snapshot_pull = None
+        if start_index and config.snapshot.uri:
+            from cogd.snapshot.pull import pull_on_start
+
+            self.snapshot_pull = pull_on_start(layout, config)
         self.parts = parts = build_parts(layout, config, start_index=start_index, start_embedder=start_embedder)
         self._index_inode = layout.index_db.stat().st_ino
         # The collaborators the server, the spool and the CLI reach for, by their usual names.

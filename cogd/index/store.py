@@ -703,3 +703,27 @@ def newest_files(conn: sqlite3.Connection, limit: int) -> list[str]:
     return [r[0] for r in _query(
         conn, "SELECT path FROM files WHERE status = 'ok' "
               "ORDER BY CASE WHEN mtime_ns = 0 THEN 1 ELSE 0 END DESC, mtime_ns DESC, path LIMIT ?", (int(limit),))]
+
+
+# ---- snapshots (cogd.snapshot) ---------------------------------------------------------------
+
+def unsafe_paths(conn: sqlite3.Connection, limit: int = 5) -> list[str]:
+    """Up to ``limit`` paths in ``files`` or ``entities`` that no refresh of a work tree writes:
+    absolute, with a ``..`` or empty component, a backslash, or under ``.git/`` or ``.cogd/``.
+    A snapshot's index must have none (it came from elsewhere)."""
+    bad = ("p LIKE '/%' OR p = '' OR p LIKE '%\\%' OR p = '..' OR p LIKE '../%' OR p LIKE '%/../%' OR p LIKE '%/..' "
+           "OR p LIKE '%//%' OR p LIKE '.git/%' OR p LIKE '.cogd/%' OR p LIKE './%' OR p LIKE '%/./%'")
+    sql = (f"SELECT p FROM (SELECT path AS p FROM files UNION SELECT path FROM entities) WHERE {bad} LIMIT ?")
+    return [r[0] for r in _query(conn, sql, (limit,))]
+
+
+def forget_file_stats(conn: sqlite3.Connection) -> None:
+    """Set every file's mtime to 0, so the next refresh hashes each file again instead of trusting
+    a size and mtime recorded on another machine (unchanged content is still not re-parsed)."""
+    conn.execute("UPDATE files SET mtime_ns = 0")
+
+
+def rebuild_fts(conn: sqlite3.Connection) -> None:
+    """Rebuild the FTS5 index from its stored rows (FTS5's ``rebuild`` command): the full-text
+    b-trees of a snapshot are recomputed here rather than trusted."""
+    conn.execute("INSERT INTO entities_fts(entities_fts) VALUES ('rebuild')")
