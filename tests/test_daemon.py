@@ -205,3 +205,14 @@ def test_idle_exit(repo):
     assert f"{pid} INFO cogd.daemon.server: stopping: idle for 2 s" in log
     assert "stopped (idle for 2 s)" in log
     assert not Layout(repo).socket_path.exists()
+
+
+def test_the_daemon_runs_with_two_malloc_arenas_unless_the_user_chose(tmp_path, daemon):
+    # glibc arenas per thread kept the daemon's freed memory from being reused (control.daemon_environment)
+    root = lexical_only(make_repo(tmp_path / "repo", {"a.py": "def f():\n    return 1\n"}))
+    started = daemon(root, index=False)
+    pid = json.loads(run_cogd(root, "status", "--json").stdout)["pid"]
+    environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    assert b"MALLOC_ARENA_MAX=" + control.MALLOC_ARENAS.encode() in environ, started
+    assert control.daemon_environment({"MALLOC_ARENA_MAX": "8", "X": "1"}) == {"MALLOC_ARENA_MAX": "8", "X": "1"}
+    assert control.daemon_environment({})["MALLOC_ARENA_MAX"] == "2"

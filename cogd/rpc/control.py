@@ -163,10 +163,28 @@ def spawn(layout: Layout, python: str | None = None, *, force: bool = False) -> 
             stderr=subprocess.DEVNULL,
             start_new_session=True,
             cwd=str(layout.root),
+            env=daemon_environment(os.environ),
         )
     finally:
         os.close(fd)  # the child holds its own copy of the locked descriptor
     return True
+
+
+MALLOC_ARENAS = "2"  # glibc malloc arenas in the daemon, unless the environment sets MALLOC_ARENA_MAX
+
+
+def daemon_environment(env: "os._Environ[str] | dict[str, str]") -> dict[str, str]:
+    """The daemon's environment: ``env`` with ``MALLOC_ARENA_MAX`` set to MALLOC_ARENAS unless it has one.
+
+    glibc gives each thread that allocates concurrently an arena of its own (up to 8 per core),
+    and memory freed in one is not reused by another. The daemon's native libraries (LanceDB's
+    and onnxruntime's thread pools) allocate from many threads, so the resident size only grew:
+    on 60,000 vectors written the way the embedding pass writes them, 426 MB at the end with
+    the default arenas, 371 MB with two, at the same speed (measured on this kind of machine).
+    """
+    out = dict(env)
+    out.setdefault("MALLOC_ARENA_MAX", MALLOC_ARENAS)
+    return out
 
 
 def wait_ready(layout: Layout, timeout: float = 30.0) -> bool:
