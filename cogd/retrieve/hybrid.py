@@ -34,8 +34,11 @@ from cogd.config import RetrieveConfig
 from cogd.fusion import BM25, HYBRID, VECTOR, reciprocal_rank_fusion
 from cogd.index import store
 from cogd.index.vectors import DenseIndex
+from cogd.retrieve.clues import Clues, resolve
 from cogd.retrieve.feedback import Feedback
-from cogd.retrieve.lexical import Hit, bm25_search
+from cogd.retrieve.lexical import Hit, bm25_search, query_terms, weighted_terms
+from cogd.retrieve.priors import names_vendored, vendored_name
+from cogd.retrieve.prompt import PromptParts, analyze
 
 KIND_PRIOR = {"file": 0.7, "module": 0.8, "class": 0.9, "function": 1.0, "method": 1.0, "constant": 0.8}
 TEST_PRIOR = 0.5  # tests share their subject's vocabulary but are rarely the place to start
@@ -66,6 +69,35 @@ def is_test_path(path: str) -> bool:
 def about_tests(prompt: str) -> bool:
     """True when the prompt talks about tests (then test files keep their full weight)."""
     return bool(_MENTIONS_TESTS.search(prompt[:20_000]))
+
+
+LONG_PROMPT_CHARS = 400  # above this (or with a frame, path, code block or error), the prompt's parts decide priors
+IDENTIFIER_BOOST, ERROR_BOOST = 3.0, 2.0  # term weights of identifier and error-message words (lexical.weighted_terms)
+
+
+def is_long(parts: PromptParts) -> bool:
+    """True for a prompt whose parts, not its mere words, should decide the priors."""
+    return parts.chars > LONG_PROMPT_CHARS or parts.structured
+
+
+def tests_wanted(prompt: str, parts: PromptParts, strict: bool) -> bool:
+    """Whether test files keep their full weight: a long prompt must name a test (a test
+    file, a test's name, a frame in a test); a short one need only talk about tests."""
+    if strict and is_long(parts):
+        return parts.about_tests()
+    return about_tests(prompt)
+
+
+def term_boosts(parts: PromptParts) -> dict[str, float]:
+    """Search-term weights from a prompt's parts: identifier words ×3, error-message words ×2."""
+    boosts: dict[str, float] = {}
+    for error in parts.errors[:20]:
+        for term in query_terms(error, 64):
+            boosts[term] = ERROR_BOOST
+    for name in parts.identifiers[:120]:
+        for term in query_terms(name, 16):
+            boosts[term] = IDENTIFIER_BOOST
+    return boosts
 
 
 def _fetch(conn: sqlite3.Connection, ids: list[str]) -> dict[str, Hit]:
@@ -102,6 +134,27 @@ def _expand(conn: sqlite3.Connection, fused: dict[str, float], decay: float, sig
     return gained
 
 
+def _clue_lists(conn: sqlite3.Connection, found: Clues, config: RetrieveConfig, kinds: tuple[str, ...] | None,
+                signals: dict[str, dict]) -> list[tuple[str, float, list[str]]]:
+    """The fusion lists of resolved frames, paths and identifiers (a weight of 0 drops one),
+    each id's rank and the label of its part recorded in ``signals``."""
+    lists = []
+    for name, weight, ids in (("frame", config.frame_weight, found.frames), ("path", config.path_weight, found.paths),
+                              ("identifier", config.identifier_weight, found.identifiers)):
+        if weight <= 0 or not ids:
+            continue
+        ids = ids[: config.candidates]
+        if kinds:  # the clue lists are unfiltered lookups: keep them to the asked kinds
+            rows = store.entities_by_ids(conn, ids)
+            ids = [i for i in ids if i in rows and rows[i][1] in kinds]
+        for rank, entity_id in enumerate(ids, 1):
+            sig = signals.setdefault(entity_id, {})
+            sig[f"{name}_rank"] = rank
+            sig.setdefault("part", found.labels.get(entity_id, name))
+        lists.append((name, weight, ids))
+    return lists
+
+
 def retrieve(
     conn: sqlite3.Connection,
     text: str,
@@ -113,8 +166,15 @@ def retrieve(
     kinds: tuple[str, ...] | None = None,
     limit: int = 60,
     feedback: Feedback | None = None,
+    parts: PromptParts | None = None,
+    clues: Clues | None = None,
 ) -> list[Hit]:
     """Ranked candidates for ``text`` (before MMR), best first, at most ``limit``.
+
+    ``parts``: the prompt's analysis (:func:`cogd.retrieve.prompt.analyze`; computed when
+    None); ``clues``: filled in place with what its frames, paths and identifiers resolved
+    to (:func:`cogd.retrieve.clues.resolve`), each a list of its own in the fusion
+    (``retrieve.frame_weight``, ``path_weight``, ``identifier_weight``).
 
     ``mode``: ``bm25``, ``vector`` or ``hybrid`` (default ``config.mode``);
     without a query vector or a dense index the vector source is empty and
@@ -128,8 +188,10 @@ def retrieve(
         mode = BM25  # no vectors yet (model loading, coverage 0): lexical beats an empty pack
     signals: dict[str, dict] = {}
     lists: list[tuple[str, float, list[str]]] = []
+    parts = parts if parts is not None else analyze(text)
     if mode in (BM25, HYBRID):
-        lexical = bm25_search(conn, text, limit=config.candidates, kinds=kinds)
+        terms = weighted_terms(conn, text, term_boosts(parts)) if config.idf_terms else None
+        lexical = bm25_search(conn, text, limit=config.candidates, kinds=kinds, terms=terms)
         for rank, hit in enumerate(lexical, 1):
             signals.setdefault(hit.id, {}).update(bm25_rank=rank, bm25=round(hit.score, 3))
         lists.append((BM25, config.bm25_weight, [h.id for h in lexical]))
@@ -138,6 +200,11 @@ def retrieve(
         for rank, (entity_id, similarity) in enumerate(nearest, 1):
             signals.setdefault(entity_id, {}).update(vector_rank=rank, cosine=round(similarity, 4))
         lists.append((VECTOR, config.vector_weight, [i for i, _ in nearest]))
+
+    found = resolve(conn, parts, tests_ok=tests_wanted(text, parts, config.strict_test_prior))
+    if clues is not None:
+        clues.__dict__.update(found.__dict__)
+    lists.extend(_clue_lists(conn, found, config, kinds, signals))
 
     fused = reciprocal_rank_fusion(((weight, ids) for _name, weight, ids in lists), config.rrf_k)
     if feedback is not None and feedback.learns_associations:
@@ -199,28 +266,66 @@ def similarity_matrix(hits: list[Hit], vectors: dict[str, np.ndarray]) -> np.nda
     return sim
 
 
+def file_ranking(hits: list[Hit], clue_files: list[str]) -> dict[str, float]:
+    """Each file's aggregated evidence, in [0, 1]: its entities' scores as a decaying sum
+    (best + ½ second + ¼ third …, so one strong definition counts more than many weak
+    ones), plus half the best file's evidence for a file a frame or path named; scaled
+    by the best file's."""
+    by_file: dict[str, list[float]] = {}
+    for hit in hits:
+        by_file.setdefault(hit.path, []).append(hit.score)
+    evidence = {path: sum(s * 0.5 ** i for i, s in enumerate(sorted(scores, reverse=True)))
+                for path, scores in by_file.items()}
+    top = max(evidence.values(), default=0.0) or 1.0
+    for path in clue_files:
+        if path in evidence:
+            evidence[path] += 0.5 * top
+    top = max(evidence.values(), default=0.0) or 1.0
+    return {path: value / top for path, value in evidence.items()}
+
+
 def select(
     hits: list[Hit], config: RetrieveConfig, *, per_file_cap: int, prompt: str = "",
     dense: DenseIndex | None = None, limit: int = 40, feedback: Feedback | None = None,
+    parts: PromptParts | None = None, clues: Clues | None = None, vendored: list[str] = (),
 ) -> list[Hit]:
-    """Priors, feedback, then MMR with a per-file cap: the order a pack shows items in.
+    """Priors, feedback, file-level ranking, then MMR with a per-file cap: the order a pack shows items in.
 
-    Relevance is the prior-weighted score scaled to [0, 1]. A file entity is
-    dropped once an entity inside it is selected (the narrower item says the
-    same with line numbers). Returns at most ``limit`` hits.
+    Priors: kind; tests (:func:`tests_wanted`); examples and docs; vendored code
+    (``retrieve.vendor_prior``, unless the prompt names the vendored project; ``vendored``
+    are ``.gitattributes`` patterns, :func:`cogd.retrieve.priors.vendored_patterns`).
+    With ``retrieve.file_rank_weight`` > 0 an entity gains that share of the top score times
+    its file's evidence (:func:`file_ranking`). Relevance is the resulting score scaled to
+    [0, 1]. A file entity is dropped once an entity inside it is selected (the narrower
+    item says the same with line numbers). Returns at most ``limit`` hits.
     """
     if not hits:
         return []
-    tests_ok = about_tests(prompt)
+    parts = parts if parts is not None else analyze(prompt)
+    clue_files = clues.files if clues is not None else []
+    tests_ok = tests_wanted(prompt, parts, config.strict_test_prior)
     examples_ok = bool(_MENTIONS_EXAMPLES.search(prompt[:20_000]))
+    prompt_lower = prompt[:20_000].lower()
     for hit in hits:
         prior = KIND_PRIOR.get(hit.kind, 1.0)
-        if not tests_ok and is_test_path(hit.path):
+        vendor = vendored_name(hit.path, vendored) if config.vendor_prior != 1.0 else None
+        if vendor and not names_vendored(prompt_lower, vendor, clue_files, hit.path):
+            prior *= config.vendor_prior
+            hit.signals["vendored"] = vendor
+        elif not tests_ok and is_test_path(hit.path):
             prior *= TEST_PRIOR
+            hit.signals["test_prior"] = True
         elif not examples_ok and _EXAMPLE_PATH.search(hit.path):
             prior *= EXAMPLE_PRIOR
         hit.signals["prior"] = round(prior, 3)
         hit.score *= prior
+    if config.file_rank_weight > 0:
+        ranking = file_ranking(hits, clue_files)
+        order_of = {path: n for n, path in enumerate(sorted(ranking, key=ranking.get, reverse=True), 1)}
+        best = max(h.score for h in hits)
+        for hit in hits:
+            hit.score += config.file_rank_weight * best * ranking.get(hit.path, 0.0)
+            hit.signals["file_rank"] = order_of.get(hit.path)
     if feedback is not None:
         feedback.apply(hits)
     top = max(h.score for h in hits) or 1.0

@@ -8,8 +8,10 @@ higher score is better everywhere in cogd.
 
 from __future__ import annotations
 
+import math
 import re
 import sqlite3
+from collections import Counter
 from dataclasses import dataclass, field
 
 from cogd.index import store
@@ -62,6 +64,83 @@ def query_terms(text: str, max_terms: int = MAX_QUERY_TERMS) -> list[str]:
     return list(seen)
 
 
+# Words of tracebacks and install paths: frequent in a pasted log, about no project's code.
+LOG_WORDS = frozenset(
+    """traceback recent call last most line file module stdin usr lib lib64 local python python2 python3
+    site dist packages site-packages dist-packages home users anaconda conda miniconda envs venv env bin
+    py ipython input error exception raise raised""".split()
+)
+MAX_IDF_CANDIDATES = 120  # terms of a long prompt whose document frequency is looked up
+_FTS_TOKENIZER = "porter unicode61 remove_diacritics 2"  # the index's (cogd.index.store)
+
+
+def document_frequencies(conn: sqlite3.Connection, terms: list[str]) -> tuple[dict[str, int], int]:
+    """``({term: number of entities containing it}, number of entities)`` from the FTS index.
+
+    Each term is tokenised by FTS5 itself (a temporary FTS5 table with the index's tokenizer,
+    read back through ``fts5vocab``), so stemming matches the index exactly; a term that
+    tokenises to several words (``parse_date``) counts its rarest word. Temporary tables
+    live in the connection's ``temp`` schema, so a read-only connection works. Raises
+    sqlite3.Error when the index is unreadable.
+    """
+    if not terms:
+        return {}, 0
+    conn.execute(f"CREATE VIRTUAL TABLE IF NOT EXISTS temp.cogd_query USING fts5(t, tokenize = '{_FTS_TOKENIZER}')")
+    conn.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.cogd_query_words USING fts5vocab(temp, cogd_query, 'instance')")
+    conn.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.cogd_index_words USING fts5vocab(main, entities_fts, 'row')")
+    conn.execute("DELETE FROM temp.cogd_query")
+    conn.executemany("INSERT INTO temp.cogd_query(rowid, t) VALUES (?, ?)", list(enumerate(terms, 1)))
+    words: dict[int, list[str]] = {}
+    for word, row in conn.execute("SELECT term, doc FROM temp.cogd_query_words"):
+        words.setdefault(row, []).append(word)
+    distinct = sorted({w for ws in words.values() for w in ws})
+    df: dict[str, int] = {}
+    for start in range(0, len(distinct), 500):
+        chunk = distinct[start:start + 500]
+        df.update(conn.execute(f"SELECT term, doc FROM temp.cogd_index_words WHERE term IN ({','.join('?' * len(chunk))})",
+                               chunk).fetchall())
+    conn.execute("DELETE FROM temp.cogd_query")
+    total = conn.execute("SELECT count(*) FROM entities").fetchone()[0]
+    return {term: min((df.get(w, 0) for w in words.get(n, [])), default=0) for n, term in enumerate(terms, 1)}, total
+
+
+def weighted_terms(conn: sqlite3.Connection, text: str, boosts: dict[str, float] | None = None,
+                   max_terms: int = MAX_QUERY_TERMS) -> list[str]:
+    """The search terms of a prompt, chosen by weight rather than by order of appearance.
+
+    A prompt with at most ``max_terms`` distinct terms keeps them all, in order (exactly
+    :func:`query_terms`: short prompts cost nothing more). A longer one keeps the
+    ``max_terms`` terms with the highest ``boost × (1 + ln tf) × idf``: ``tf`` the term's count in
+    the prompt, ``boost`` from ``boosts`` (e.g. 3 for a word of an identifier or a frame, 1 for
+    prose; default 1), ``idf = ln(1 + (N − df + 0.5) / (df + 0.5))`` (the BM25 IDF of Robertson &
+    Zaragoza 2009, over the index's ``N`` entities); a term no entity contains is dropped.
+    Only the ``MAX_IDF_CANDIDATES`` best by ``boost × (1 + ln tf)`` are looked up. Returns the
+    chosen terms, best first. Raises sqlite3.Error when the index is unreadable.
+    """
+    terms = query_terms(text, max_terms=1 << 30)
+    if len(terms) <= max_terms:
+        return terms
+    counts: Counter[str] = Counter()
+    for token in _WORD.findall(text[:MAX_QUERY_CHARS]):
+        counts[token.lower()] += 1
+    boosts = boosts or {}
+
+    def prior(term: str) -> float:
+        return boosts.get(term, 1.0) * (1.0 + math.log(max(counts.get(term, 1), 1)))
+
+    candidates = sorted((t for t in terms if t not in LOG_WORDS), key=prior, reverse=True)[:MAX_IDF_CANDIDATES]
+    df, total = document_frequencies(conn, candidates)
+    scored = []
+    for term in candidates:
+        n = df.get(term, 0)
+        if n <= 0:
+            continue
+        idf = math.log(1.0 + (total - n + 0.5) / (n + 0.5))
+        scored.append((prior(term) * idf, term))
+    scored.sort(key=lambda pair: pair[0], reverse=True)
+    return [term for _w, term in scored[:max_terms]]
+
+
 def match_expression(terms: list[str]) -> str:
     """An FTS5 MATCH string ORing every term, each quoted as an FTS5 string."""
     return " OR ".join('"' + term.replace('"', '""') + '"' for term in terms)
@@ -90,15 +169,18 @@ class Hit:
 
 
 def bm25_search(
-    conn: sqlite3.Connection, text: str, *, limit: int = 50, kinds: tuple[str, ...] | None = None
+    conn: sqlite3.Connection, text: str, *, limit: int = 50, kinds: tuple[str, ...] | None = None,
+    terms: list[str] | None = None,
 ) -> list[Hit]:
     """Entities matching ``text`` best first, at most ``limit``.
 
     ``kinds`` restricts entity kinds inside the query, before the limit cut,
-    so a filter never empties the result. Returns [] when ``text`` has no
-    searchable term. Raises sqlite3.Error when the index is unreadable.
+    so a filter never empties the result. ``terms``: the terms to search
+    (e.g. :func:`weighted_terms`); default :func:`query_terms` of ``text``.
+    Returns [] when there is no searchable term. Raises sqlite3.Error when
+    the index is unreadable.
     """
-    terms = query_terms(text)
+    terms = query_terms(text) if terms is None else terms
     if not terms:
         return []
     rows = store.search_fts(conn, match_expression(terms), COLUMN_WEIGHTS, limit=limit, kinds=kinds)
