@@ -132,3 +132,21 @@ def _timed(text: str) -> float:
     start = time.perf_counter()
     analyze(text)
     return time.perf_counter() - start
+
+
+def test_a_short_prompt_is_one_window_and_a_long_one_is_cut_at_paragraphs():
+    from cogd.retrieve.prompt import prose_windows
+
+    assert prose_windows("make the parser faster") == ["make the parser faster"]
+    assert prose_windows("   ") == []
+    title = "Napoleon drops attribute types"
+    paragraphs = [f"Paragraph {n} " + "word " * 150 for n in range(8)]  # about 760 characters each
+    report = title + "\n" + "\n\n".join(paragraphs) + "\n\n```python\nimport sphinx\n```\n"
+    windows = prose_windows(report, size=1000, max_windows=4)
+    assert len(windows) == 4
+    assert windows[0].startswith(title + "\nParagraph 0 ")
+    # first, last and evenly spaced ones between; each later window opens with the title
+    assert [w.split("\n", 1)[1][:11] for w in windows[1:]] == ["Paragraph 2", "Paragraph 5", "Paragraph 7"]
+    assert all(w.startswith(title) for w in windows)
+    assert not any("import sphinx" in w for w in windows)  # code goes to the lexical side
+    assert all(len(w) <= 1000 + len(title) + 1 for w in windows)

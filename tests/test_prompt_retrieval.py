@@ -181,3 +181,25 @@ def test_long_prompts_search_their_rarest_terms_and_short_ones_are_unchanged(ind
     assert not any(t.startswith("word") for t in chosen)  # no entity contains them
     assert set(chosen) == {"header_value", "header", "value", "fails", "card"} & set(chosen)
     assert "card" in chosen
+
+
+def test_prose_windows_each_add_a_nearest_neighbour_list_named_in_explain(indexed):
+    import numpy as np
+
+    from cogd.index.vectors import DenseIndex
+    from cogd.retrieve.hybrid import retrieve
+
+    _root, conn = indexed
+    rows = conn.execute("SELECT id, kind FROM entities ORDER BY id").fetchall()
+    near = {"pkg/reader.py::header_value": [1.0, 0.0, 0.0], "pkg/reader.py::Writer.write_header": [0.0, 1.0, 0.0]}
+    dense = DenseIndex(3)
+    dense.replace([r[0] for r in rows], [r[1] for r in rows],
+                  np.array([near.get(r[0], [0.0, 0.0, 1.0]) for r in rows], dtype=np.float32))
+    windows = np.array([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]], dtype=np.float32)
+    hits = {h.id: h for h in retrieve(conn, "zzz", RetrieveConfig(), mode="vector", query_vector=windows, dense=dense)}
+    assert hits["pkg/reader.py::Writer.write_header"].signals["part"] == "prose window 2"
+    assert hits["pkg/reader.py::header_value"].signals["part"] == "prose window 1"
+    assert hits["pkg/reader.py::header_value"].signals["window_rank"] == 1
+    # the mean of the two windows is equally near both: each is first or second on that list too
+    assert {hits["pkg/reader.py::header_value"].signals["vector_rank"],
+            hits["pkg/reader.py::Writer.write_header"].signals["vector_rank"]} == {1, 2}

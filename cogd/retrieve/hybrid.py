@@ -134,6 +134,33 @@ def _expand(conn: sqlite3.Connection, fused: dict[str, float], decay: float, sig
     return gained
 
 
+def _vector_lists(query_vector: np.ndarray, dense: DenseIndex, config: RetrieveConfig,
+                  kinds: tuple[str, ...] | None, signals: dict[str, dict]) -> list[tuple[str, float, list[str]]]:
+    """Nearest-neighbour lists: one for a single query vector; for a long prompt's prose
+    windows (a 2-D array, one row per window) one for their normalised mean, weighted
+    ``vector_weight``, plus one per window sharing half that weight, so a clue in a late
+    paragraph still finds its code; ``--explain`` names the window ("prose window 2")."""
+    rows = np.atleast_2d(np.asarray(query_vector, dtype=np.float32))
+    mean = rows.mean(axis=0)
+    mean /= max(float(np.linalg.norm(mean)), 1e-12)
+    nearest = dense.search(mean, config.candidates, kinds)
+    for rank, (entity_id, similarity) in enumerate(nearest, 1):
+        signals.setdefault(entity_id, {}).update(vector_rank=rank, cosine=round(similarity, 4))
+    lists = [(VECTOR, config.vector_weight, [i for i, _ in nearest])]
+    if len(rows) > 1:
+        share = 0.5 * config.vector_weight / len(rows)
+        for n, row in enumerate(rows, 1):
+            window = dense.search(row, config.candidates, kinds)
+            for rank, (entity_id, _similarity) in enumerate(window, 1):
+                sig = signals.setdefault(entity_id, {})
+                if rank < sig.get("window_rank", 1 << 30):
+                    sig.update(window_rank=rank, window=n)
+                    if "part" not in sig or str(sig["part"]).startswith("prose window"):
+                        sig["part"] = f"prose window {n}"
+            lists.append((f"window{n}", share, [i for i, _ in window]))
+    return lists
+
+
 def _clue_lists(conn: sqlite3.Connection, found: Clues, config: RetrieveConfig, kinds: tuple[str, ...] | None,
                 signals: dict[str, dict]) -> list[tuple[str, float, list[str]]]:
     """The fusion lists of resolved frames, paths and identifiers (a weight of 0 drops one),
@@ -150,7 +177,8 @@ def _clue_lists(conn: sqlite3.Connection, found: Clues, config: RetrieveConfig, 
         for rank, entity_id in enumerate(ids, 1):
             sig = signals.setdefault(entity_id, {})
             sig[f"{name}_rank"] = rank
-            sig.setdefault("part", found.labels.get(entity_id, name))
+            if "part" not in sig or str(sig["part"]).startswith("prose window"):  # a precise part names it first
+                sig["part"] = found.labels.get(entity_id, name)
         lists.append((name, weight, ids))
     return lists
 
@@ -196,10 +224,7 @@ def retrieve(
             signals.setdefault(hit.id, {}).update(bm25_rank=rank, bm25=round(hit.score, 3))
         lists.append((BM25, config.bm25_weight, [h.id for h in lexical]))
     if mode in (VECTOR, HYBRID) and query_vector is not None and dense is not None:
-        nearest = dense.search(query_vector, config.candidates, kinds)
-        for rank, (entity_id, similarity) in enumerate(nearest, 1):
-            signals.setdefault(entity_id, {}).update(vector_rank=rank, cosine=round(similarity, 4))
-        lists.append((VECTOR, config.vector_weight, [i for i, _ in nearest]))
+        lists.extend(_vector_lists(query_vector, dense, config, kinds, signals))
 
     found = resolve(conn, parts, tests_ok=tests_wanted(text, parts, config.strict_test_prior))
     if clues is not None:

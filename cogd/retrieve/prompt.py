@@ -273,6 +273,51 @@ def analyze(prompt: str) -> PromptParts:
     return parts
 
 
+WINDOW_CHARS = 1000  # about the 256 tokens an embedding model reads of one text
+MAX_WINDOWS = 4
+
+
+def prose_windows(prompt: str, parts: PromptParts | None = None, size: int = WINDOW_CHARS,
+                  max_windows: int = MAX_WINDOWS) -> list[str]:
+    """A long prompt's prose in windows for the query embedding, instead of its head alone.
+
+    A prompt of at most ``size`` characters is one window: itself, unchanged (a short
+    prompt is embedded exactly as before). A longer one's prose (code and tracebacks left
+    out: they go to the lexical and clue lists) is cut at paragraph ends into windows of
+    about ``size`` characters; past ``max_windows`` the first, the last and evenly spaced
+    ones between are kept. The prompt's first line (its title) opens every later window, so
+    each says what the report is about. Returns at least one window for a non-blank prompt.
+    """
+    if len(prompt) <= size:
+        return [prompt] if prompt.strip() else []
+    parts = parts if parts is not None else analyze(prompt)
+    prose = parts.prose or prompt
+    title = prose.split("\n", 1)[0][:200]
+    windows: list[str] = []
+    current = ""
+    for paragraph in (p.strip() for p in prose.split("\n\n")):
+        if not paragraph:
+            continue
+        while len(paragraph) > size:  # a wall of text: cut at a sentence end when there is one
+            cut = paragraph.rfind(". ", 0, size)
+            cut = cut + 1 if cut > size // 2 else size
+            if current:
+                windows.append(current)
+                current = ""
+            windows.append(paragraph[:cut])
+            paragraph = paragraph[cut:].strip()
+        if current and len(current) + len(paragraph) + 2 > size:
+            windows.append(current)
+            current = ""
+        current = f"{current}\n\n{paragraph}" if current else paragraph
+    if current:
+        windows.append(current)
+    if len(windows) > max_windows:
+        step = (len(windows) - 1) / (max_windows - 1)
+        windows = [windows[round(i * step)] for i in range(max_windows)]
+    return [w if n == 0 or w.startswith(title) else f"{title}\n{w}" for n, w in enumerate(windows)] or [prompt[:size]]
+
+
 def describe_frame(frame: Frame) -> str:
     """``traceback frame 3 (wcs.py:1269 in _array_converter)``: how ``--explain`` names a frame."""
     where = frame.path.rsplit("/", 1)[-1] + (f":{frame.line}" if frame.line else "")
