@@ -94,7 +94,8 @@ class RetrieveConfig:
     idf_terms: bool = True  # a long prompt's BM25 terms chosen by IDF and part, not order (lexical.weighted_terms)
     strict_test_prior: bool = True  # a long prompt keeps tests at full weight only when it names a test
     vendor_prior: float = 0.3  # score × this for vendored third-party code the prompt does not name; 1 = off
-    file_rank_weight: float = 0.0  # file-level ranking: share of a file's aggregated evidence its entities gain
+    test_prior: float = 0.5  # score × this for tests when the prompt is not about tests
+    file_rank_weight: float = 0.5  # file-level ranking: share of a file's aggregated evidence its entities gain
 
 
 @dataclass

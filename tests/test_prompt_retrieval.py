@@ -142,8 +142,9 @@ def test_vendored_code_ranks_below_the_projects_own_unless_named(indexed):
     assert vendored_name("pkg/generated/tables.py", ["pkg/generated/**"]) == "pkg/generated/**"
     assert vendored_name("pkg/reader.py", ["pkg/generated/**"]) is None
     prompt = "parse header cards of the text"
-    off = [i.entity_id for i in pack(indexed, prompt, vendor_prior=1.0).items]
-    on = pack(indexed, prompt)
+    # file-level ranking off: the prior alone
+    off = [i.entity_id for i in pack(indexed, prompt, vendor_prior=1.0, file_rank_weight=0.0).items]
+    on = pack(indexed, prompt, file_rank_weight=0.0)
     ids = [i.entity_id for i in on.items]
     assert off[0] == "pkg/extern/ply/headers.py::header_cards"
     assert ids[:2] == ["pkg/reader.py::parse_header", "pkg/reader.py::header_value"]
@@ -152,7 +153,7 @@ def test_vendored_code_ranks_below_the_projects_own_unless_named(indexed):
     assert "prior ×0.3 (vendored: ply)" in vendored.as_dict()["reason"]
     assert next(i for i in on.items if i.entity_id == "pkg/generated/tables.py::header_table").signals["vendored"] \
         == "pkg/generated/**"
-    named = pack(indexed, prompt + " in the ply copy").items  # the prompt names it: ranked as its words say
+    named = pack(indexed, prompt + " in the ply copy", file_rank_weight=0.0).items  # the prompt names it: ranked as its words say
     assert [i.entity_id for i in named][0] == "pkg/extern/ply/headers.py::header_cards"
     assert not any(i.signals.get("vendored") == "ply" for i in named)
 

@@ -41,7 +41,6 @@ from cogd.retrieve.priors import names_vendored, vendored_name
 from cogd.retrieve.prompt import PromptParts, analyze
 
 KIND_PRIOR = {"file": 0.7, "module": 0.8, "class": 0.9, "function": 1.0, "method": 1.0, "constant": 0.8}
-TEST_PRIOR = 0.5  # tests share their subject's vocabulary but are rarely the place to start
 EXAMPLE_PRIOR = 0.7  # examples, demos, docs, benchmarks and scripts use the code but implement none of it
 SEEDS = 20  # top fused candidates whose neighbours are considered
 # Edge kind / resolution → how much of a seed's score crosses it.
@@ -329,7 +328,10 @@ def select(
     parts = parts if parts is not None else analyze(prompt)
     clue_files = clues.files if clues is not None else []
     tests_ok = tests_wanted(prompt, parts, config.strict_test_prior)
-    examples_ok = bool(_MENTIONS_EXAMPLES.search(prompt[:20_000]))
+    if config.strict_test_prior and is_long(parts):  # a bug report says "docs" without meaning doc/ examples
+        examples_ok = any(_EXAMPLE_PATH.search(p) for p in clue_files)
+    else:
+        examples_ok = bool(_MENTIONS_EXAMPLES.search(prompt[:20_000]))
     prompt_lower = prompt[:20_000].lower()
     for hit in hits:
         prior = KIND_PRIOR.get(hit.kind, 1.0)
@@ -338,7 +340,7 @@ def select(
             prior *= config.vendor_prior
             hit.signals["vendored"] = vendor
         elif not tests_ok and is_test_path(hit.path):
-            prior *= TEST_PRIOR
+            prior *= config.test_prior
             hit.signals["test_prior"] = True
         elif not examples_ok and _EXAMPLE_PATH.search(hit.path):
             prior *= EXAMPLE_PRIOR

@@ -64,11 +64,15 @@ def query_terms(text: str, max_terms: int = MAX_QUERY_TERMS) -> list[str]:
     return list(seen)
 
 
-# Words of tracebacks and install paths: frequent in a pasted log, about no project's code.
+# Words of tracebacks, install paths and issue templates ("Describe the bug", "Environment info"):
+# frequent in a pasted report, about no project's code. Dropped from long prompts only.
 LOG_WORDS = frozenset(
     """traceback recent call last most line file module stdin usr lib lib64 local python python2 python3
     site dist packages site-packages dist-packages home users anaconda conda miniconda envs venv env bin
-    py ipython input error exception raise raised""".split()
+    py ipython input error exception raise raised
+    describe reproduce expected behavior behaviour actual environment info version versions os platform
+    screenshots screenshot additional context steps results output tools extensions extension windows linux
+    macos ubuntu bug report""".split()
 )
 MAX_IDF_CANDIDATES = 120  # terms of a long prompt whose document frequency is looked up
 _FTS_TOKENIZER = "porter unicode61 remove_diacritics 2"  # the index's (cogd.index.store)

@@ -20,6 +20,9 @@ from cogd.index.boundary import read_tree_file
 _VENDOR_DIR = re.compile(
     r"(^|/)(vendor|vendors|vendored|_vendor|_vendored|third_party|third-party|thirdparty|3rdparty|extern|"
     r"externals|cextern|node_modules|bower_components)/([^/]+)")
+# A copied web asset: a version in its name (jquery-3.5.1.js) or minified (underscore.min.js).
+_VENDORED_ASSET = re.compile(r"(^|/)([A-Za-z][\w.]*?)(?:[-.]v?\d+(?:\.\d+)+)?(?:[-.]min)\.(?:js|css)$"
+                             r"|(^|/)([A-Za-z][\w]*?)[-.]v?\d+(?:\.\d+)+\.(?:js|css)$")
 GITATTRIBUTES_MAX_BYTES = 256 << 10
 _cache: dict[str, tuple[int, list[str]]] = {}
 
@@ -67,10 +70,14 @@ def _matches(pattern: str, path: str) -> bool:
 
 def vendored_name(path: str, patterns: list[str] = ()) -> str | None:
     """The vendored project ``path`` belongs to (``ply`` for ``astropy/extern/ply/lex.py``;
-    the matching pattern for a ``.gitattributes`` match), or None for the project's own code."""
+    ``jquery`` for ``static/jquery-3.5.1.js`` or ``jquery.min.js``; the matching pattern for a
+    ``.gitattributes`` match), or None for the project's own code."""
     match = _VENDOR_DIR.search(path)
     if match:
         return match.group(3).rsplit(".", 1)[0]
+    asset = _VENDORED_ASSET.search(path)
+    if asset:
+        return asset.group(2) or asset.group(4)
     for pattern in patterns:
         if _matches(pattern, path):
             return pattern
