@@ -829,9 +829,9 @@ def main(argv: list[str] | None = None) -> int:
     plan: list[tuple[str, list[dict], Path]] = []  # (repository, its tasks oldest first, git dir)
     if swe:
         # Instances are sorted by their base commit's date (the README) and replayed per repository.
-        wanted = {r.strip() for r in args.repos.split(",") if r.strip()}
+        wanted = [r.strip() for r in args.repos.split(",") if r.strip()]  # also the order to run them in
         rows = [swe_task(r) for r in by_date(rows) if not wanted or r["repo"] in wanted]
-        for repo in dict.fromkeys(r["repo"] for r in rows):
+        for repo in wanted or dict.fromkeys(r["repo"] for r in rows):
             if repo not in git_dirs:
                 parser.error(f"no --git-dir {repo}=PATH for the {repo} instances")
             repo_tasks = [r for r in rows if r["repo"] == repo]
