@@ -52,6 +52,9 @@ _FENCE = re.compile(r"^ {0,3}(```+|~~~+)[^\n]*\n(.*?)(?:^ {0,3}\1[ \t]*$|\Z)", r
 _ERROR_LINE = re.compile(
     r"^\s*(?:Exception in thread \"[^\"\n]*\" |Caused by: |Uncaught |panic: )?((?:[A-Za-z_][\w]*\.)*[A-Z][\w]*(?:Error|Exception|Warning|Fault|Failure|Exit|Interrupt))"
     r"(?::[ \t]*([^\n]{0,300}))?$", re.M)
+# Lines of a traceback outside a code block: its header, frame lines and the source line under each.
+_TRACE_LINE = re.compile(r'^(?:Traceback \(most recent call last\):?|\s*File "[^\n]*|\s+at \S[^\n]*|'
+                         r'\S+\.py(?:x)?(?::\d+:| in )[^\n]*|-*> ?\d+[^\n]*)\n?', re.M)
 _LITERAL = re.compile(r"\"([^\"\n]{3,200})\"|'([^'\n]{3,200})'")
 _BACKTICK = re.compile(r"(?<!`)`{1,2}([^`\n]{2,120})`{1,2}(?!`)")
 _CAMEL = re.compile(r"^_*[A-Za-z][a-z0-9]*[A-Z]\w*$|^_*[A-Z]{2,}[a-z]\w*$")
@@ -221,10 +224,10 @@ def analyze(prompt: str) -> PromptParts:
     parts = PromptParts(chars=len(prompt))
     parts.frames = _frames(text)
     parts.code, prose = _blocks(text)
-    if parts.frames or "Error" in prose or "Exception" in prose or "Warning" in prose:
-        frame_paths = {f.path for f in parts.frames}
-        prose = "\n".join(line for line in prose.split("\n")
-                           if not (frame_paths and any(p in line for p in frame_paths)) and not _ERROR_LINE.match(line))
+    if parts.frames:
+        prose = _TRACE_LINE.sub("", prose)
+    if "Error" in prose or "Exception" in prose or "Warning" in prose:
+        prose = _ERROR_LINE.sub("", prose)
     parts.prose = prose.strip()
 
     paths: list[str] = [f.path for f in parts.frames]
