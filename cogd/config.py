@@ -91,6 +91,7 @@ class RetrieveConfig:
     frame_weight: float = 2.0
     path_weight: float = 1.5
     identifier_weight: float = 1.0
+    message_weight: float = 1.0  # ... of the entities holding the words of its printed errors and warnings
     idf_terms: bool = True  # a long prompt's BM25 terms chosen by IDF and part, not order (lexical.weighted_terms)
     strict_test_prior: bool = True  # a long prompt keeps tests at full weight only when it names a test
     vendor_prior: float = 0.3  # score × this for vendored third-party code the prompt does not name; 1 = off

@@ -150,3 +150,20 @@ def test_a_short_prompt_is_one_window_and_a_long_one_is_cut_at_paragraphs():
     assert all(w.startswith(title) for w in windows)
     assert not any("import sphinx" in w for w in windows)  # code goes to the lexical side
     assert all(len(w) <= 1000 + len(title) + 1 for w in windows)
+
+
+def test_logged_warnings_and_error_messages_become_phrases_and_links_are_not_code():
+    from cogd.retrieve.prompt import message_phrases
+
+    text = ("glossary duplicate term\n```\nWarning, treated as error:\n"
+            "doc/glossary.rst:243:duplicate term description of mysql, other instance in glossary\n```\n"
+            "See https://github.com/org/project/blob/main/doc/glossary.rst#L234 for the file.\n"
+            "WARNING: py:class reference target not found: Foo\n")
+    parts = analyze(text)
+    assert parts.messages == ["duplicate term description of mysql, other instance in glossary",
+                              "py:class reference target not found: Foo"]
+    assert parts.paths == ["doc/glossary.rst"]  # the link's path is another site's
+    assert message_phrases(parts.messages[0]) == ["duplicate term description of mysql", "other instance in glossary"]
+    assert message_phrases("RST.__init__() got an unexpected keyword argument 'header_rows'") == [
+        "got an unexpected keyword argument"]
+    assert message_phrases("None is not a valid Unit") == ["None is not a valid Unit"]

@@ -36,9 +36,9 @@ from cogd.index import store
 from cogd.index.vectors import DenseIndex
 from cogd.retrieve.clues import Clues, resolve
 from cogd.retrieve.feedback import Feedback
-from cogd.retrieve.lexical import Hit, bm25_search, query_terms, weighted_terms
+from cogd.retrieve.lexical import Hit, bm25_search, message_trigrams, phrase_search, query_terms, weighted_terms
 from cogd.retrieve.priors import names_vendored, vendored_name
-from cogd.retrieve.prompt import PromptParts, analyze
+from cogd.retrieve.prompt import PromptParts, analyze, message_phrases
 
 KIND_PRIOR = {"file": 0.7, "module": 0.8, "class": 0.9, "function": 1.0, "method": 1.0, "constant": 0.8}
 EXAMPLE_PRIOR = 0.7  # examples, demos, docs, benchmarks and scripts use the code but implement none of it
@@ -71,7 +71,7 @@ def about_tests(prompt: str) -> bool:
 
 
 LONG_PROMPT_CHARS = 400  # above this (or with a frame, path, code block or error), the prompt's parts decide priors
-IDENTIFIER_BOOST, ERROR_BOOST = 3.0, 2.0  # term weights of identifier and error-message words (lexical.weighted_terms)
+IDENTIFIER_BOOST, ERROR_BOOST, TITLE_BOOST = 3.0, 2.0, 2.0  # term weights by part (lexical.weighted_terms)
 
 
 def is_long(parts: PromptParts) -> bool:
@@ -88,8 +88,12 @@ def tests_wanted(prompt: str, parts: PromptParts, strict: bool) -> bool:
 
 
 def term_boosts(parts: PromptParts) -> dict[str, float]:
-    """Search-term weights from a prompt's parts: identifier words ×3, error-message words ×2."""
+    """Search-term weights from a prompt's parts: identifier words ×3, error-message and
+    title (first line) words ×2."""
     boosts: dict[str, float] = {}
+    title = parts.prose.split("\n", 1)[0] if parts.prose else ""
+    for term in query_terms(title, 32):
+        boosts[term] = TITLE_BOOST
     for error in parts.errors[:20]:
         for term in query_terms(error, 64):
             boosts[term] = ERROR_BOOST
@@ -158,6 +162,29 @@ def _vector_lists(query_vector: np.ndarray, dense: DenseIndex, config: RetrieveC
                         sig["part"] = f"prose window {n}"
             lists.append((f"window{n}", share, [i for i, _ in window]))
     return lists
+
+
+def _message_list(conn: sqlite3.Connection, parts: PromptParts, config: RetrieveConfig,
+                  kinds: tuple[str, ...] | None, signals: dict[str, dict]) -> list[tuple[str, float, list[str]]]:
+    """The entities holding the words of the prompt's printed errors and warnings (three-word
+    phrases of them, :func:`cogd.retrieve.lexical.message_trigrams`): the source of a message
+    spells it, whatever the prose around it says."""
+    if config.message_weight <= 0 or not parts.messages:
+        return []
+    phrases: list[str] = []
+    first_of: dict[str, str] = {}
+    for message in parts.messages[:12]:
+        for phrase in message_phrases(message):
+            phrases.append(phrase)
+            first_of.setdefault(phrase, message)
+    found = phrase_search(conn, message_trigrams(phrases), limit=config.candidates, kinds=kinds)
+    for rank, hit in enumerate(found, 1):
+        sig = signals.setdefault(hit.id, {})
+        sig["message_rank"] = rank
+        if "part" not in sig or str(sig["part"]).startswith("prose window"):
+            text = parts.messages[0] if len(parts.messages) == 1 else "a printed message"
+            sig["part"] = f"error message “{text[:60]}”"
+    return [("message", config.message_weight, [h.id for h in found])] if found else []
 
 
 def _clue_lists(conn: sqlite3.Connection, found: Clues, config: RetrieveConfig, kinds: tuple[str, ...] | None,
@@ -229,6 +256,7 @@ def retrieve(
     if clues is not None:
         clues.__dict__.update(found.__dict__)
     lists.extend(_clue_lists(conn, found, config, kinds, signals))
+    lists.extend(_message_list(conn, parts, config, kinds, signals))
 
     fused = reciprocal_rank_fusion(((weight, ids) for _name, weight, ids in lists), config.rrf_k)
     if feedback is not None and feedback.learns_associations:

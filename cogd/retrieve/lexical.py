@@ -124,6 +124,9 @@ def weighted_terms(conn: sqlite3.Connection, text: str, boosts: dict[str, float]
     terms = query_terms(text, max_terms=1 << 30)
     if len(terms) <= max_terms:
         return terms
+    if "://" in text or "www." in text:  # a link's words name another site, not this code
+        text = _URL.sub(" ", text)
+        terms = query_terms(text, max_terms=1 << 30)
     counts: Counter[str] = Counter()
     for token in _WORD.findall(text[:MAX_QUERY_CHARS]):
         counts[token.lower()] += 1
@@ -143,6 +146,36 @@ def weighted_terms(conn: sqlite3.Connection, text: str, boosts: dict[str, float]
         scored.append((prior(term) * idf, term))
     scored.sort(key=lambda pair: pair[0], reverse=True)
     return [term for _w, term in scored[:max_terms]]
+
+
+MAX_PHRASES = 24
+_URL = re.compile(r"\b(?:https?|ftp)://\S+|\bwww\.\S+")
+
+
+def message_trigrams(phrases: list[str], max_phrases: int = MAX_PHRASES) -> list[str]:
+    """Three-word windows of message phrases, each with a word that is not a stopword: a printed message matches its source's format string on any three words in a
+    row that no variable part interrupts (``"duplicate term description of mysql"`` →
+    ``duplicate term description``, ``term description of``, ``description of mysql``)."""
+    out: dict[str, None] = {}
+    for phrase in phrases:
+        words = phrase.split()
+        for i in range(len(words) - 2):
+            window = words[i:i + 3]
+            if any(w.lower() not in STOPWORDS for w in window):
+                out.setdefault(" ".join(window).lower(), None)
+                if len(out) >= max_phrases:
+                    return list(out)
+    return list(out)
+
+
+def phrase_search(conn: sqlite3.Connection, phrases: list[str], *, limit: int = 50,
+                  kinds: tuple[str, ...] | None = None) -> list[Hit]:
+    """Entities containing any of ``phrases`` (each an FTS5 phrase: its words in a row), best
+    BM25 first, at most ``limit``; [] for no phrase. Raises sqlite3.Error when the index is unreadable."""
+    if not phrases:
+        return []
+    rows = store.search_fts(conn, match_expression(phrases), COLUMN_WEIGHTS, limit=limit, kinds=kinds)
+    return [Hit(*row) for row in rows]
 
 
 def match_expression(terms: list[str]) -> str:

@@ -52,6 +52,11 @@ _FENCE = re.compile(r"^ {0,3}(```+|~~~+)[^\n]*\n(.*?)(?:^ {0,3}\1[ \t]*$|\Z)", r
 _ERROR_LINE = re.compile(
     r"^\s*(?:Exception in thread \"[^\"\n]*\" |Caused by: |Uncaught |panic: )?((?:[A-Za-z_][\w]*\.)*[A-Z][\w]*(?:Error|Exception|Warning|Fault|Failure|Exit|Interrupt))"
     r"(?::[ \t]*([^\n]{0,300}))?$", re.M)
+_URL = re.compile(r"\b(?:https?|ftp)://[^\s<>()\[\]\"']+|\bwww\.[^\s<>()\[\]\"']+")
+# A logged warning or error: "WARNING: msg", "ERROR: msg", "path.ext:12: WARNING: msg", "x.rst:3:msg".
+_LOGGED = re.compile(r"^\s*(?:\S+:\d+:\s*)?(?:(?:WARNING|ERROR|CRITICAL|SEVERE|FATAL|warning|error)(?:\s*\(\w+\))?:\s*)?"
+                     r"([A-Za-z][^\n]{8,300})$", re.M)
+_LOG_PREFIX = re.compile(r"^\s*(?:\S+:\d+:|(?:WARNING|ERROR|CRITICAL|SEVERE|FATAL|warning|error)\b)")
 # Lines of a traceback outside a code block: its header, frame lines and the source line under each.
 _TRACE_LINE = re.compile(r'^(?:Traceback \(most recent call last\):?|\s*File "[^\n]*|\s+at \S[^\n]*|'
                          r'\S+\.py(?:x)?(?::\d+:| in )[^\n]*|-*> ?\d+[^\n]*)\n?', re.M)
@@ -90,7 +95,9 @@ class PromptParts:
 
     ``frames`` innermost-last as printed; ``paths`` every file path named (frames'
     paths included); ``identifiers`` names of code; ``errors`` exception lines as
-    ``Type: message``; ``literals`` quoted strings; ``code`` the code blocks' text;
+    ``Type: message``; ``messages`` the text of errors and of logged warnings (``WARNING: …``,
+    ``file.rst:12: …``), words a program printed and so likely spelled in its source;
+    ``literals`` quoted strings; ``code`` the code blocks' text;
     ``prose`` the text outside code blocks and tracebacks; ``chars`` the prompt's size.
     """
 
@@ -98,6 +105,7 @@ class PromptParts:
     paths: list[str] = field(default_factory=list)
     identifiers: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    messages: list[str] = field(default_factory=list)
     literals: list[str] = field(default_factory=list)
     code: list[str] = field(default_factory=list)
     prose: str = ""
@@ -222,6 +230,8 @@ def analyze(prompt: str) -> PromptParts:
         half = MAX_PROMPT_CHARS // 2
         text = text[:half] + "\n" + text[-half:]
     parts = PromptParts(chars=len(prompt))
+    if "://" in text or "www." in text:  # a link's words name another site, not this code
+        text = _URL.sub(" ", text)
     parts.frames = _frames(text)
     parts.code, prose = _blocks(text)
     if parts.frames:
@@ -271,9 +281,37 @@ def analyze(prompt: str) -> PromptParts:
             message = (m.group(2) or "").strip()
             errors.append(f"{m.group(1)}: {message}" if message else m.group(1))
         parts.errors = _distinct(errors)
+    messages = [e.split(": ", 1)[1] for e in parts.errors if ": " in e]
+    if ":" in text:
+        for m in _LOGGED.finditer(text):
+            line = m.group(0)
+            if _LOG_PREFIX.match(line) and not _PY_FRAME.match(line):
+                messages.append(m.group(1).strip())
+    parts.messages = _distinct(messages, 40)
     if '"' in text or "'" in text:
         parts.literals = _distinct(m.group(1) or m.group(2) for m in _LITERAL.finditer(text))
     return parts
+
+
+_MESSAGE_WORDS = re.compile(r"[A-Za-z][A-Za-z_]*")
+_QUOTED = re.compile(r"'[^'\n]*'|\"[^\"\n]*\"|`[^`\n]*`|\S*[\d/\\.<>=]\S*")
+
+
+def message_phrases(message: str, min_words: int = 3, max_phrases: int = 3) -> list[str]:
+    """Runs of plain words in a printed message, as a program's source would spell them.
+
+    Quoted values, numbers, paths and other variable parts (what a ``%s`` or ``{}`` filled in)
+    cut the message into runs; runs of at least ``min_words`` words are kept, longest first.
+    ``"duplicate term description of mysql, other instance in glossary"`` →
+    ``["duplicate term description of mysql", "other instance in glossary"]``.
+    """
+    runs = []
+    for chunk in re.split(r"[,;:()\[\]{}!?]|\s-\s", _QUOTED.sub("|", message)):
+        for piece in chunk.split("|"):
+            words = _MESSAGE_WORDS.findall(piece)
+            if len(words) >= min_words:
+                runs.append(" ".join(words[:8]))
+    return sorted(dict.fromkeys(runs), key=len, reverse=True)[:max_phrases]
 
 
 WINDOW_CHARS = 1000  # about the 256 tokens an embedding model reads of one text
