@@ -167,3 +167,8 @@ def test_logged_warnings_and_error_messages_become_phrases_and_links_are_not_cod
     assert message_phrases("RST.__init__() got an unexpected keyword argument 'header_rows'") == [
         "got an unexpected keyword argument"]
     assert message_phrases("None is not a valid Unit") == ["None is not a valid Unit"]
+
+
+def test_hyphenated_names_are_symbols():
+    parts = analyze("`unused-import` is emitted with --ignore-paths set; a so-called false positive (W0611).")
+    assert parts.symbols == ["unused-import", "ignore-paths", "so-called"]

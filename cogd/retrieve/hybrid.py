@@ -165,25 +165,30 @@ def _vector_lists(query_vector: np.ndarray, dense: DenseIndex, config: RetrieveC
 
 
 def _message_list(conn: sqlite3.Connection, parts: PromptParts, config: RetrieveConfig,
-                  kinds: tuple[str, ...] | None, signals: dict[str, dict]) -> list[tuple[str, float, list[str]]]:
+                  kinds: tuple[str, ...] | None, signals: dict[str, dict],
+                  tests_ok: bool) -> list[tuple[str, float, list[str]]]:
     """The entities holding the words of the prompt's printed errors and warnings (three-word
-    phrases of them, :func:`cogd.retrieve.lexical.message_trigrams`): the source of a message
+    phrases of them, :func:`cogd.retrieve.lexical.message_trigrams`) or its hyphenated names
+    (``unused-import``, ``--ignore-paths``, as phrases): the source of a message or a symbol
     spells it, whatever the prose around it says."""
-    if config.message_weight <= 0 or not parts.messages:
+    if config.message_weight <= 0 or not (parts.messages or parts.symbols):
         return []
     phrases: list[str] = []
-    first_of: dict[str, str] = {}
     for message in parts.messages[:12]:
-        for phrase in message_phrases(message):
-            phrases.append(phrase)
-            first_of.setdefault(phrase, message)
-    found = phrase_search(conn, message_trigrams(phrases), limit=config.candidates, kinds=kinds)
+        phrases.extend(message_phrases(message))
+    symbols = [s.replace("-", " ") for s in parts.symbols[:12]]  # the index's tokenizer splits on "-"
+    found = phrase_search(conn, symbols + message_trigrams(phrases), limit=config.candidates, kinds=kinds)
+    if not tests_ok:  # tests spell the messages they expect: the code that prints them first
+        found = [h for h in found if not is_test_path(h.path)] + [h for h in found if is_test_path(h.path)]
+    if parts.messages:
+        label = f"error message “{parts.messages[0][:60]}”" if len(parts.messages) == 1 else "a printed message"
+    else:
+        label = f"symbol `{parts.symbols[0]}`" if len(parts.symbols) == 1 else "a hyphenated name"
     for rank, hit in enumerate(found, 1):
         sig = signals.setdefault(hit.id, {})
         sig["message_rank"] = rank
         if "part" not in sig or str(sig["part"]).startswith("prose window"):
-            text = parts.messages[0] if len(parts.messages) == 1 else "a printed message"
-            sig["part"] = f"error message “{text[:60]}”"
+            sig["part"] = label
     return [("message", config.message_weight, [h.id for h in found])] if found else []
 
 
@@ -252,11 +257,12 @@ def retrieve(
     if mode in (VECTOR, HYBRID) and query_vector is not None and dense is not None:
         lists.extend(_vector_lists(query_vector, dense, config, kinds, signals))
 
-    found = resolve(conn, parts, tests_ok=tests_wanted(text, parts, config.strict_test_prior))
+    tests_ok = tests_wanted(text, parts, config.strict_test_prior)
+    found = resolve(conn, parts, tests_ok=tests_ok)
     if clues is not None:
         clues.__dict__.update(found.__dict__)
     lists.extend(_clue_lists(conn, found, config, kinds, signals))
-    lists.extend(_message_list(conn, parts, config, kinds, signals))
+    lists.extend(_message_list(conn, parts, config, kinds, signals, tests_ok))
 
     fused = reciprocal_rank_fusion(((weight, ids) for _name, weight, ids in lists), config.rrf_k)
     if feedback is not None and feedback.learns_associations:

@@ -97,6 +97,8 @@ class PromptParts:
     paths included); ``identifiers`` names of code; ``errors`` exception lines as
     ``Type: message``; ``messages`` the text of errors and of logged warnings (``WARNING: …``,
     ``file.rst:12: …``), words a program printed and so likely spelled in its source;
+    ``symbols`` hyphenated names (a message symbol ``unused-import``, an option
+    ``--ignore-paths``: spelled as strings in the code, split by the index's tokenizer);
     ``literals`` quoted strings; ``code`` the code blocks' text;
     ``prose`` the text outside code blocks and tracebacks; ``chars`` the prompt's size.
     """
@@ -106,6 +108,7 @@ class PromptParts:
     identifiers: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     messages: list[str] = field(default_factory=list)
+    symbols: list[str] = field(default_factory=list)
     literals: list[str] = field(default_factory=list)
     code: list[str] = field(default_factory=list)
     prose: str = ""
@@ -288,11 +291,14 @@ def analyze(prompt: str) -> PromptParts:
             if _LOG_PREFIX.match(line) and not _PY_FRAME.match(line):
                 messages.append(m.group(1).strip())
     parts.messages = _distinct(messages, 40)
+    if "-" in text:
+        parts.symbols = _distinct((m.group(1) for m in _KEBAB.finditer(text)), 40)
     if '"' in text or "'" in text:
         parts.literals = _distinct(m.group(1) or m.group(2) for m in _LITERAL.finditer(text))
     return parts
 
 
+_KEBAB = re.compile(r"(?<![\w/.-])-{0,2}([a-z][a-z0-9]+(?:-[a-z][a-z0-9]*)+)(?![\w/-])")
 _MESSAGE_WORDS = re.compile(r"[A-Za-z][A-Za-z_]*")
 _QUOTED = re.compile(r"'[^'\n]*'|\"[^\"\n]*\"|`[^`\n]*`|\S*[\d/\\.<>=]\S*")
 
