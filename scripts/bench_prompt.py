@@ -19,7 +19,11 @@ What it measures
 ``PYTHONPATH`` is passed to cogd's processes, so an exported older ``cogd/`` (``git archive
 COMMIT cogd | tar -x -C DIR``) measures the code before a change. Standard library plus cogd.
 
-    python scripts/bench_prompt.py [--hooks] [--hybrid] [--runs 40]
+    python scripts/bench_prompt.py [--packs] [--hooks] [--hybrid] [--runs 40]
+
+``--packs`` times :func:`cogd.retrieve.pack.prompt_pack` in this process on an index of the same
+repository, every part of the analysis on (the defaults) against all of it off, interleaved:
+the server-side cost of the analysis without process start-up noise.
 """
 
 from __future__ import annotations
@@ -114,6 +118,45 @@ def bench_analysis() -> None:
         print(row(f"{name} ({len(text)} chars)", timings_ms(lambda t=text: analyze(t), 300, 20)))
 
 
+OFF = dict(idf_terms=False, frame_weight=0.0, path_weight=0.0, identifier_weight=0.0, message_weight=0.0,
+           strict_test_prior=False, vendor_prior=1.0, file_rank_weight=0.0)
+
+
+def bench_packs(runs: int) -> None:
+    """``prompt_pack`` in process on an index of the standard-library repository: the prompt
+    analysis on (the defaults) against every part of it off, interleaved, for both prompts."""
+    from cogd.config import PackConfig, RetrieveConfig
+    from cogd.index.indexer import Indexer
+    from cogd.retrieve.pack import prompt_pack
+
+    scratch = Path(tempfile.mkdtemp(prefix="cogd-bench-prompt-"))
+    try:
+        root = scratch / "repo"
+        build_repo(root)
+        indexer = Indexer(root, scratch / "index.db")
+        indexer.refresh()
+        conn = indexer.conn
+        configs = {"on": RetrieveConfig(mode="bm25"), "off": RetrieveConfig(mode="bm25", **OFF)}
+        prompts = {"one-line prompt": ONE_LINE, "10 KB bug report": bug_report(10_000)}
+        times: dict[tuple[str, str], list[float]] = {(p, c): [] for p in prompts for c in configs}
+        for n in range(runs + 5):
+            for (prompt, config) in (list(times) if n % 2 == 0 else list(reversed(times))):
+                start = time.perf_counter()
+                pack = prompt_pack(conn, root, prompts[prompt], PackConfig(), configs[config], mode="bm25")
+                elapsed = (time.perf_counter() - start) * 1000
+                if n >= 5:
+                    times[(prompt, config)].append(elapsed)
+                if not pack.items:
+                    raise SystemExit(f"empty pack for the {prompt}")
+        print(f"prompt_pack in process (BM25, standard-library index), {runs} runs each:")
+        for (prompt, config), ms in times.items():
+            print(row(f"pack: {prompt}, analysis {config}", ms))
+        indexer.close()
+    finally:
+        import shutil
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
 def bench_hooks(args) -> int:
     env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
     env["COGD_HOOK_DEADLINE_MS"] = "60000"
@@ -173,8 +216,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hooks", action="store_true", help="also measure the real prompt hook on a warm daemon")
     parser.add_argument("--hybrid", action="store_true", help="with --hooks: a hybrid daemon (waits for embeddings)")
     parser.add_argument("--runs", type=int, default=40, help="measured hook runs per prompt (default 40)")
+    parser.add_argument("--packs", action="store_true",
+                        help="also time prompt_pack in process with the analysis on and off (same code, same index)")
     args = parser.parse_args(argv)
     bench_analysis()
+    if args.packs:
+        bench_packs(args.runs)
     return bench_hooks(args) if args.hooks else 0
 
 
