@@ -174,6 +174,10 @@ def test_a_long_prompt_demotes_tests_unless_it_names_one(indexed):
     assert "(test, the prompt is not about tests)" in demoted[0].as_dict()["reason"]
     named = pack(indexed, prompt + "See tests/test_reader.py::test_header_value_of_a_missing_card.")
     assert not any(i.signals.get("test_prior") for i in named.items)
+    by_path = pack(indexed, prompt + "It is like tests/test_reader.py does.")  # a test file of this tree
+    assert not any(i.signals.get("test_prior") for i in by_path.items)
+    own = pack(indexed, prompt + "My reproducer is header_repro_test.py.")  # the reporter's file, not ours
+    assert {i.path for i in own.items if i.signals.get("test_prior")} == {"tests/test_reader.py"}
 
 
 def test_long_prompts_search_their_rarest_terms_and_short_ones_are_unchanged(indexed):

@@ -79,11 +79,21 @@ def is_long(parts: PromptParts) -> bool:
     return parts.chars > LONG_PROMPT_CHARS or parts.structured
 
 
-def tests_wanted(prompt: str, parts: PromptParts, strict: bool) -> bool:
-    """Whether test files keep their full weight: a long prompt must name a test (a test
-    file, a test's name, a frame in a test); a short one need only talk about tests."""
+_TEST_NAME = re.compile(r"^(?:test_|Test[A-Z])")
+
+
+def tests_wanted(prompt: str, parts: PromptParts, strict: bool, clue_files: list[str] | None = None) -> bool:
+    """Whether test files keep their full weight: a long prompt must name a test of this
+    repository — a test file its frames or paths resolved to (``clue_files``; a reporter's
+    own ``repro_test.py`` is not one), or a test's name (``test_x``, ``TestX``) — while a short
+    one need only talk about tests. Without ``clue_files`` (before resolution) a frame or
+    path that looks like a test counts."""
     if strict and is_long(parts):
-        return parts.about_tests()
+        if any(_TEST_NAME.match(i.rsplit(".", 1)[-1]) for i in parts.identifiers):
+            return True
+        if clue_files is None:
+            return parts.about_tests()
+        return any(is_test_path(f) for f in clue_files)
     return about_tests(prompt)
 
 
@@ -257,8 +267,8 @@ def retrieve(
     if mode in (VECTOR, HYBRID) and query_vector is not None and dense is not None:
         lists.extend(_vector_lists(query_vector, dense, config, kinds, signals))
 
-    tests_ok = tests_wanted(text, parts, config.strict_test_prior)
-    found = resolve(conn, parts, tests_ok=tests_ok)
+    found = resolve(conn, parts, tests_ok=tests_wanted(text, parts, config.strict_test_prior))
+    tests_ok = tests_wanted(text, parts, config.strict_test_prior, found.files)
     if clues is not None:
         clues.__dict__.update(found.__dict__)
     lists.extend(_clue_lists(conn, found, config, kinds, signals))
@@ -361,8 +371,9 @@ def select(
         return []
     parts = parts if parts is not None else analyze(prompt)
     clue_files = clues.files if clues is not None else []
-    tests_ok = tests_wanted(prompt, parts, config.strict_test_prior)
-    if config.strict_test_prior and is_long(parts):  # a bug report says "docs" without meaning doc/ examples
+    tests_ok = tests_wanted(prompt, parts, config.strict_test_prior, clue_files if clues is not None else None)
+    examples_strict = config.strict_test_prior and is_long(parts)
+    if examples_strict:  # a bug report says "docs" without meaning doc/ examples: as a test then
         examples_ok = any(_EXAMPLE_PATH.search(p) for p in clue_files)
     else:
         examples_ok = bool(_MENTIONS_EXAMPLES.search(prompt[:20_000]))
@@ -377,7 +388,7 @@ def select(
             prior *= config.test_prior
             hit.signals["test_prior"] = True
         elif not examples_ok and _EXAMPLE_PATH.search(hit.path):
-            prior *= EXAMPLE_PRIOR
+            prior *= config.test_prior if examples_strict else EXAMPLE_PRIOR
         hit.signals["prior"] = round(prior, 3)
         hit.score *= prior
     if config.file_rank_weight > 0:

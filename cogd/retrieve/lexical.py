@@ -74,7 +74,8 @@ LOG_WORDS = frozenset(
     screenshots screenshot additional context steps results output tools extensions extension windows linux
     macos ubuntu bug report""".split()
 )
-MAX_IDF_CANDIDATES = 120  # terms of a long prompt whose document frequency is looked up
+MAX_IDF_CANDIDATES = 120
+SHORT_PROMPT_CHARS = 400  # up to this long and 48 terms, a prompt is searched by all its words, as it always was  # terms of a long prompt whose document frequency is looked up
 _FTS_TOKENIZER = "porter unicode61 remove_diacritics 2"  # the index's (cogd.index.store)
 
 
@@ -112,8 +113,9 @@ def weighted_terms(conn: sqlite3.Connection, text: str, boosts: dict[str, float]
                    max_terms: int = MAX_QUERY_TERMS) -> list[str]:
     """The search terms of a prompt, chosen by weight rather than by order of appearance.
 
-    A prompt with at most ``max_terms`` distinct terms keeps them all, in order (exactly
-    :func:`query_terms`: short prompts cost nothing more). A longer one keeps the
+    A prompt of at most ``SHORT_PROMPT_CHARS`` characters and ``max_terms`` distinct terms keeps
+    them all, in order (exactly :func:`query_terms`: short prompts cost nothing more). A longer
+    one (an issue template of 40 words included) keeps at most the
     ``max_terms`` terms with the highest ``boost × (1 + ln tf) × idf``: ``tf`` the term's count in
     the prompt, ``boost`` from ``boosts`` (e.g. 3 for a word of an identifier or a frame, 1 for
     prose; default 1), ``idf = ln(1 + (N − df + 0.5) / (df + 0.5))`` (the BM25 IDF of Robertson &
@@ -122,7 +124,7 @@ def weighted_terms(conn: sqlite3.Connection, text: str, boosts: dict[str, float]
     chosen terms, best first. Raises sqlite3.Error when the index is unreadable.
     """
     terms = query_terms(text, max_terms=1 << 30)
-    if len(terms) <= max_terms:
+    if len(terms) <= max_terms and len(text) <= SHORT_PROMPT_CHARS:
         return terms
     if "://" in text or "www." in text:  # a link's words name another site, not this code
         text = _URL.sub(" ", text)

@@ -292,13 +292,19 @@ def analyze(prompt: str) -> PromptParts:
                 messages.append(m.group(1).strip())
     parts.messages = _distinct(messages, 40)
     if "-" in text:
-        parts.symbols = _distinct((m.group(1) for m in _KEBAB.finditer(text)), 40)
+        # Symbols in prose, in backticks or in parentheses (a linter's "(unused-import)"); not
+        # the class names of pasted HTML or the flags of a shell session inside code blocks.
+        spans = [prose] + [m.group(1) for m in _BACKTICK.finditer(text)] if "`" in text else [prose]
+        found = [m.group(1) for span in spans for m in _KEBAB.finditer(span)]
+        found += [m.group(1) for m in _PAREN_KEBAB.finditer(text)]
+        parts.symbols = _distinct(found, 40)
     if '"' in text or "'" in text:
         parts.literals = _distinct(m.group(1) or m.group(2) for m in _LITERAL.finditer(text))
     return parts
 
 
 _KEBAB = re.compile(r"(?<![\w/.-])-{0,2}([a-z][a-z0-9]+(?:-[a-z][a-z0-9]*)+)(?![\w/-])")
+_PAREN_KEBAB = re.compile(r"\((-{0,2}[a-z][a-z0-9]+(?:-[a-z][a-z0-9]*)+)\)")
 _MESSAGE_WORDS = re.compile(r"[A-Za-z][A-Za-z_]*")
 _QUOTED = re.compile(r"'[^'\n]*'|\"[^\"\n]*\"|`[^`\n]*`|\S*[\d/\\.<>=]\S*")
 
