@@ -228,3 +228,40 @@ def test_a_printed_error_finds_the_code_that_raises_it(indexed):
     assert first.signals["message_rank"] == 1
     assert "error message “value missing for keyword SIMPLE in block primary”" in first.as_dict()["reason"]
     assert pack(indexed, text, message_weight=0.0).items[0].entity_id != "pkg/keywords.py::require_keyword"
+
+
+# ---------------------------------------------------------------- through the real daemon and hook
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    """One lexical-only daemon on the module's repository, stopped at the end of the module."""
+    from conftest import lexical_only, running_daemon
+
+    root = lexical_only(make_repo(tmp_path_factory.mktemp("prompt-served") / "repo", REPO))
+    with running_daemon(root):
+        yield root
+
+
+REPORT = (LONG_PROSE * 12 + '\nTraceback (most recent call last):\n'
+          '  File "/opt/env/lib/python3.11/site-packages/pkg/reader.py", line 17, in header_value\n'
+          "    raise KeyError(key)\nKeyError: 'b'\n")
+
+
+def test_explain_names_the_frame_and_the_hook_leads_with_it_for_a_long_report(served):
+    import json
+
+    from conftest import HOOK_DEADLINE_MS, payload, run_cogd, run_hook
+
+    assert len(REPORT) > 4_000  # the traceback sits after pages of prose
+    out = run_cogd(served, "context", REPORT, "--mode", "bm25", "--explain")
+    shown = " ".join(out.stderr.split())  # the console wraps long lines
+    assert "1. pkg/reader.py::header_value why: BM25 #" in shown and "traceback frame 1 (reader.py:17 in" in shown
+    items = json.loads(run_cogd(served, "context", REPORT, "--mode", "bm25", "--json").stdout)["items"]
+    assert items[0]["entity_id"] == "pkg/reader.py::header_value"
+    assert items[0]["reason"].startswith("BM25 #") and "traceback frame 1 (reader.py:17 in header_value)" in items[0]["reason"]
+    proc, _seconds = run_hook("prompt-submit", payload("user_prompt_submit.json", served, prompt=REPORT),
+                              deadline_ms=HOOK_DEADLINE_MS)
+    assert proc.returncode == 0
+    context = json.loads(proc.stdout)["hookSpecificOutput"]["additionalContext"]
+    first = context.split("\n1. ", 1)[1].split("\n", 1)[0]
+    assert first.startswith("`pkg/reader.py:") and "**header_value**" in first
