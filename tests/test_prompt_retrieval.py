@@ -265,3 +265,15 @@ def test_explain_names_the_frame_and_the_hook_leads_with_it_for_a_long_report(se
     context = json.loads(proc.stdout)["hookSpecificOutput"]["additionalContext"]
     first = context.split("\n1. ", 1)[1].split("\n", 1)[0]
     assert first.startswith("`pkg/reader.py:") and "**header_value**" in first
+
+
+def test_a_hostile_megabyte_prompt_is_bounded(indexed):
+    import time
+
+    hostile = "".join(f'  File "/x/{n}/pkg/reader{n}.py", line {n}, in f{n}\n src/m{n}.rs:1:1 a-b-{n} `X{n}.y`\n'
+                      for n in range(12_000))
+    assert len(hostile) > 1_000_000
+    start = time.monotonic()
+    result = pack(indexed, hostile)
+    assert time.monotonic() - start < 20  # bounded work (a few seconds on a busy machine), never a hang
+    assert len(result.text) <= 9_500

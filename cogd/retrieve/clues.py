@@ -28,6 +28,7 @@ from cogd.retrieve.prompt import Frame, PromptParts, describe_frame
 MAX_CANDIDATE_FILES = 3  # a bare file name matching more files than this names none of them
 MAX_DEFINITIONS = 4  # an identifier defined in more places than this is not a clue
 MAX_IDENTIFIERS = 60
+MAX_PATHS = 40  # paths looked up per prompt (frames' first): each distinct file name is one query
 _DEF_KINDS = ("function", "method", "class")
 # Frame forms whose innermost frame is printed last (Python: "most recent call last").
 _INNERMOST_LAST = ("python", "ipython", "pytest")
@@ -122,7 +123,7 @@ def resolve(conn: sqlite3.Connection, parts: PromptParts, *, tests_ok: bool) -> 
     clues = Clues()
     if not (parts.frames or parts.paths or parts.identifiers):
         return clues
-    resolved = resolve_paths(conn, parts.paths) if parts.paths else {}
+    resolved = resolve_paths(conn, parts.paths[:MAX_PATHS]) if parts.paths else {}
     for frame in _ordered_frames(parts, tests_ok):
         path = resolved.get(frame.path)
         if path is None:
