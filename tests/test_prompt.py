@@ -170,5 +170,8 @@ def test_logged_warnings_and_error_messages_become_phrases_and_links_are_not_cod
 
 
 def test_hyphenated_names_are_symbols():
-    parts = analyze("`unused-import` is emitted with --ignore-paths set; a so-called false positive (W0611).")
+    parts = analyze("`unused-import` is emitted with --ignore-paths set; a so-called false positive.\n\n"
+                    "```\na.py:3:0: W0611: Unused import abc (unused-import)\n"
+                    "a.py:9:0: C0301: Line too long (130/100) (line-too-long)\n<div class=\"sig-paren\">\n```\n")
     assert parts.symbols == ["unused-import", "ignore-paths", "so-called"]
+    assert parts.printed_symbols == ["line-too-long"]  # not the HTML class, not a repeat

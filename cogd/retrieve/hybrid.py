@@ -177,29 +177,36 @@ def _vector_lists(query_vector: np.ndarray, dense: DenseIndex, config: RetrieveC
 def _message_list(conn: sqlite3.Connection, parts: PromptParts, config: RetrieveConfig,
                   kinds: tuple[str, ...] | None, signals: dict[str, dict],
                   tests_ok: bool) -> list[tuple[str, float, list[str]]]:
-    """The entities holding the words of the prompt's printed errors and warnings (three-word
-    phrases of them, :func:`cogd.retrieve.lexical.message_trigrams`) or its hyphenated names
-    (``unused-import``, ``--ignore-paths``, as phrases): the source of a message or a symbol
-    spells it, whatever the prose around it says."""
-    if config.message_weight <= 0 or not (parts.messages or parts.symbols):
+    """Two phrase lists (:func:`cogd.retrieve.lexical.phrase_search`): the hyphenated names of
+    the prose (``unused-import``, ``--ignore-paths``, as phrases), and the prompt's printed
+    errors and warnings (three-word phrases of them, :func:`cogd.retrieve.lexical.message_trigrams`,
+    with the symbols of pasted output): the source of a message or a symbol spells it, whatever
+    the prose around it says. Tests come after the code in both unless the prompt is about tests."""
+    if config.message_weight <= 0:
         return []
     phrases: list[str] = []
     for message in parts.messages[:12]:
         phrases.extend(message_phrases(message))
-    symbols = [s.replace("-", " ") for s in parts.symbols[:12]]  # the index's tokenizer splits on "-"
-    found = phrase_search(conn, symbols + message_trigrams(phrases), limit=config.candidates, kinds=kinds)
-    if not tests_ok:  # tests spell the messages they expect: the code that prints them first
-        found = [h for h in found if not is_test_path(h.path)] + [h for h in found if is_test_path(h.path)]
-    if parts.messages:
-        label = f"error message “{parts.messages[0][:60]}”" if len(parts.messages) == 1 else "a printed message"
-    else:
-        label = f"symbol `{parts.symbols[0]}`" if len(parts.symbols) == 1 else "a hyphenated name"
-    for rank, hit in enumerate(found, 1):
-        sig = signals.setdefault(hit.id, {})
-        sig["message_rank"] = rank
-        if "part" not in sig or str(sig["part"]).startswith("prose window"):
-            sig["part"] = label
-    return [("message", config.message_weight, [h.id for h in found])] if found else []
+    printed = [s.replace("-", " ") for s in parts.printed_symbols[:12]]  # the tokenizer splits on "-"
+    wanted = (
+        ("symbol", [s.lstrip("-").replace("-", " ") for s in parts.symbols[:12]],
+         f"symbol `{parts.symbols[0]}`" if len(parts.symbols) == 1 else "a hyphenated name"),
+        ("message", printed + message_trigrams(phrases),
+         f"error message “{parts.messages[0][:60]}”" if len(parts.messages) == 1 else "a printed message"),
+    )
+    lists = []
+    for name, queries, label in wanted:
+        found = phrase_search(conn, queries, limit=config.candidates, kinds=kinds) if queries else []
+        if not tests_ok:  # tests spell the messages they expect: the code that prints them first
+            found = [h for h in found if not is_test_path(h.path)] + [h for h in found if is_test_path(h.path)]
+        for rank, hit in enumerate(found, 1):
+            sig = signals.setdefault(hit.id, {})
+            sig[f"{name}_rank"] = rank
+            if "part" not in sig or str(sig["part"]).startswith("prose window"):
+                sig["part"] = label
+        if found:
+            lists.append((name, config.message_weight, [h.id for h in found]))
+    return lists
 
 
 def _clue_lists(conn: sqlite3.Connection, found: Clues, config: RetrieveConfig, kinds: tuple[str, ...] | None,

@@ -97,8 +97,10 @@ class PromptParts:
     paths included); ``identifiers`` names of code; ``errors`` exception lines as
     ``Type: message``; ``messages`` the text of errors and of logged warnings (``WARNING: …``,
     ``file.rst:12: …``), words a program printed and so likely spelled in its source;
-    ``symbols`` hyphenated names (a message symbol ``unused-import``, an option
-    ``--ignore-paths``: spelled as strings in the code, split by the index's tokenizer);
+    ``symbols`` hyphenated names in the prose or in backticks (a message symbol
+    ``unused-import``, an option ``--ignore-paths``: spelled as strings in the code, split by
+    the index's tokenizer); ``printed_symbols`` those only in parentheses of pasted output
+    (a linter's ``(line-too-long)``: about the reporter's code as often as about this one);
     ``literals`` quoted strings; ``code`` the code blocks' text;
     ``prose`` the text outside code blocks and tracebacks; ``chars`` the prompt's size.
     """
@@ -109,6 +111,7 @@ class PromptParts:
     errors: list[str] = field(default_factory=list)
     messages: list[str] = field(default_factory=list)
     symbols: list[str] = field(default_factory=list)
+    printed_symbols: list[str] = field(default_factory=list)
     literals: list[str] = field(default_factory=list)
     code: list[str] = field(default_factory=list)
     prose: str = ""
@@ -295,9 +298,9 @@ def analyze(prompt: str) -> PromptParts:
         # Symbols in prose, in backticks or in parentheses (a linter's "(unused-import)"); not
         # the class names of pasted HTML or the flags of a shell session inside code blocks.
         spans = [prose] + [m.group(1) for m in _BACKTICK.finditer(text)] if "`" in text else [prose]
-        found = [m.group(1) for span in spans for m in _KEBAB.finditer(span)]
-        found += [m.group(1) for m in _PAREN_KEBAB.finditer(text)]
-        parts.symbols = _distinct(found, 40)
+        parts.symbols = _distinct((m.group(1) for span in spans for m in _KEBAB.finditer(span)), 40)
+        parts.printed_symbols = _distinct((m.group(1).lstrip("-") for m in _PAREN_KEBAB.finditer(text)
+                                           if m.group(1) not in parts.symbols), 40)
     if '"' in text or "'" in text:
         parts.literals = _distinct(m.group(1) or m.group(2) for m in _LITERAL.finditer(text))
     return parts
