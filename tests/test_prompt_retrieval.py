@@ -277,3 +277,26 @@ def test_a_hostile_megabyte_prompt_is_bounded(indexed):
     result = pack(indexed, hostile)
     assert time.monotonic() - start < 20  # bounded work (a few seconds on a busy machine), never a hang
     assert len(result.text) <= 9_500
+
+
+def test_a_long_prompt_leaves_no_transaction_open_on_a_readers_connection(tmp_path):
+    """The term statistics write a temporary table; a pending transaction would freeze a
+    daemon reader's snapshot of the index at its first long prompt."""
+    from cogd.index import store
+    from cogd.index.indexer import Indexer
+    from cogd.retrieve.lexical import bm25_search
+
+    root = make_repo(tmp_path / "repo", {"pkg/__init__.py": "", "pkg/reader.py": READER})
+    indexer = Indexer(root, tmp_path / "index.db")
+    indexer.refresh()
+    reader = store.connect(tmp_path / "index.db", readonly=True)
+    try:
+        long_prompt = " ".join(f"word{n}x" for n in range(80)) + " header cards"
+        assert sorted(weighted_terms(reader, long_prompt)) == ["cards", "header"]
+        assert not reader.in_transaction
+        (root / "pkg" / "later.py").write_text("def stamp_voucher(voucher):\n    return voucher\n", encoding="utf-8")
+        indexer.refresh()
+        assert [h.id for h in bm25_search(reader, "stamp voucher")][:1] == ["pkg/later.py::stamp_voucher"]
+    finally:
+        reader.close()
+        indexer.close()

@@ -90,21 +90,33 @@ def document_frequencies(conn: sqlite3.Connection, terms: list[str]) -> tuple[di
     """
     if not terms:
         return {}, 0
-    conn.execute(f"CREATE VIRTUAL TABLE IF NOT EXISTS temp.cogd_query USING fts5(t, tokenize = '{_FTS_TOKENIZER}')")
-    conn.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.cogd_query_words USING fts5vocab(temp, cogd_query, 'instance')")
-    conn.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.cogd_index_words USING fts5vocab(main, entities_fts, 'row')")
-    conn.execute("DELETE FROM temp.cogd_query")
-    conn.executemany("INSERT INTO temp.cogd_query(rowid, t) VALUES (?, ?)", list(enumerate(terms, 1)))
-    words: dict[int, list[str]] = {}
-    for word, row in conn.execute("SELECT term, doc FROM temp.cogd_query_words"):
-        words.setdefault(row, []).append(word)
+    # The temporary table is written (DML), and Python's sqlite3 opens a transaction before
+    # DML: left open, it would pin this connection's read snapshot of the index for good (a
+    # daemon's reader would keep answering from the index as it was at its first long prompt).
+    # So the writes are committed or rolled back here, never left pending.
+    opened = not conn.in_transaction
+    try:
+        conn.execute(f"CREATE VIRTUAL TABLE IF NOT EXISTS temp.cogd_query USING fts5(t, tokenize = '{_FTS_TOKENIZER}')")
+        conn.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.cogd_query_words USING fts5vocab(temp, cogd_query, 'instance')")
+        conn.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.cogd_index_words USING fts5vocab(main, entities_fts, 'row')")
+        conn.execute("DELETE FROM temp.cogd_query")
+        conn.executemany("INSERT INTO temp.cogd_query(rowid, t) VALUES (?, ?)", list(enumerate(terms, 1)))
+        words: dict[int, list[str]] = {}
+        for word, row in conn.execute("SELECT term, doc FROM temp.cogd_query_words"):
+            words.setdefault(row, []).append(word)
+        conn.execute("DELETE FROM temp.cogd_query")
+        if opened and conn.in_transaction:
+            conn.commit()
+    except BaseException:
+        if opened and conn.in_transaction:
+            conn.rollback()
+        raise
     distinct = sorted({w for ws in words.values() for w in ws})
     df: dict[str, int] = {}
     for start in range(0, len(distinct), 500):
         chunk = distinct[start:start + 500]
         df.update(conn.execute(f"SELECT term, doc FROM temp.cogd_index_words WHERE term IN ({','.join('?' * len(chunk))})",
                                chunk).fetchall())
-    conn.execute("DELETE FROM temp.cogd_query")
     total = conn.execute("SELECT count(*) FROM entities").fetchone()[0]
     return {term: min((df.get(w, 0) for w in words.get(n, [])), default=0) for n, term in enumerate(terms, 1)}, total
 
