@@ -175,3 +175,33 @@ def test_hyphenated_names_are_symbols():
                     "a.py:9:0: C0301: Line too long (130/100) (line-too-long)\n<div class=\"sig-paren\">\n```\n")
     assert parts.symbols == ["unused-import", "ignore-paths", "so-called"]
     assert parts.printed_symbols == ["line-too-long"]  # not the HTML class, not a repeat
+
+
+def test_prose_windows_are_embedded_in_one_batch_and_cached(tmp_path):
+    """The daemon's query side of the windows, with the real bundled model."""
+    import numpy as np
+
+    from cogd.config import EmbedConfig
+    from cogd.daemon.embedder import EmbeddingWorker
+    from cogd.embed.encoder import Encoder
+    from cogd.embed.model import resolve_model
+    from cogd.retrieve.prompt import prose_windows
+
+    worker = EmbeddingWorker(tmp_path / "index", tmp_path / "index.db", EmbedConfig(model="minilm"))
+    worker.encoder = Encoder(resolve_model(EmbedConfig(model="minilm")), threads=1, max_tokens=256, batch_size=8)
+    worker.model_id = "minilm-test"
+    report = "Napoleon drops attribute types\n" + "\n\n".join(
+        f"Paragraph {n}: the attribute section of a Google style docstring loses its type. " * 8 for n in range(5))
+    windows = prose_windows(report)
+    assert len(windows) == 4
+    vectors = worker.query_vectors(windows)
+    assert vectors.shape == (4, 384) and vectors.dtype == np.float32
+    for row, window in zip(vectors, windows):
+        assert float(row @ worker.encoder.encode_query(window)) > 0.9999  # the same vector as one by one
+
+    def refuse(texts, **kwargs):  # cached now: the encoder must not run again
+        raise AssertionError(f"encoded again: {len(texts)} texts")
+
+    worker.encoder.encode = refuse
+    assert np.array_equal(worker.query_vectors(windows), vectors)
+    assert worker.query_vectors([]) is None
