@@ -61,9 +61,30 @@ Scoring (the data README's, made precise)
   ``query_mentions_gold_file`` and function metrics (over tasks that have gold
   functions) by ``query_mentions_gold_function``.
 
+Issue-style prompts (SWE-bench instances)
+-----------------------------------------
+``--tasks`` may name ``../shared/eval-data/swebench_dev.jsonl`` (rows with ``base_commit``):
+then each repository's instances are replayed in their own scratch tree and daemon, sorted by
+``base_commit_date`` (``--repos A,B`` picks repositories and their order), each ``--git-dir``
+given as ``OWNER/NAME=PATH``. A task's ``parent`` is its base commit; ``query_mentions_gold_file``
+means the statement spells a gold path or file name, ``…_function`` a gold function's own
+name. A mirror may lack a few large blobs: the move then writes the tree from ``ls-tree`` and
+``cat-file`` without them (recorded per commit in the JSON as ``missing_blobs``). The report
+adds one table per arm with a row per repository and in total, beside the data README's BM25
+reference: file Acc@1/@5, file R@5, file MRR, function Acc@10, function MRR, function recall
+within 2,000 and 8,000 tokens.
+
+``--variants 'name:section.key=value,…;name2:…'`` (bm25 arm): after the hook, each task's pack
+is also built in this process (cogd imported; the index read-only; no ledger feedback) under
+each variant's settings and scored alike, so parts of the ranking are compared on one replay
+(the same scoring: with every setting at its default the variant equals the hook's pack).
+
 How to run
 ----------
     python scripts/eval_retrieval.py --git-dir /path/to/click.git [--arms bm25] [--limit 10]
+    python scripts/eval_retrieval.py --tasks ../shared/eval-data/swebench_dev.jsonl --arms bm25 \
+        --git-dir sphinx-doc/sphinx=S --git-dir astropy/astropy=A --git-dir pylint-dev/pylint=P \
+        [--variants 'base:retrieve.idf_terms=false;…'] [--repos pylint-dev/pylint]
 
 Options: ``--tasks PATH`` (default ``../shared/eval-data/commits/pallets__click.jsonl``
 from the project root), ``--last 150`` (the newest N tasks: the rows of the
