@@ -218,34 +218,8 @@ def _blocks(text: str) -> tuple[list[str], str]:
     return [c for c in code if c.strip()], "\n".join(prose)
 
 
-def analyze(prompt: str) -> PromptParts:
-    """Split ``prompt`` into its parts (see the module docstring).
-
-    One tokenising pass classifies words, dotted names, calls and paths; the frame
-    patterns run only when a cheap substring test says their form may be present.
-
-    Args:
-        prompt: the user's text, any size; only the first and last ``MAX_PROMPT_CHARS / 2``
-            characters of a longer one are read (a traceback sits at the end of a log).
-
-    Returns:
-        :class:`PromptParts`. Never raises on any string.
-    """
-    text = prompt.replace("\r\n", "\n").replace("\r", "\n") if "\r" in prompt else prompt
-    if len(text) > MAX_PROMPT_CHARS:
-        half = MAX_PROMPT_CHARS // 2
-        text = text[:half] + "\n" + text[-half:]
-    parts = PromptParts(chars=len(prompt))
-    if "://" in text or "www." in text:  # a link's words name another site, not this code
-        text = _URL.sub(" ", text)
-    parts.frames = _frames(text)
-    parts.code, prose = _blocks(text)
-    if parts.frames:
-        prose = _TRACE_LINE.sub("", prose)
-    if "Error" in prose or "Exception" in prose or "Warning" in prose:
-        prose = _ERROR_LINE.sub("", prose)
-    parts.prose = prose.strip()
-
+def _names(text: str, parts: PromptParts) -> None:
+    """Fill ``parts.paths`` and ``parts.identifiers`` from the frames, backticks and one token pass."""
     paths: list[str] = [f.path for f in parts.frames]
     identifiers: list[str] = [f.function for f in parts.frames if f.function and not f.function.startswith("<")]
     if "`" in text:
@@ -281,6 +255,10 @@ def analyze(prompt: str) -> PromptParts:
     parts.paths = kept[:MAX_ITEMS]
     parts.identifiers = _distinct(i for i in identifiers if len(i) > 2 and not i.startswith("__main"))
 
+
+
+def _printed(text: str, prose: str, parts: PromptParts) -> None:
+    """Fill ``parts.errors``, ``messages``, ``symbols``, ``printed_symbols`` and ``literals``."""
     if "Error" in text or "Exception" in text or "Warning" in text or "Fault" in text or "Failure" in text:
         errors = []
         for m in _ERROR_LINE.finditer(text):
@@ -303,6 +281,38 @@ def analyze(prompt: str) -> PromptParts:
                                            if m.group(1) not in parts.symbols), 40)
     if '"' in text or "'" in text:
         parts.literals = _distinct(m.group(1) or m.group(2) for m in _LITERAL.finditer(text))
+
+
+def analyze(prompt: str) -> PromptParts:
+    """Split ``prompt`` into its parts (see the module docstring).
+
+    One tokenising pass classifies words, dotted names, calls and paths; the frame
+    patterns run only when a cheap substring test says their form may be present.
+
+    Args:
+        prompt: the user's text, any size; only the first and last ``MAX_PROMPT_CHARS / 2``
+            characters of a longer one are read (a traceback sits at the end of a log).
+
+    Returns:
+        :class:`PromptParts`. Never raises on any string.
+    """
+    text = prompt.replace("\r\n", "\n").replace("\r", "\n") if "\r" in prompt else prompt
+    if len(text) > MAX_PROMPT_CHARS:
+        half = MAX_PROMPT_CHARS // 2
+        text = text[:half] + "\n" + text[-half:]
+    parts = PromptParts(chars=len(prompt))
+    if "://" in text or "www." in text:  # a link's words name another site, not this code
+        text = _URL.sub(" ", text)
+    parts.frames = _frames(text)
+    parts.code, prose = _blocks(text)
+    if parts.frames:
+        prose = _TRACE_LINE.sub("", prose)
+    if "Error" in prose or "Exception" in prose or "Warning" in prose:
+        prose = _ERROR_LINE.sub("", prose)
+    parts.prose = prose.strip()
+
+    _names(text, parts)
+    _printed(text, prose, parts)
     return parts
 
 
