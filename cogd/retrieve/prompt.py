@@ -54,9 +54,8 @@ _ERROR_LINE = re.compile(
     r"(?::[ \t]*([^\n]{0,300}))?$", re.M)
 _URL = re.compile(r"\b(?:https?|ftp)://[^\s<>()\[\]\"']+|\bwww\.[^\s<>()\[\]\"']+")
 # A logged warning or error: "WARNING: msg", "ERROR: msg", "path.ext:12: WARNING: msg", "x.rst:3:msg".
-_LOGGED = re.compile(r"^\s*(?:\S+:\d+:\s*)?(?:(?:WARNING|ERROR|CRITICAL|SEVERE|FATAL|warning|error)(?:\s*\(\w+\))?:\s*)?"
-                     r"([A-Za-z][^\n]{8,300})$", re.M)
-_LOG_PREFIX = re.compile(r"^\s*(?:\S+:\d+:|(?:WARNING|ERROR|CRITICAL|SEVERE|FATAL|warning|error)\b)")
+_LEVEL = r"(?:WARNING|ERROR|CRITICAL|SEVERE|FATAL|warning|error)(?:\s*\(\w+\))?:\s*"
+_LOGGED = re.compile(r"^\s*(?:\S+:\d+:\s*(?:" + _LEVEL + r")?|" + _LEVEL + r")([A-Za-z][^\n]{8,300})$", re.M)
 # Lines of a traceback outside a code block: its header, frame lines and the source line under each.
 _TRACE_LINE = re.compile(r'^(?:Traceback \(most recent call last\):?|\s*File "[^\n]*|\s+at \S[^\n]*|'
                          r'\S+\.py(?:x)?(?::\d+:| in )[^\n]*|-*> ?\d+[^\n]*)\n?', re.M)
@@ -218,17 +217,16 @@ def _blocks(text: str) -> tuple[list[str], str]:
     return [c for c in code if c.strip()], "\n".join(prose)
 
 
-def _names(text: str, parts: PromptParts) -> None:
+def _names(text: str, parts: PromptParts, ticked: list[str]) -> None:
     """Fill ``parts.paths`` and ``parts.identifiers`` from the frames, backticks and one token pass."""
     paths: list[str] = [f.path for f in parts.frames]
     identifiers: list[str] = [f.function for f in parts.frames if f.function and not f.function.startswith("<")]
-    if "`" in text:
-        for m in _BACKTICK.finditer(text):
-            inner = m.group(1).strip()
-            if inner.endswith("()"):
-                inner = inner[:-2]
-            if _IDENT.fullmatch(inner) and not _PATH_TOKEN.search(inner):
-                identifiers.append(inner)
+    for inner in ticked:
+        inner = inner.strip()
+        if inner.endswith("()"):
+            inner = inner[:-2]
+        if _IDENT.fullmatch(inner) and not _PATH_TOKEN.search(inner):
+            identifiers.append(inner)
     for token in dict.fromkeys(_TOKEN.findall(text)):
         call = token.endswith("(")
         if call:
@@ -257,7 +255,7 @@ def _names(text: str, parts: PromptParts) -> None:
 
 
 
-def _printed(text: str, prose: str, parts: PromptParts) -> None:
+def _printed(text: str, prose: str, parts: PromptParts, ticked: list[str]) -> None:
     """Fill ``parts.errors``, ``messages``, ``symbols``, ``printed_symbols`` and ``literals``."""
     if "Error" in text or "Exception" in text or "Warning" in text or "Fault" in text or "Failure" in text:
         errors = []
@@ -268,15 +266,14 @@ def _printed(text: str, prose: str, parts: PromptParts) -> None:
     messages = [e.split(": ", 1)[1] for e in parts.errors if ": " in e]
     if ":" in text:
         for m in _LOGGED.finditer(text):
-            line = m.group(0)
-            if _LOG_PREFIX.match(line) and not _PY_FRAME.match(line):
+            if not _PY_FRAME.match(m.group(0)):
                 messages.append(m.group(1).strip())
     parts.messages = _distinct(messages, 40)
     if "-" in text:
         # Symbols in prose, in backticks or in parentheses (a linter's "(unused-import)"); not
         # the class names of pasted HTML or the flags of a shell session inside code blocks.
-        spans = [prose] + [m.group(1) for m in _BACKTICK.finditer(text)] if "`" in text else [prose]
-        parts.symbols = _distinct((m.group(1) for span in spans for m in _KEBAB.finditer(span)), 40)
+        spans = [prose, *ticked]
+        parts.symbols = _distinct((name for span in spans for name in _kebab_words(span)), 40)
         parts.printed_symbols = _distinct((m.group(1).lstrip("-") for m in _PAREN_KEBAB.finditer(text)
                                            if m.group(1) not in parts.symbols), 40)
     if '"' in text or "'" in text:
@@ -311,12 +308,26 @@ def analyze(prompt: str) -> PromptParts:
         prose = _ERROR_LINE.sub("", prose)
     parts.prose = prose.strip()
 
-    _names(text, parts)
-    _printed(text, prose, parts)
+    ticked = [m.group(1) for m in _BACKTICK.finditer(text)] if "`" in text else []
+    _names(text, parts, ticked)
+    _printed(text, prose, parts, ticked)
     return parts
 
 
-_KEBAB = re.compile(r"(?<![\w/.-])-{0,2}([a-z][a-z0-9]+(?:-[a-z][a-z0-9]*)+)(?![\w/-])")
+_KEBAB = re.compile(r"-{0,2}([a-z][a-z0-9]+(?:-[a-z][a-z0-9]*)+)")
+
+
+def _kebab_words(text: str) -> list[str]:
+    """Hyphenated lower-case names among the whitespace-separated words of ``text`` (quotes,
+    brackets and punctuation around them stripped; ``--`` of an option dropped). A split and a
+    match per hyphenated word: a scanning pattern costs five times more on a 10 KB report."""
+    out = []
+    for word in text.split():
+        if "-" in word:
+            match = _KEBAB.fullmatch(word.strip("`'\"()[]{},.;:!?"))
+            if match:
+                out.append(match.group(1))
+    return out
 _PAREN_KEBAB = re.compile(r"\((-{0,2}[a-z][a-z0-9]+(?:-[a-z][a-z0-9]*)+)\)")
 _MESSAGE_WORDS = re.compile(r"[A-Za-z][A-Za-z_]*")
 _QUOTED = re.compile(r"'[^'\n]*'|\"[^\"\n]*\"|`[^`\n]*`|\S*[\d/\\.<>=]\S*")
