@@ -86,6 +86,17 @@ class RetrieveConfig:
     vector_weight: float = 1.0  # weight of the KNN list in the fusion
     expand_decay: float = 0.3  # share of a seed's fused score passed one hop along an edge
     mmr_lambda: float = 0.7  # MMR trade-off: 1.0 = relevance only, 0.0 = diversity only
+    # Prompt analysis (cogd.retrieve.prompt, cogd.retrieve.clues): fusion weights of the lists of
+    # entities that traceback frames, file paths and identifiers of the prompt name; 0 = off.
+    frame_weight: float = 2.0
+    path_weight: float = 1.5
+    identifier_weight: float = 1.0
+    message_weight: float = 1.0  # ... of the entities holding the words of its printed errors and warnings
+    idf_terms: bool = True  # a long prompt's BM25 terms chosen by IDF and part, not order (lexical.weighted_terms)
+    strict_test_prior: bool = True  # a long prompt keeps tests at full weight only when it names a test
+    vendor_prior: float = 0.3  # score × this for vendored third-party code the prompt does not name; 1 = off
+    test_prior: float = 0.5  # score × this for tests when the prompt is not about tests
+    file_rank_weight: float = 0.5  # file-level ranking: share of a file's aggregated evidence its entities gain
 
 
 @dataclass

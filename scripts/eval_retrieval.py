@@ -61,9 +61,30 @@ Scoring (the data README's, made precise)
   ``query_mentions_gold_file`` and function metrics (over tasks that have gold
   functions) by ``query_mentions_gold_function``.
 
+Issue-style prompts (SWE-bench instances)
+-----------------------------------------
+``--tasks`` may name ``../shared/eval-data/swebench_dev.jsonl`` (rows with ``base_commit``):
+then each repository's instances are replayed in their own scratch tree and daemon, sorted by
+``base_commit_date`` (``--repos A,B`` picks repositories and their order), each ``--git-dir``
+given as ``OWNER/NAME=PATH``. A task's ``parent`` is its base commit; ``query_mentions_gold_file``
+means the statement spells a gold path or file name, ``…_function`` a gold function's own
+name. A mirror may lack a few large blobs: the move then writes the tree from ``ls-tree`` and
+``cat-file`` without them (recorded per commit in the JSON as ``missing_blobs``). The report
+adds one table per arm with a row per repository and in total, beside the data README's BM25
+reference: file Acc@1/@5, file R@5, file MRR, function Acc@10, function MRR, function recall
+within 2,000 and 8,000 tokens.
+
+``--variants 'name:section.key=value,…;name2:…'`` (bm25 arm): after the hook, each task's pack
+is also built in this process (cogd imported; the index read-only; no ledger feedback) under
+each variant's settings and scored alike, so parts of the ranking are compared on one replay
+(the same scoring: with every setting at its default the variant equals the hook's pack).
+
 How to run
 ----------
     python scripts/eval_retrieval.py --git-dir /path/to/click.git [--arms bm25] [--limit 10]
+    python scripts/eval_retrieval.py --tasks ../shared/eval-data/swebench_dev.jsonl --arms bm25 \
+        --git-dir sphinx-doc/sphinx=S --git-dir astropy/astropy=A --git-dir pylint-dev/pylint=P \
+        [--variants 'base:retrieve.idf_terms=false;…'] [--repos pylint-dev/pylint]
 
 Options: ``--tasks PATH`` (default ``../shared/eval-data/commits/pallets__click.jsonl``
 from the project root), ``--last 150`` (the newest N tasks: the rows of the
@@ -166,6 +187,55 @@ def git(git_dir: Path, work: Path, index_file: Path, *args: str) -> None:
     run(["git", f"--git-dir={git_dir}", f"--work-tree={work}", *args], env=env, timeout=300)
 
 
+
+
+def move_tree(git_dir: Path, work: Path, index_file: Path, previous: str | None, commit: str, result: dict) -> None:
+    """Move the scratch tree to ``commit``: ``read-tree -u`` (``--reset`` the first time, ``-m
+    PREVIOUS COMMIT`` after). A mirror may lack some large blobs; then the tree is written from
+    ``ls-tree`` and ``cat-file`` without them (files of other commits removed) and the missing
+    paths are recorded in ``result["missing_blobs"]`` — they are absent from the index, as in
+    a partial clone."""
+    try:
+        if previous is None:
+            git(git_dir, work, index_file, "read-tree", "-u", "--reset", commit)
+        else:
+            git(git_dir, work, index_file, "read-tree", "-u", "-m", previous, commit)
+        return
+    except EvalError as exc:
+        if "unable to read" not in str(exc) and "not uptodate" not in str(exc) and "does not exist" not in str(exc):
+            raise
+    env = clean_env()
+    env["GIT_INDEX_FILE"] = str(index_file)
+    base = ["git", f"--git-dir={git_dir}"]
+    listing = run([*base, "ls-tree", "-r", "-z", "--full-tree", commit], env=env, timeout=300).stdout
+    entries = []
+    for record in filter(None, listing.split("\0")):
+        meta, path = record.split("\t", 1)
+        mode, kind, sha = meta.split()
+        if kind == "blob" and mode in ("100644", "100755"):
+            entries.append((sha, path))
+    check = run([*base, "cat-file", "--batch-check"], env=env, input="".join(f"{sha}\n" for sha, _ in entries),
+                timeout=300).stdout.splitlines()
+    missing = {entries[i][1] for i, line in enumerate(check) if line.endswith(" missing")}
+    wanted = {path for _, path in entries if path not in missing}
+    for existing in list(work.rglob("*")):
+        rel = existing.relative_to(work).as_posix()
+        if rel.split("/", 1)[0] == ".cogd" or existing.is_dir():
+            continue
+        if rel not in wanted:
+            existing.unlink()
+    for sha, path in entries:
+        if path in missing:
+            continue
+        target = work / path
+        data = subprocess.run([*base, "cat-file", "blob", sha], capture_output=True, env=env, timeout=300,
+                              check=True).stdout
+        if target.is_file() and target.read_bytes() == data:
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+    git(git_dir, work, index_file, "read-tree", "--reset", commit)  # the index only: later moves diff from here
+    result.setdefault("missing_blobs", {})[commit] = sorted(missing)
 
 
 # ---------------------------------------------------------------- pack parsing
@@ -413,21 +483,28 @@ def hook_payload(work: Path, prompt: str) -> str:
     return json.dumps(payload)
 
 
-def run_arm(arm: str, tasks: list[dict], args, budgets: list[int]) -> dict:
+def run_arm(arm: str, tasks: list[dict], args, budgets: list[int], git_dir: Path, label: str | None = None) -> dict:
+    """Replay ``tasks`` (oldest first) in one scratch tree moved through ``git_dir``; one daemon.
+
+    ``label`` names the result (``arm`` by default; ``arm @ owner/name`` for one repository of
+    a SWE-bench file). With ``--variants``, every task's index is also scored in this process
+    under each variant's configuration (:func:`variant_packs`).
+    """
     scratch = Path(tempfile.mkdtemp(prefix=f"cogd-eval-{arm}-"))
     work = scratch / "tree"
     work.mkdir()
     index_file = scratch / "git-index"  # outside the tree, so never indexed
-    git_dir = Path(args.git_dir).resolve()
+    git_dir = Path(git_dir).resolve()
     before = snapshot(git_dir)
-    result: dict = {"arm": arm, "scratch": str(scratch), "records": [], "error": None}
+    result: dict = {"arm": label or arm, "mode": arm, "scratch": str(scratch), "records": [], "error": None,
+                    "variants": {name: [] for name, _ in VARIANTS}}
     started_daemon = False
     arm_started = time.perf_counter()
     hook_env = clean_env()
     hook_env["COGD_HOOK_DEADLINE_MS"] = str(HOOK_DEADLINE_MS)
     try:
         t0 = time.perf_counter()
-        git(git_dir, work, index_file, "read-tree", "-u", "--reset", tasks[0]["parent"])
+        move_tree(git_dir, work, index_file, None, tasks[0]["parent"], result)
         result["config"] = write_config(work, arm, args.set)
         started_daemon = True  # from here on, always try to stop it
         proc = cogd(work, "start", timeout=120, check=False)
@@ -446,7 +523,7 @@ def run_arm(arm: str, tasks: list[dict], args, budgets: list[int]) -> dict:
             if n:
                 t = time.perf_counter()
                 if task["parent"] != previous:
-                    git(git_dir, work, index_file, "read-tree", "-u", "-m", previous, task["parent"])
+                    move_tree(git_dir, work, index_file, previous, task["parent"], result)
                 previous = task["parent"]
                 timing["move"] = time.perf_counter() - t
                 t = time.perf_counter()
@@ -482,6 +559,13 @@ def run_arm(arm: str, tasks: list[dict], args, budgets: list[int]) -> dict:
                         i["kind"] = c["kind"]
                         i["signals"] = c.get("signals")
             timing["total"] = time.perf_counter() - t_task
+            for name, packed in variant_packs(work, arm, task["query"]):
+                result["variants"][name].append({
+                    "commit": task["commit"],
+                    "query_mentions_gold_file": task["query_mentions_gold_file"],
+                    "query_mentions_gold_function": task["query_mentions_gold_function"],
+                    "items": [{"id": i["id"], "kind": i["kind"], "end": i["end"]} for i in packed],
+                    "metrics": score_task(task, packed, budgets)})
             record = {
                 "commit": task["commit"], "parent": task["parent"], "date": task["date"],
                 "query": task["query"][:300],
@@ -496,7 +580,7 @@ def run_arm(arm: str, tasks: list[dict], args, budgets: list[int]) -> dict:
             }
             result["records"].append(record)
             if (n + 1) % 10 == 0 or n + 1 == len(tasks):
-                print(f"  [{arm}] {n + 1}/{len(tasks)} tasks, {time.perf_counter() - arm_started:.0f} s",
+                print(f"  [{label or arm}] {n + 1}/{len(tasks)} tasks, {time.perf_counter() - arm_started:.0f} s",
                       file=sys.stderr)
     except (Exception, KeyboardInterrupt) as exc:  # noqa: BLE001 — reported; the other arms still run
         result["error"] = f"{exc.__class__.__name__}: {exc}"
@@ -520,9 +604,143 @@ def run_arm(arm: str, tasks: list[dict], args, budgets: list[int]) -> dict:
     return result
 
 
+# ---------------------------------------------------------------- SWE-bench instances and variants
+
+# The data README's BM25 reference for the issue-style file, per repository and in total.
+SWE_METRICS = ("file Acc@1", "file Acc@5", "file R@5", "file MRR", "fn Acc@10", "fn MRR",
+               "fn in 2000 tok", "fn in 8000 tok")
+SWE_REFERENCE = {
+    "all": (22.9, 42.7, 47.1, 40.9, 36.6, 25.9, 31.3, 43.9),
+    "astropy/astropy": (41.7, 62.5, 66.0, 56.3, 54.2, 38.3, 52.9, 65.8),
+    "pylint-dev/pylint": (33.3, 40.0, 50.6, 54.7, 42.9, 32.7, 47.9, 56.4),
+    "sphinx-doc/sphinx": (12.3, 35.1, 38.3, 30.8, 27.3, 18.7, 17.7, 31.1),
+}
+VARIANTS: list[tuple[str, list[str]]] = []  # --variants: (name, ["section.key=value", ...])
+
+
+def is_swe(rows: list[dict]) -> bool:
+    """True for an issue-style file (SWE-bench instances: ``base_commit``, no ``parent``)."""
+    return bool(rows) and "base_commit" in rows[0] and "parent" not in rows[0]
+
+
+def swe_task(row: dict) -> dict:
+    """A SWE-bench instance in the commit set's shape: the tree to index is ``base_commit``.
+
+    ``query_mentions_gold_file``: the statement spells a gold file's path or its file name;
+    ``query_mentions_gold_function``: it spells a gold function's own (last) name as a word.
+    """
+    query = row["query"]
+    mentions_file = any(f in query or f.rsplit("/", 1)[-1] in query for f in row["gold_files"])
+    mentions_fn = any(re.search(r"\b" + re.escape(g.split("::", 1)[-1].rsplit(".", 1)[-1]) + r"\b", query)
+                      for g in row["gold_functions"])
+    return {**row, "parent": row["base_commit"], "commit": row["instance_id"], "date": row["base_commit_date"],
+            "query_mentions_gold_file": mentions_file, "query_mentions_gold_function": mentions_fn}
+
+
+def by_date(rows: list[dict]) -> list[dict]:
+    """Instances oldest first by ``base_commit_date`` (ISO 8601 with offsets, compared as instants)."""
+    from datetime import datetime
+    return sorted(rows, key=lambda r: datetime.fromisoformat(r["base_commit_date"]))
+
+
+def parse_variants(text: str) -> list[tuple[str, list[str]]]:
+    """``"base:retrieve.prompt_parts=false,retrieve.file_rank=false;full:"`` → [(name, settings)]."""
+    out = []
+    for chunk in filter(None, (c.strip() for c in text.split(";"))):
+        name, _, settings = chunk.partition(":")
+        out.append((name.strip(), [s.strip() for s in settings.split(",") if s.strip()]))
+    return out
+
+
+def _set_value(config, item: str) -> None:
+    key, _, value = item.partition("=")
+    section, _, name = key.partition(".")
+    target = getattr(config, section)
+    current = getattr(target, name)
+    if isinstance(current, bool):
+        parsed: object = value.lower() == "true"
+    elif isinstance(current, int):
+        parsed = int(value)
+    elif isinstance(current, float):
+        parsed = float(value)
+    else:
+        parsed = value
+    setattr(target, name, parsed)
+
+
+def variant_packs(work: Path, arm: str, query: str) -> list[tuple[str, list[dict]]]:
+    """The prompt pack of ``query`` under each ``--variants`` configuration, built in this process.
+
+    Reads the tree's ``index.db`` read-only and calls :func:`cogd.retrieve.pack.prompt_pack`
+    with ``mode = bm25`` and no ledger feedback (the variants compare retrieval, not learning),
+    so a variant costs one pack, not one replay. Only the bm25 arm has variants.
+    """
+    if not VARIANTS or arm != "bm25":
+        return []
+    from cogd.config import load_config
+    from cogd.index import store
+    from cogd.paths import Layout
+    from cogd.retrieve.pack import prompt_pack
+
+    layout = Layout(work)
+    conn = store.connect(layout.index_db, readonly=True)
+    out = []
+    try:
+        for name, settings in VARIANTS:
+            config = load_config(layout.config_file)
+            for item in settings:
+                _set_value(config, item)
+            pack = prompt_pack(conn, work, query, config.pack, config.retrieve, mode="bm25")
+            kinds = {i.entity_id: i.kind for i in pack.items}
+            items = parse_pack(pack.text)
+            for i in items:
+                i["kind"] = kinds.get(i["id"], i["kind"])
+            out.append((name, items))
+    finally:
+        conn.close()
+    return out
+
+
+def swe_table(title: str, groups: dict[str, list[dict]], budgets: list[int]) -> str:
+    """One row per repository (and ``all``) of the README's issue-style metrics, BM25 reference beside."""
+    head = f"{'rows':<24} {'n':>3} " + " ".join(f"{m:>14}" for m in SWE_METRICS)
+    lines = [title, head]
+    for repo, records in groups.items():
+        if not records:
+            continue
+        table = aggregate(records, budgets)
+        cells = []
+        for m in SWE_METRICS:
+            value = table[m]["all"][0] if m in table else None
+            cells.append(f"{'-' if value is None else f'{value:.1f}':>14}")
+        lines.append(f"{repo:<24} {len(records):>3} " + " ".join(cells))
+        ref = SWE_REFERENCE.get(repo)
+        if ref:
+            lines.append(f"{'  BM25 reference':<24} {'':>3} " + " ".join(f"{v:>14.1f}" for v in ref))
+    return "\n".join(lines)
+
+
+def swe_report(results: list[dict], budgets: list[int]) -> str:
+    """Per-repository tables for each arm and each variant of a SWE-bench run."""
+    out = []
+    for mode in dict.fromkeys(r["mode"] for r in results):
+        arm_results = [r for r in results if r["mode"] == mode]
+        groups = {r["arm"].split(" @ ", 1)[-1]: r["records"] for r in arm_results}
+        groups = {"all": [rec for recs in groups.values() for rec in recs], **groups}
+        out.append(swe_table(f"\narm {mode} (real hook)", groups, budgets))
+        for name, _ in VARIANTS:
+            vgroups = {r["arm"].split(" @ ", 1)[-1]: r["variants"].get(name, []) for r in arm_results}
+            if not any(vgroups.values()):
+                continue
+            vgroups = {"all": [rec for recs in vgroups.values() for rec in recs], **vgroups}
+            out.append(swe_table(f"\narm {mode}, variant {name} (in process, no ledger feedback)", vgroups, budgets))
+    return "\n".join(out)
+
+
 # ---------------------------------------------------------------- report
 
-def report(results: list[dict], budgets: list[int]) -> str:
+def report(results: list[dict], budgets: list[int], swe: bool = False) -> str:
+    """The text report: per arm its table (not for a SWE-bench file: :func:`swe_report`), timings, checks."""
     out = []
     tables = {}
     for res in results:
@@ -537,11 +755,16 @@ def report(results: list[dict], budgets: list[int]) -> str:
                 out.append(f"    daemon.log: {line}")
         if arm not in tables:
             continue
-        out.append(format_table(arm, tables[arm], budgets))
-        out.append("README BM25 reference (newest 150): file R@1/5/10/20 = 37.4/80.9/91.6/96.1, MRR 63.4; "
+        if swe:
+            out.append(f"arm {arm}: {len(res['records'])} instances")
+        else:
+            out.append(format_table(arm, tables[arm], budgets))
+        if not swe:
+            out.append("README BM25 reference (newest 150): file R@1/5/10/20 = 37.4/80.9/91.6/96.1, MRR 63.4; "
                    "fn R@1/5/10/20 = 16.8/44.7/56.6/68.2, MRR 40.0; in 2000/4000/8000 tok: "
                    "file 81.7/86.4/89.6, fn 51.9/63.5/70.2")
-        out.extend(goal_lines(arm, tables[arm], tables.get("bm25") if arm != "bm25" else None))
+        if not swe:
+            out.extend(goal_lines(arm, tables[arm], tables.get("bm25") if arm != "bm25" else None))
         recs = res["records"]
         totals = [r["timing"]["total"] for r in recs]
         hooks = [r["timing"]["hook"] for r in recs]
@@ -588,7 +811,13 @@ def report(results: list[dict], budgets: list[int]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--git-dir", required=True, help="a full-history git directory of pallets/click (outside the project)")
+    parser.add_argument("--git-dir", required=True, action="append",
+                        help="a full-history git directory (outside the project): PATH for the commit set, "
+                             "OWNER/NAME=PATH per repository of a SWE-bench file (repeatable)")
+    parser.add_argument("--variants", default="",
+                        help="bm25 arm only: extra packs per task built in process, "
+                             "'name:section.key=value,...;name2:...' (see variant_packs)")
+    parser.add_argument("--repos", default="", help="SWE-bench file: only these OWNER/NAME, comma-separated")
     parser.add_argument("--tasks", default=str(DEFAULT_TASKS))
     parser.add_argument("--last", type=int, default=150, help="the newest N tasks (default 150)")
     parser.add_argument("--limit", type=int, default=0, help="only the first N of the selected tasks")
@@ -603,18 +832,42 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cogd-src", default=None, metavar="DIR",
                         help="put DIR first on cogd's PYTHONPATH (e.g. an exported older cogd/ to compare against)")
     args = parser.parse_args(argv)
-    global COGD_SRC
+    global COGD_SRC, VARIANTS
+    VARIANTS = parse_variants(args.variants)
     COGD_SRC = str(Path(args.cogd_src).resolve()) if args.cogd_src else None
 
     budgets = [int(b) for b in args.budgets.split(",") if b.strip()]
     arms = [a.strip() for a in args.arms.split(",") if a.strip()]
     rows = [json.loads(line) for line in Path(args.tasks).read_text(encoding="utf-8").splitlines() if line.strip()]
-    # The file is oldest first (the README); its order is the replay order.
-    tasks = rows[-args.last:] if args.last else rows
-    if args.limit:
-        tasks = tasks[: args.limit]
-    if not (Path(args.git_dir) / "objects").is_dir():
-        parser.error(f"{args.git_dir} is not a git directory (no objects/)")
+    swe = is_swe(rows)
+    git_dirs: dict[str, Path] = {}
+    for item in args.git_dir:
+        repo, eq, path = item.rpartition("=")
+        git_dirs[repo if eq else ""] = Path(path)
+    for repo, path in git_dirs.items():
+        if not (path / "objects").is_dir():
+            parser.error(f"{path} is not a git directory (no objects/)")
+    plan: list[tuple[str, list[dict], Path]] = []  # (repository, its tasks oldest first, git dir)
+    if swe:
+        # Instances are sorted by their base commit's date (the README) and replayed per repository.
+        wanted = [r.strip() for r in args.repos.split(",") if r.strip()]  # also the order to run them in
+        rows = [swe_task(r) for r in by_date(rows) if not wanted or r["repo"] in wanted]
+        for repo in wanted or dict.fromkeys(r["repo"] for r in rows):
+            if repo not in git_dirs:
+                parser.error(f"no --git-dir {repo}=PATH for the {repo} instances")
+            repo_tasks = [r for r in rows if r["repo"] == repo]
+            if args.limit:
+                repo_tasks = repo_tasks[: args.limit]
+            plan.append((repo, repo_tasks, git_dirs[repo]))
+        tasks = [t for _, ts, _ in plan for t in ts]
+    else:
+        # The file is oldest first (the README); its order is the replay order.
+        tasks = rows[-args.last:] if args.last else rows
+        if args.limit:
+            tasks = tasks[: args.limit]
+        if "" not in git_dirs:
+            parser.error("--git-dir PATH is needed for the commit set")
+        plan.append(("", tasks, git_dirs[""]))
     for tool in ("cogd", "cogd-hook"):
         if not (BIN / tool).exists():
             parser.error(f"{BIN / tool} not found: run with the interpreter of cogd's environment")
@@ -628,12 +881,17 @@ def main(argv: list[str] | None = None) -> int:
     print(f"cogd code: {source}", file=sys.stderr)
     results = []
     for arm in arms:
-        print(f"arm {arm} …", file=sys.stderr)
-        results.append(run_arm(arm, tasks, args, budgets))
-        if results[-1].get("interrupted"):
+        for repo, repo_tasks, git_dir in plan:
+            print(f"arm {arm}{' @ ' + repo if repo else ''} …", file=sys.stderr)
+            results.append(run_arm(arm, repo_tasks, args, budgets, git_dir, f"{arm} @ {repo}" if repo else arm))
+            if results[-1].get("interrupted"):
+                break
+        if results and results[-1].get("interrupted"):
             print("interrupted: no further arms; reporting what ran", file=sys.stderr)
             break
-    text = report(results, budgets)
+    text = report(results, budgets, swe)
+    if swe:
+        text += "\n" + swe_report(results, budgets)
     changed = source.get("uncommitted")
     text = (f"cogd code: {source['path']} (project HEAD {source.get('project_head')}"
             + (f", uncommitted changes in {len(changed)} paths under cogd/" if changed else "") + ")\n") + text

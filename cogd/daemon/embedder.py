@@ -198,6 +198,25 @@ class EmbeddingWorker:
             self._query_cache[key] = vector
         return vector
 
+    def query_vectors(self, texts: list[str]) -> np.ndarray | None:
+        """The embeddings of several query texts (e.g. a long prompt's prose windows) as one
+        ``(len(texts), dim)`` array, uncached ones encoded in one batch; None while the model is
+        not loaded or when ``texts`` is empty."""
+        encoder = self.encoder
+        if encoder is None or not texts:
+            return None
+        with self._query_lock:
+            found = {t: self._query_cache.get((self.model_id, t)) for t in texts}
+        missing = [t for t, v in found.items() if v is None]
+        if missing:
+            for text, vector in zip(missing, encoder.encode(missing)):
+                found[text] = vector
+                with self._query_lock:
+                    if len(self._query_cache) >= QUERY_CACHE_SIZE:
+                        self._query_cache.pop(next(iter(self._query_cache)))
+                    self._query_cache[(self.model_id, text)] = vector
+        return np.stack([found[t] for t in texts])
+
     # ---- the thread -------------------------------------------------------------
     def _load(self) -> VectorStore:
         from cogd.embed.cache import EmbeddingCache

@@ -31,6 +31,7 @@ from cogd.daemon.worker import IndexWorker
 from cogd.index import store
 from cogd.index.sources import recently_changed_files
 from cogd.paths import Layout
+from cogd.retrieve.prompt import WINDOW_CHARS, prose_windows
 from cogd.retrieve.repomap import RankedGraph, pagerank
 from cogd.retrieve.workingset import entities_at, working_set
 from cogd.usage.ledger import Ledger
@@ -208,7 +209,14 @@ class Parts:
         ``bm25`` or while no model is loaded (``dense``: the embedder's dense-vector store)."""
         if mode == BM25 or self.embedder is None:
             return None, None
-        return self.embedder.query_vector(text[:4000]), self.embedder.dense
+        if len(text) <= WINDOW_CHARS:  # a short prompt: one vector, as it always was
+            return self.embedder.query_vector(text[:4000]), self.embedder.dense
+        # A long prompt: its prose in windows (cogd.retrieve.prompt.prose_windows), one row each;
+        # retrieval fuses one nearest-neighbour list per window.
+        windows = prose_windows(text)
+        if len(windows) <= 1:
+            return self.embedder.query_vector((windows or [text])[0][:4000]), self.embedder.dense
+        return self.embedder.query_vectors(windows), self.embedder.dense
 
     def working_set(self, session_id: str) -> list[str]:
         """Entity ids the session worked on: edited, then hit, then read (strongest first).

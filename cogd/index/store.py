@@ -727,3 +727,38 @@ def rebuild_fts(conn: sqlite3.Connection) -> None:
     """Rebuild the FTS5 index from its stored rows (FTS5's ``rebuild`` command): the full-text
     b-trees of a snapshot are recomputed here rather than trusted."""
     conn.execute("INSERT INTO entities_fts(entities_fts) VALUES ('rebuild')")
+
+
+# ---- prompt clues (cogd.retrieve.clues) ------------------------------------------------------
+
+def paths_ending_with(conn: sqlite3.Connection, names: Iterable[str]) -> dict[str, list[str]]:
+    """Indexed file paths by file name: ``{"wcs.py": ["astropy/wcs/wcs.py", ...]}`` for each of
+    ``names`` (a last path component each; LIKE wildcards in them are escaped)."""
+    out: dict[str, list[str]] = {}
+    for name in _distinct(names):
+        like = name.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+        out[name] = [r[0] for r in _query(
+            conn, "SELECT path FROM files WHERE status = 'ok' AND (path = ? OR path LIKE ? ESCAPE '\\')",
+            (name, "%/" + like))]
+    return out
+
+
+def entities_named_in(conn: sqlite3.Connection, path: str, names: Sequence[str]) -> list[tuple[str, str, int, int]]:
+    """``(id, qualname, start_line, end_line)`` of the non-file entities in ``path`` whose name
+    is one of ``names``, in index order."""
+    if not names:
+        return []
+    return list(_query(
+        conn, f"SELECT id, qualname, start_line, end_line FROM entities WHERE path = ? AND kind != 'file' "
+        f"AND name IN ({marks(len(names))}) ORDER BY rowid", (path, *names)))
+
+
+def entities_with_names(conn: sqlite3.Connection, names: Iterable[str]) -> list[tuple[str, str, str, str]]:
+    """``(id, path, name, qualname)`` of the non-file entities whose (last) name is one of
+    ``names`` (chunked; one indexed lookup per chunk)."""
+    rows: list[tuple[str, str, str, str]] = []
+    for chunk in chunked(_distinct(names)):
+        rows.extend(_query(
+            conn, f"SELECT id, path, name, qualname FROM entities WHERE name IN ({marks(len(chunk))}) "
+            "AND kind != 'file'", chunk))
+    return rows

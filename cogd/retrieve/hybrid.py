@@ -34,11 +34,13 @@ from cogd.config import RetrieveConfig
 from cogd.fusion import BM25, HYBRID, VECTOR, reciprocal_rank_fusion
 from cogd.index import store
 from cogd.index.vectors import DenseIndex
+from cogd.retrieve.clues import Clues, resolve
 from cogd.retrieve.feedback import Feedback
-from cogd.retrieve.lexical import Hit, bm25_search
+from cogd.retrieve.lexical import Hit, bm25_search, message_trigrams, phrase_search, query_terms, weighted_terms
+from cogd.retrieve.priors import names_vendored, vendored_name
+from cogd.retrieve.prompt import PromptParts, analyze, message_phrases
 
 KIND_PRIOR = {"file": 0.7, "module": 0.8, "class": 0.9, "function": 1.0, "method": 1.0, "constant": 0.8}
-TEST_PRIOR = 0.5  # tests share their subject's vocabulary but are rarely the place to start
 EXAMPLE_PRIOR = 0.7  # examples, demos, docs, benchmarks and scripts use the code but implement none of it
 SEEDS = 20  # top fused candidates whose neighbours are considered
 # Edge kind / resolution → how much of a seed's score crosses it.
@@ -66,6 +68,49 @@ def is_test_path(path: str) -> bool:
 def about_tests(prompt: str) -> bool:
     """True when the prompt talks about tests (then test files keep their full weight)."""
     return bool(_MENTIONS_TESTS.search(prompt[:20_000]))
+
+
+LONG_PROMPT_CHARS = 400  # above this (or with a frame, path, code block or error), the prompt's parts decide priors
+IDENTIFIER_BOOST, ERROR_BOOST, TITLE_BOOST = 3.0, 2.0, 2.0  # term weights by part (lexical.weighted_terms)
+
+
+def is_long(parts: PromptParts) -> bool:
+    """True for a prompt whose parts, not its mere words, should decide the priors."""
+    return parts.chars > LONG_PROMPT_CHARS or parts.structured
+
+
+_TEST_NAME = re.compile(r"^(?:test_|Test[A-Z])")
+
+
+def tests_wanted(prompt: str, parts: PromptParts, strict: bool, clue_files: list[str] | None = None) -> bool:
+    """Whether test files keep their full weight: a long prompt must name a test of this
+    repository — a test file its frames or paths resolved to (``clue_files``; a reporter's
+    own ``repro_test.py`` is not one), or a test's name (``test_x``, ``TestX``) — while a short
+    one need only talk about tests. Without ``clue_files`` (before resolution) a frame or
+    path that looks like a test counts."""
+    if strict and is_long(parts):
+        if any(_TEST_NAME.match(i.rsplit(".", 1)[-1]) for i in parts.identifiers):
+            return True
+        if clue_files is None:
+            return parts.about_tests()
+        return any(is_test_path(f) for f in clue_files)
+    return about_tests(prompt)
+
+
+def term_boosts(parts: PromptParts) -> dict[str, float]:
+    """Search-term weights from a prompt's parts: identifier words ×3, error-message and
+    title (first line) words ×2."""
+    boosts: dict[str, float] = {}
+    title = parts.prose.split("\n", 1)[0] if parts.prose else ""
+    for term in query_terms(title, 32):
+        boosts[term] = TITLE_BOOST
+    for error in parts.errors[:20]:
+        for term in query_terms(error, 64):
+            boosts[term] = ERROR_BOOST
+    for name in parts.identifiers[:120]:
+        for term in query_terms(name, 16):
+            boosts[term] = IDENTIFIER_BOOST
+    return boosts
 
 
 def _fetch(conn: sqlite3.Connection, ids: list[str]) -> dict[str, Hit]:
@@ -102,6 +147,90 @@ def _expand(conn: sqlite3.Connection, fused: dict[str, float], decay: float, sig
     return gained
 
 
+def _vector_lists(query_vector: np.ndarray, dense: DenseIndex, config: RetrieveConfig,
+                  kinds: tuple[str, ...] | None, signals: dict[str, dict]) -> list[tuple[str, float, list[str]]]:
+    """Nearest-neighbour lists: one for a single query vector; for a long prompt's prose
+    windows (a 2-D array, one row per window) one for their normalised mean, weighted
+    ``vector_weight``, plus one per window sharing half that weight, so a clue in a late
+    paragraph still finds its code; ``--explain`` names the window ("prose window 2")."""
+    rows = np.atleast_2d(np.asarray(query_vector, dtype=np.float32))
+    mean = rows.mean(axis=0)
+    mean /= max(float(np.linalg.norm(mean)), 1e-12)
+    nearest = dense.search(mean, config.candidates, kinds)
+    for rank, (entity_id, similarity) in enumerate(nearest, 1):
+        signals.setdefault(entity_id, {}).update(vector_rank=rank, cosine=round(similarity, 4))
+    lists = [(VECTOR, config.vector_weight, [i for i, _ in nearest])]
+    if len(rows) > 1:
+        share = 0.5 * config.vector_weight / len(rows)
+        for n, row in enumerate(rows, 1):
+            window = dense.search(row, config.candidates, kinds)
+            for rank, (entity_id, _similarity) in enumerate(window, 1):
+                sig = signals.setdefault(entity_id, {})
+                if rank < sig.get("window_rank", 1 << 30):
+                    sig.update(window_rank=rank, window=n)
+                    if "part" not in sig or str(sig["part"]).startswith("prose window"):
+                        sig["part"] = f"prose window {n}"
+            lists.append((f"window{n}", share, [i for i, _ in window]))
+    return lists
+
+
+def _message_list(conn: sqlite3.Connection, parts: PromptParts, config: RetrieveConfig,
+                  kinds: tuple[str, ...] | None, signals: dict[str, dict],
+                  tests_ok: bool) -> list[tuple[str, float, list[str]]]:
+    """Two phrase lists (:func:`cogd.retrieve.lexical.phrase_search`): the hyphenated names of
+    the prose (``unused-import``, ``--ignore-paths``, as phrases), and the prompt's printed
+    errors and warnings (three-word phrases of them, :func:`cogd.retrieve.lexical.message_trigrams`,
+    with the symbols of pasted output): the source of a message or a symbol spells it, whatever
+    the prose around it says. Tests come after the code in both unless the prompt is about tests."""
+    if config.message_weight <= 0:
+        return []
+    phrases: list[str] = []
+    for message in parts.messages[:12]:
+        phrases.extend(message_phrases(message))
+    printed = [s.replace("-", " ") for s in parts.printed_symbols[:12]]  # the tokenizer splits on "-"
+    wanted = (
+        ("symbol", [s.lstrip("-").replace("-", " ") for s in parts.symbols[:12]],
+         f"symbol `{parts.symbols[0]}`" if len(parts.symbols) == 1 else "a hyphenated name"),
+        ("message", printed + message_trigrams(phrases),
+         f"error message “{parts.messages[0][:60]}”" if len(parts.messages) == 1 else "a printed message"),
+    )
+    lists = []
+    for name, queries, label in wanted:
+        found = phrase_search(conn, queries, limit=config.candidates, kinds=kinds) if queries else []
+        if not tests_ok:  # tests spell the messages they expect: the code that prints them first
+            found = [h for h in found if not is_test_path(h.path)] + [h for h in found if is_test_path(h.path)]
+        for rank, hit in enumerate(found, 1):
+            sig = signals.setdefault(hit.id, {})
+            sig[f"{name}_rank"] = rank
+            if "part" not in sig or str(sig["part"]).startswith("prose window"):
+                sig["part"] = label
+        if found:
+            lists.append((name, config.message_weight, [h.id for h in found]))
+    return lists
+
+
+def _clue_lists(conn: sqlite3.Connection, found: Clues, config: RetrieveConfig, kinds: tuple[str, ...] | None,
+                signals: dict[str, dict]) -> list[tuple[str, float, list[str]]]:
+    """The fusion lists of resolved frames, paths and identifiers (a weight of 0 drops one),
+    each id's rank and the label of its part recorded in ``signals``."""
+    lists = []
+    for name, weight, ids in (("frame", config.frame_weight, found.frames), ("path", config.path_weight, found.paths),
+                              ("identifier", config.identifier_weight, found.identifiers)):
+        if weight <= 0 or not ids:
+            continue
+        ids = ids[: config.candidates]
+        if kinds:  # the clue lists are unfiltered lookups: keep them to the asked kinds
+            rows = store.entities_by_ids(conn, ids)
+            ids = [i for i in ids if i in rows and rows[i][1] in kinds]
+        for rank, entity_id in enumerate(ids, 1):
+            sig = signals.setdefault(entity_id, {})
+            sig[f"{name}_rank"] = rank
+            if "part" not in sig or str(sig["part"]).startswith("prose window"):  # a precise part names it first
+                sig["part"] = found.labels.get(entity_id, name)
+        lists.append((name, weight, ids))
+    return lists
+
+
 def retrieve(
     conn: sqlite3.Connection,
     text: str,
@@ -113,8 +242,15 @@ def retrieve(
     kinds: tuple[str, ...] | None = None,
     limit: int = 60,
     feedback: Feedback | None = None,
+    parts: PromptParts | None = None,
+    clues: Clues | None = None,
 ) -> list[Hit]:
     """Ranked candidates for ``text`` (before MMR), best first, at most ``limit``.
+
+    ``parts``: the prompt's analysis (:func:`cogd.retrieve.prompt.analyze`; computed when
+    None); ``clues``: filled in place with what its frames, paths and identifiers resolved
+    to (:func:`cogd.retrieve.clues.resolve`), each a list of its own in the fusion
+    (``retrieve.frame_weight``, ``path_weight``, ``identifier_weight``).
 
     ``mode``: ``bm25``, ``vector`` or ``hybrid`` (default ``config.mode``);
     without a query vector or a dense index the vector source is empty and
@@ -128,16 +264,22 @@ def retrieve(
         mode = BM25  # no vectors yet (model loading, coverage 0): lexical beats an empty pack
     signals: dict[str, dict] = {}
     lists: list[tuple[str, float, list[str]]] = []
+    parts = parts if parts is not None else analyze(text)
     if mode in (BM25, HYBRID):
-        lexical = bm25_search(conn, text, limit=config.candidates, kinds=kinds)
+        terms = weighted_terms(conn, text, term_boosts(parts)) if config.idf_terms else None
+        lexical = bm25_search(conn, text, limit=config.candidates, kinds=kinds, terms=terms)
         for rank, hit in enumerate(lexical, 1):
             signals.setdefault(hit.id, {}).update(bm25_rank=rank, bm25=round(hit.score, 3))
         lists.append((BM25, config.bm25_weight, [h.id for h in lexical]))
     if mode in (VECTOR, HYBRID) and query_vector is not None and dense is not None:
-        nearest = dense.search(query_vector, config.candidates, kinds)
-        for rank, (entity_id, similarity) in enumerate(nearest, 1):
-            signals.setdefault(entity_id, {}).update(vector_rank=rank, cosine=round(similarity, 4))
-        lists.append((VECTOR, config.vector_weight, [i for i, _ in nearest]))
+        lists.extend(_vector_lists(query_vector, dense, config, kinds, signals))
+
+    found = resolve(conn, parts, tests_ok=tests_wanted(text, parts, config.strict_test_prior))
+    tests_ok = tests_wanted(text, parts, config.strict_test_prior, found.files)
+    if clues is not None:
+        clues.__dict__.update(found.__dict__)
+    lists.extend(_clue_lists(conn, found, config, kinds, signals))
+    lists.extend(_message_list(conn, parts, config, kinds, signals, tests_ok))
 
     fused = reciprocal_rank_fusion(((weight, ids) for _name, weight, ids in lists), config.rrf_k)
     if feedback is not None and feedback.learns_associations:
@@ -199,28 +341,70 @@ def similarity_matrix(hits: list[Hit], vectors: dict[str, np.ndarray]) -> np.nda
     return sim
 
 
+def file_ranking(hits: list[Hit], clue_files: list[str]) -> dict[str, float]:
+    """Each file's aggregated evidence, in [0, 1]: its entities' scores as a decaying sum
+    (best + ½ second + ¼ third …, so one strong definition counts more than many weak
+    ones), plus half the best file's evidence for a file a frame or path named; scaled
+    by the best file's."""
+    by_file: dict[str, list[float]] = {}
+    for hit in hits:
+        by_file.setdefault(hit.path, []).append(hit.score)
+    evidence = {path: sum(s * 0.5 ** i for i, s in enumerate(sorted(scores, reverse=True)))
+                for path, scores in by_file.items()}
+    top = max(evidence.values(), default=0.0) or 1.0
+    for path in clue_files:
+        if path in evidence:
+            evidence[path] += 0.5 * top
+    top = max(evidence.values(), default=0.0) or 1.0
+    return {path: value / top for path, value in evidence.items()}
+
+
 def select(
     hits: list[Hit], config: RetrieveConfig, *, per_file_cap: int, prompt: str = "",
     dense: DenseIndex | None = None, limit: int = 40, feedback: Feedback | None = None,
+    parts: PromptParts | None = None, clues: Clues | None = None, vendored: list[str] = (),
 ) -> list[Hit]:
-    """Priors, feedback, then MMR with a per-file cap: the order a pack shows items in.
+    """Priors, feedback, file-level ranking, then MMR with a per-file cap: the order a pack shows items in.
 
-    Relevance is the prior-weighted score scaled to [0, 1]. A file entity is
-    dropped once an entity inside it is selected (the narrower item says the
-    same with line numbers). Returns at most ``limit`` hits.
+    Priors: kind; tests (:func:`tests_wanted`); examples and docs; vendored code
+    (``retrieve.vendor_prior``, unless the prompt names the vendored project; ``vendored``
+    are ``.gitattributes`` patterns, :func:`cogd.retrieve.priors.vendored_patterns`).
+    With ``retrieve.file_rank_weight`` > 0 an entity gains that share of the top score times
+    its file's evidence (:func:`file_ranking`). Relevance is the resulting score scaled to
+    [0, 1]. A file entity is dropped once an entity inside it is selected (the narrower
+    item says the same with line numbers). Returns at most ``limit`` hits.
     """
     if not hits:
         return []
-    tests_ok = about_tests(prompt)
-    examples_ok = bool(_MENTIONS_EXAMPLES.search(prompt[:20_000]))
+    parts = parts if parts is not None else analyze(prompt)
+    clue_files = clues.files if clues is not None else []
+    tests_ok = tests_wanted(prompt, parts, config.strict_test_prior, clue_files if clues is not None else None)
+    examples_strict = config.strict_test_prior and is_long(parts)
+    if examples_strict:  # a bug report says "docs" without meaning doc/ examples: as a test then
+        examples_ok = any(_EXAMPLE_PATH.search(p) for p in clue_files)
+    else:
+        examples_ok = bool(_MENTIONS_EXAMPLES.search(prompt[:20_000]))
+    prompt_lower = prompt[:20_000].lower()
     for hit in hits:
         prior = KIND_PRIOR.get(hit.kind, 1.0)
-        if not tests_ok and is_test_path(hit.path):
-            prior *= TEST_PRIOR
+        vendor = vendored_name(hit.path, vendored) if config.vendor_prior != 1.0 else None
+        if vendor and not names_vendored(prompt_lower, vendor, clue_files, hit.path):
+            prior *= config.vendor_prior
+            hit.signals["vendored"] = vendor
+        elif not tests_ok and is_test_path(hit.path):
+            prior *= config.test_prior
+            hit.signals["test_prior"] = True
         elif not examples_ok and _EXAMPLE_PATH.search(hit.path):
-            prior *= EXAMPLE_PRIOR
+            prior *= config.test_prior if examples_strict else EXAMPLE_PRIOR
         hit.signals["prior"] = round(prior, 3)
         hit.score *= prior
+    if config.file_rank_weight > 0:
+        ranking = file_ranking(hits, clue_files)
+        order_of = {path: n for n, path in enumerate(sorted(ranking, key=ranking.get, reverse=True), 1)}
+        best = max(h.score for h in hits)
+        for hit in hits:
+            hit.score += config.file_rank_weight * best * ranking.get(hit.path, 0.0)
+            hit.signals["file_rank"] = order_of.get(hit.path)
     if feedback is not None:
         feedback.apply(hits)
     top = max(h.score for h in hits) or 1.0

@@ -22,8 +22,11 @@ from cogd.index import store
 from cogd.index.boundary import read_tree_file
 from cogd.index.vectors import DenseIndex
 from cogd.retrieve.feedback import Feedback
+from cogd.retrieve.clues import Clues
 from cogd.retrieve.hybrid import is_test_path, retrieve, select
 from cogd.retrieve.lexical import Hit, query_terms
+from cogd.retrieve.priors import vendored_patterns
+from cogd.retrieve.prompt import analyze
 from cogd.retrieve.repomap import RankedGraph, map_entities
 
 EXCERPT_READ_BYTES = 16 << 20  # indexed files are far smaller (index.max_file_bytes); a bound all the same
@@ -65,10 +68,16 @@ def reason_of(signals: dict) -> str:
                (("bm25_rank", "BM25"), ("vector_rank", "vector"), ("association_rank", "edited after similar prompts")) if key in signals]
     if sources:
         found.append(", ".join(sources))
+    if "part" in signals:
+        found.append(str(signals["part"]))
     if "expanded_from" in signals:
         found.append(str(signals["expanded_from"]).split(" (")[0])
     if "prior" in signals and signals["prior"] != 1.0:
-        found.append(f"prior ×{signals['prior']}")
+        why = (f" (vendored: {signals['vendored']})" if "vendored" in signals
+               else " (test, the prompt is not about tests)" if signals.get("test_prior") else "")
+        found.append(f"prior ×{signals['prior']}{why}")
+    if "file_rank" in signals:
+        found.append(f"file #{signals['file_rank']}")
     if "utility_x" in signals:
         found.append(f"utility {signals.get('utility')} ×{signals['utility_x']}")
     if "working_set_x" in signals:
@@ -267,10 +276,13 @@ def prompt_pack(
     """
     if not query_terms(prompt):
         return Pack("")  # rules were given at session start; chat filler needs nothing
+    parts = analyze(prompt)
+    clues = Clues()
     hits = retrieve(conn, prompt, retrieve_config, mode=mode, query_vector=query_vector, dense=dense, limit=CANDIDATES,
-                    feedback=feedback)
+                    feedback=feedback, parts=parts, clues=clues)
     ranked = select(hits, retrieve_config, per_file_cap=config.per_file_cap, prompt=prompt, dense=dense,
-                    limit=config.max_items + config.max_pointers, feedback=feedback)
+                    limit=config.max_items + config.max_pointers, feedback=feedback, parts=parts, clues=clues,
+                    vendored=vendored_patterns(root))
     sources = "BM25 + embeddings" if query_vector is not None and (mode or retrieve_config.mode) != BM25 else "BM25"
     header = (f"## cogd: code that may matter for this prompt\n"
               f"({sources} over the repository index; `path:start-end`, then the entity id)\n")

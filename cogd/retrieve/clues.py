@@ -1,0 +1,175 @@
+"""Clues → entities: traceback frames, file paths and identifiers of a prompt, resolved in the index.
+
+:mod:`cogd.retrieve.prompt` finds the parts of a prompt; this module looks the precise
+ones up, each kind giving its own ranked list for the fusion (docs/architecture.md,
+"Prompt analysis"):
+
+* a **frame** names the entity spanning its line (or defining its function) in the file
+  its path names, matched at any depth that exists in the tree: ``/usr/lib/python3/
+  site-packages/astropy/io/ascii/ui.py`` is ``astropy/io/ascii/ui.py`` here; innermost
+  frames first (where the error was raised), frames in tests last unless the prompt is
+  about tests;
+* a **path** names its file entity;
+* an **identifier** (``Table.read``, ``_array_converter``) names the entities defining it,
+  when few do: a name defined in many places says little.
+
+Each resolved id carries a label for ``--explain`` ("traceback frame 3 (ui.py:800 in
+get_writer)", "path `conf.py`", "identifier `Foo.bar`").
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass, field
+
+from cogd.index import store
+from cogd.retrieve.prompt import Frame, PromptParts, describe_frame
+
+MAX_CANDIDATE_FILES = 3  # a bare file name matching more files than this names none of them
+MAX_DEFINITIONS = 4  # an identifier defined in more places than this is not a clue
+MAX_IDENTIFIERS = 60
+MAX_PATHS = 40  # paths looked up per prompt (frames' first): each distinct file name is one query
+_DEF_KINDS = ("function", "method", "class")
+# Frame forms whose innermost frame is printed last (Python: "most recent call last").
+_INNERMOST_LAST = ("python", "ipython", "pytest")
+
+
+@dataclass
+class Clues:
+    """Ranked lists of entity ids, each id with the label of the part behind it.
+
+    ``frames``, ``paths``, ``identifiers``: ids best first, no repeats within a list.
+    ``files``: the files the frames and paths named, best first (for file-level ranking).
+    """
+
+    frames: list[str] = field(default_factory=list)
+    paths: list[str] = field(default_factory=list)
+    identifiers: list[str] = field(default_factory=list)
+    files: list[str] = field(default_factory=list)
+    labels: dict[str, str] = field(default_factory=dict)
+
+    def label(self, entity_id: str, text: str) -> None:
+        self.labels.setdefault(entity_id, text)
+
+
+def _components(printed: str) -> list[str]:
+    return [c for c in printed.replace("\\", "/").split("/") if c and c not in (".", "..", "~")]
+
+
+def resolve_paths(conn: sqlite3.Connection, printed: list[str]) -> dict[str, str]:
+    """Printed path → indexed path, at the deepest suffix of it that exists in the tree.
+
+    A path whose file name matches several indexed files resolves to the one sharing the
+    most trailing components with it; a tie, or a bare file name matching more than
+    ``MAX_CANDIDATE_FILES`` files, resolves to none. One query per distinct file name.
+    """
+    by_name = store.paths_ending_with(conn, [_components(p)[-1] for p in printed if _components(p)])
+    out: dict[str, str] = {}
+    for path in printed:
+        comps = _components(path)
+        if not comps:
+            continue
+        candidates = by_name.get(comps[-1], [])
+        best, best_depth, tie = None, 0, False
+        for candidate in candidates:
+            theirs = candidate.split("/")
+            depth = 0
+            while depth < min(len(theirs), len(comps)) and theirs[-1 - depth] == comps[-1 - depth]:
+                depth += 1
+            if depth > best_depth:
+                best, best_depth, tie = candidate, depth, False
+            elif depth == best_depth:
+                tie = True
+        if best is None or (tie and best_depth <= 1) or (best_depth == 1 and len(candidates) > MAX_CANDIDATE_FILES):
+            continue
+        if tie:
+            continue
+        out[path] = best
+    return out
+
+
+def _frame_entity(conn: sqlite3.Connection, path: str, frame: Frame) -> str:
+    """The entity a resolved frame names: its function's definition (the one spanning the
+    line when several), else the narrowest definition spanning the line, else the file."""
+    function = frame.function.rsplit(".", 1)[-1]
+    if function and not function.startswith("<"):
+        named = store.entities_named_in(conn, path, [function])
+        if named:
+            spanning = [n for n in named if frame.line and n[2] <= frame.line <= n[3]]
+            return (spanning or named)[0][0]
+    if frame.line:
+        spans = store.definitions_at(conn, path, frame.line, frame.line, _DEF_KINDS)
+        if spans:
+            return spans[0][0]
+    return path
+
+
+def _ordered_frames(parts: PromptParts, tests_ok: bool) -> list[Frame]:
+    """Innermost first; frames in tests after the others unless the prompt is about tests."""
+    frames = list(parts.frames)
+    innermost_last = [f for f in frames if f.form in _INNERMOST_LAST]
+    others = [f for f in frames if f.form not in _INNERMOST_LAST]
+    ordered = list(reversed(innermost_last)) + others
+    if not tests_ok:
+        ordered = [f for f in ordered if not f.about_tests] + [f for f in ordered if f.about_tests]
+    return ordered
+
+
+def resolve(conn: sqlite3.Connection, parts: PromptParts, *, tests_ok: bool) -> Clues:
+    """Resolve ``parts``' frames, paths and identifiers in the index (see the module docstring).
+
+    Raises sqlite3.Error when the index is unreadable.
+    """
+    clues = Clues()
+    if not (parts.frames or parts.paths or parts.identifiers):
+        return clues
+    resolved = resolve_paths(conn, parts.paths[:MAX_PATHS]) if parts.paths else {}
+    for frame in _ordered_frames(parts, tests_ok):
+        path = resolved.get(frame.path)
+        if path is None:
+            continue
+        entity_id = _frame_entity(conn, path, frame)
+        if entity_id not in clues.frames:
+            clues.frames.append(entity_id)
+            clues.label(entity_id, describe_frame(frame))
+        if path not in clues.files:
+            clues.files.append(path)
+    frame_paths = {f.path for f in parts.frames}
+    for printed in parts.paths:
+        path = resolved.get(printed)
+        if path is None or printed in frame_paths:
+            continue
+        if path not in clues.paths:
+            clues.paths.append(path)
+            clues.label(path, f"path `{printed}`")
+        if path not in clues.files:
+            clues.files.append(path)
+    names = parts.identifiers[:MAX_IDENTIFIERS]
+    if names:
+        rows = store.entities_with_names(conn, [n.rsplit(".", 1)[-1] for n in names])
+        by_name: dict[str, list[tuple[str, str, str, str]]] = {}
+        for row in rows:
+            by_name.setdefault(row[2], []).append(row)
+        scored: list[tuple[float, int, str, str]] = []
+        for order, name in enumerate(names):
+            last = name.rsplit(".", 1)[-1]
+            found = by_name.get(last, [])
+            if "." in name:
+                # ``Table.read`` / ``self.read`` / ``astropy.table.Table.read``: keep the definitions
+                # whose qualified name or path agrees with the qualifier; ``self.x`` keeps all.
+                qualifier = name.rsplit(".", 1)[0].split(".")[-1]
+                if qualifier not in ("self", "cls", "this"):
+                    narrowed = [r for r in found if r[3].endswith(f"{qualifier}.{last}")
+                                or f"/{qualifier}." in "/" + r[1] or f"/{qualifier}/" in "/" + r[1]]
+                    found = narrowed or ([] if len(found) > 1 else found)
+            if not found or len(found) > MAX_DEFINITIONS:
+                continue
+            # Fewer definitions = more specific; a qualified name more so; then order of appearance.
+            specificity = 1.0 / len(found) + (0.5 if "." in name else 0.0)
+            for row in found:
+                scored.append((-specificity, order, row[0], name))
+        for _s, _o, entity_id, name in sorted(scored):
+            if entity_id not in clues.identifiers:
+                clues.identifiers.append(entity_id)
+                clues.label(entity_id, f"identifier `{name}`")
+    return clues
