@@ -41,7 +41,7 @@ def test_settings_that_cannot_be_merged_are_one_line_and_untouched(tmp_path):
     (root / ".claude" / "settings.json").write_text("[1, 2]\n", encoding="utf-8")
     proc = run_cogd(root, "install-hooks", check=False)
     assert (proc.returncode, proc.stderr) == (
-        1, f"Error: {(root / '.claude' / 'settings.json').resolve()} holds a JSON list, not an object\n")
+        1, f"Error: Claude Code: {(root / '.claude' / 'settings.json').resolve()} holds a JSON list, not an object\n")
     assert (root / ".claude" / "settings.json").read_text(encoding="utf-8") == "[1, 2]\n"
 
 

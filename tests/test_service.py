@@ -45,7 +45,9 @@ def test_the_dispatch_table_is_the_union_of_every_method_modules_methods(service
     assert set(names) == service.methods
     assert set(tables["status_methods"]) == {"status"}
     assert set(tables["context_methods"]) == {"context.session_start", "context.prompt"}
-    assert set(tables["session_methods"]) == {"usage.tool_use", "session.pre_compact", "session.end"}
+    assert set(tables["session_methods"]) == {"usage.tool_use", "session.pre_compact", "session.end",
+                                              # read-only views of the ledger (cogd ui)
+                                              "usage.sessions", "usage.session", "usage.daily", "usage.files"}
     assert set(tables["graph_methods"]) == {"graph.callers", "graph.callees", "graph.impact"}
     # The two the socket server answers itself never reach Service.call.
     assert not {"context.ack", "daemon.shutdown"} & service.methods
