@@ -85,12 +85,30 @@ def test_delivery_with_items_round_trips(ledger):
         {"delivery_id": delivery_id, "rank": 1, "entity_id": "pkg/geometry.py::Circle.area", "kind": "method",
          "path": "pkg/geometry.py", "start_line": 10, "end_line": 12, "score": 3.141593, "chars": 180,
          "pointer": 0, "outcome": "pending", "hit_weight": 0.0, "hit_action": "", "hit_level": "",
-         "resolved_at": None, "reason": ""},
+         "resolved_at": None, "reason": "", "signals": {}},
         {"delivery_id": delivery_id, "rank": 2, "entity_id": "pkg/geometry.py", "kind": "file",
          "path": "pkg/geometry.py", "start_line": 1, "end_line": 40, "score": 1.5, "chars": 60,
          "pointer": 1, "outcome": "pending", "hit_weight": 0.0, "hit_action": "", "hit_level": "",
-         "resolved_at": None, "reason": ""},
+         "resolved_at": None, "reason": "", "signals": {}},
     ]
+
+
+def test_each_item_keeps_its_ranking_signals_as_delivered(ledger):
+    # What --explain showed at delivery time, kept: rounded, text masked, NaN dropped, bounded.
+    [item] = items(("pkg/a.py::f", "function", "pkg/a.py", 1, 3, 2.0, 50))
+    secret = "AKIA" + "IOSFODNN7EXAMPLE"  # an AWS access key id shape (split: not a secret in this file)
+    item["signals"] = {"bm25_rank": 2, "rrf": 0.0123456789, "vector_rank": 1, "frame": f"traceback frame 1 ({secret})",
+                       "nan": float("nan"), "flag": True}
+    ledger.record_delivery("s1", "prompt", "", "q", "x" * 50, [item], now=1.0)
+    [stored] = ledger.deliveries()
+    signals = stored["items"][0]["signals"]
+    assert {k: v for k, v in signals.items() if k != "frame"} == {"bm25_rank": 2, "rrf": 0.0123, "vector_rank": 1,
+                                                                 "flag": True}
+    assert signals["frame"].startswith("traceback frame 1 (") and secret not in signals["frame"]
+    [big] = items(("pkg/a.py::g", "function", "pkg/a.py", 5, 6, 1.0, 20))
+    big["signals"] = {f"k{n}": "v" * 200 for n in range(40)}  # past the bound: none kept rather than a cut JSON
+    ledger.record_delivery("s2", "prompt", "", "q", "x" * 20, [big], now=2.0)
+    assert ledger.deliveries("s2")[0]["items"][0]["signals"] == {}
 
 
 def test_outcome_defaults_to_pending(ledger):

@@ -282,8 +282,10 @@ def test_sessions_show_each_delivery_with_outcomes_and_evidence(repo, viewer, br
     for n in range(rows.count()):
         cells = rows.nth(n).locator("td").all_inner_texts()
         expected = f"#{ranks[cells[1]]} " if cells[1] in ranks else "not in today's pack"
-        assert cells[8].startswith(expected), cells
+        assert cells[9].startswith(expected), cells
+        assert "bm25_rank=" in cells[8] or "vector_rank=" in cells[8], cells  # kept from the delivery itself
     assert "bm25_rank=" in page.locator("#delivery-3 td.signals").first.inner_text()
+    assert page.locator("#delivery-2 td.delivered-signals").count() == page.locator("#delivery-2 tbody tr").count()
     assert page.locator("#delivery-2 td.signals").count() == 0  # only the delivery asked for
     page.locator("#delivery-3 a", has_text="open in Ask").click()
     page.wait_for_load_state("load")

@@ -73,7 +73,7 @@ def session(source: Source, session_id: str, explain: str = "") -> tuple[str, di
 def explain_now(source: Source, delivery: dict) -> None:
     """Rank ``delivery``'s prompt again (``record`` false: nothing is recorded) and give each of
     its items ``now``: its rank and ranking signals in today's pack, or None when today's pack
-    leaves it out. The ledger keeps no signals, so today's are the closest explanation there is."""
+    leaves it out, to set beside the signals the ledger kept from the delivery itself."""
     pack = source.call("context.prompt", {"session_id": "cogd-ui", "prompt": delivery["query"], "record": False})
     ranked = {item["entity_id"]: item for item in pack["items"]}
     for item in delivery["items"]:

@@ -133,6 +133,9 @@ MIGRATIONS = (
     ("deliveries", "client", "TEXT NOT NULL DEFAULT ''"),
     ("tool_uses", "client", "TEXT NOT NULL DEFAULT ''"),
     ("sessions", "client", "TEXT NOT NULL DEFAULT ''"),
+    # The item's ranking signals when it was delivered (JSON, :func:`_signals_json`): what
+    # ``--explain`` showed then, kept because the index and the feedback move on.
+    ("delivery_items", "signals", "TEXT NOT NULL DEFAULT ''"),
 )
 # Rows written before the client column existed came from the only client cogd then served.
 FIRST_CLIENT = "claude-code"
@@ -149,6 +152,44 @@ QUERY_KEEP_CHARS = 2000
 # and its first half would be kept); this much past the cut is scanned with it. A longer secret
 # straddling the cut (a private key block) is masked to the end of the window by its own rule.
 QUERY_SCAN_CHARS = QUERY_KEEP_CHARS + 4096
+
+
+SIGNALS_MAX_CHARS = 2000  # stored signals of one item, at most (JSON)
+
+
+def _signals_json(signals: object) -> str:
+    """An item's ranking signals as compact JSON for the ledger: numbers rounded to 4 places,
+    text masked (:func:`cogd.secrets.mask`: a label may quote the prompt) and cut to 200
+    characters, keys to 40; '' when there are none or they do not fit in SIGNALS_MAX_CHARS."""
+    if not isinstance(signals, dict) or not signals:
+        return ""
+    kept: dict[str, object] = {}
+    for key, value in signals.items():
+        if isinstance(value, bool) or value is None:
+            kept[str(key)[:40]] = value
+        elif isinstance(value, (int, float)):
+            kept[str(key)[:40]] = round(value, 4) if isinstance(value, float) else value
+        else:
+            kept[str(key)[:40]] = mask(str(value))[:200]
+    text = json.dumps(kept, separators=(",", ":"), allow_nan=False, default=str) if kept else ""
+    return text if len(text) <= SIGNALS_MAX_CHARS else ""
+
+
+def _finite(signals: object) -> object:
+    """``signals`` without NaN or infinite numbers (JSON has no spelling for them)."""
+    if not isinstance(signals, dict):
+        return signals
+    return {k: v for k, v in signals.items() if not (isinstance(v, float) and (v != v or v in (float("inf"), float("-inf"))))}
+
+
+def _item_dict(row: sqlite3.Row) -> dict:
+    """A delivery item row as a dict, its stored signals decoded ({} when none were kept)."""
+    item = dict(row)
+    try:
+        item["signals"] = json.loads(item.get("signals") or "{}")
+    except ValueError:
+        item["signals"] = {}
+    return item
 
 
 def _prompt_head(query: str) -> str:
@@ -264,12 +305,13 @@ class Ledger:
             delivery_id = int(cur.lastrowid)
             rows = [
                 (delivery_id, it["rank"], it["entity_id"], it["kind"], it["path"], it["start_line"],
-                 it["end_line"], it["score"], it["chars"], int(it["pointer"]), str(it.get("reason", ""))[:500])
+                 it["end_line"], it["score"], it["chars"], int(it["pointer"]), str(it.get("reason", ""))[:500],
+                 _signals_json(_finite(it.get("signals"))))
                 for it in items
             ]
             self._conn.executemany(
                 "INSERT INTO delivery_items(delivery_id, rank, entity_id, kind, path, start_line, end_line, "
-                "score, chars, pointer, reason) VALUES (?,?,?,?,?,?,?,?,?,?,?)", rows,
+                "score, chars, pointer, reason, signals) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)", rows,
             )
             self._conn.executemany(
                 "INSERT INTO entity_utility(entity_id, path, retrieval_count, last_delivered_at) VALUES (?,?,1,?) "
@@ -574,7 +616,7 @@ class Ledger:
                 items = self._conn.execute(
                     "SELECT * FROM delivery_items WHERE delivery_id = ? ORDER BY rank", (row["id"],)
                 ).fetchall()
-                result.append({**dict(row), "items": [dict(i) for i in items]})
+                result.append({**dict(row), "items": [_item_dict(i) for i in items]})
         return result
 
     def tool_uses(self, session_id: str | None = None, limit: int = 100) -> list[dict]:
