@@ -71,7 +71,10 @@ class CogdError(Exception):
 
     def line(self) -> str:
         """The error as one line for a terminal: the message, then the fix if there is one."""
-        return f"{self.message} Fix: {self.fix}" if self.fix else self.message
+        if not self.fix:
+            return self.message
+        end = "" if self.message.endswith((".", "!", "?", ":", ";")) else "."  # two sentences, not one
+        return f"{self.message}{end} Fix: {self.fix}"
 
 
 def bad_request(message: str, fix: str | None = None, **data: object) -> CogdError:

@@ -157,10 +157,7 @@ def test_install_reinstall_uninstall_is_byte_identical(repo, client):
     assert not any(o.changed for o in again) and snapshot(repo) == after_first  # no write, no new backup
     removed = [wiring.uninstall(repo, t) for t in found]
     assert all(o.changed for o in removed)
-    for path in list(snapshot(repo)):
-        if ".cogd-backup-" in path:  # the backups are the user's to delete
-            (repo / path).unlink()
-    assert snapshot(repo) == before
+    assert snapshot(repo) == before  # the backups are under .cogd/wiring/backups/, out of the tree's files
     assert dirs(repo) == before_dirs  # the folders cogd made are gone too
     assert not any(wiring.holds_cogd(repo, t) for t in found)
     assert [wiring.uninstall(repo, t).changed for t in found] == [False] * len(found)
@@ -299,3 +296,42 @@ def test_one_unmergeable_client_does_not_keep_the_others_unwired(repo, tmp_path)
     assert proc.returncode != 0 and "Gemini CLI:" in proc.stderr and "not an object" in proc.stderr
     assert (repo / ".gemini" / "settings.json").read_text() == "[]"
     assert wiring.holds_cogd(repo, targets("cursor")[0])  # wired all the same
+
+
+def test_local_keeps_claude_codes_private_file_out_of_git_and_any_uninstall_takes_it_back(repo, tmp_path):
+    home = tmp_path / "home"
+    home.mkdir()
+    exclude = repo / ".git" / "info" / "exclude"
+    before = exclude.read_bytes() if exclude.exists() else None
+    assert cogd(repo, "install-hooks", "--local", home=home).returncode == 0
+    assert "/.claude/settings.local.json\n" in exclude.read_text()
+    status = subprocess.run(["git", "-C", str(repo), "status", "--porcelain"], capture_output=True, text=True).stdout
+    assert ".claude" not in status, status
+    # A plain uninstall (no --local) removes the hooks from whichever settings file holds them.
+    proc = cogd(repo, "install-hooks", "--uninstall", home=home)
+    assert proc.returncode == 0, proc.stderr
+    local = repo / ".claude" / "settings.local.json"
+    assert not local.exists() or "cogd-hook" not in local.read_text()
+    assert (exclude.read_bytes() if exclude.exists() else None) == before
+    listing = cogd(repo, "install-hooks", "--list", home=home).stdout
+    assert "wired in" not in listing, listing
+
+
+def test_up_goes_on_when_a_clients_file_holds_comments(repo, tmp_path):
+    # Gemini CLI reads settings with comments; cogd cannot merge them without losing the comments.
+    home = tmp_path / "home"
+    (home / ".gemini").mkdir(parents=True)
+    (repo / ".cogd").mkdir()
+    (repo / ".cogd" / "config.toml").write_text("[embed]\nenabled = false\n", encoding="utf-8")
+    (repo / ".gemini").mkdir()
+    commented = '{\n  // my theme\n  "theme": "GitHub"\n}\n'
+    (repo / ".gemini" / "settings.json").write_text(commented, encoding="utf-8")
+    try:
+        proc = cogd(repo, "up", home=home)
+        assert proc.returncode == 0, proc.stderr
+        assert "not wired: Gemini CLI:" in proc.stdout and "holds comments" in proc.stdout, proc.stdout
+        assert "sample context pack" in proc.stdout
+        assert (repo / ".gemini" / "settings.json").read_text(encoding="utf-8") == commented
+        assert wiring.holds_cogd(repo, targets("claude-code")[0])  # the others are wired all the same
+    finally:
+        cogd(repo, "stop", home=home)

@@ -77,6 +77,7 @@ def test_corrupt_database_fails_and_reset_repairs_it(repo):
     assert checks["db index.db"]["fix"] == ("nothing to do: the next start moves it aside and rebuilds it from the "
                                             "work tree (and memory files); `cogd stop; cogd start` does it now")
     assert checks["db state.db"]["status"] == OK
+    assert "the check itself failed" not in checks["index drift"]["finding"]
     run_cogd(repo, "reset")
     code, checks = doctor(repo)
     assert code == 0 and checks["db index.db"]["status"] == OK
@@ -188,6 +189,17 @@ def _snapshot(folder: Path) -> dict[str, tuple[int, int, int]]:
             st = os.lstat(os.path.join(dirpath, name))
             found[os.path.relpath(os.path.join(dirpath, name), folder)] = (st.st_size, st.st_mode, st.st_mtime_ns)
     return found
+
+
+def test_an_index_db_that_is_not_a_database_is_one_failure_and_a_plain_warning(repo):
+    db = repo / ".cogd" / "index" / "index.db"
+    for side in ("index.db-wal", "index.db-shm"):
+        (db.parent / side).unlink(missing_ok=True)
+    db.write_bytes(os.urandom(20000))
+    code, checks = doctor(repo)
+    assert code == 1 and checks["db index.db"]["status"] == FAIL
+    drift = checks["index drift"]
+    assert drift["status"] == WARN and "cannot be read" in drift["finding"], drift
 
 
 def test_an_empty_index_db_is_reported_plainly_and_doctor_changes_nothing(repo):

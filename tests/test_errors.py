@@ -78,5 +78,5 @@ def test_the_memory_bad_request_takes_its_fix_like_the_general_one():
     for helper in (errors.bad_request, memory_errors.bad_request):
         exc = helper("superseded_by names nothing", "set `superseded_by:`", id="01J")
         assert (exc.kind, exc.fix, exc.data) == ("bad_request", "set `superseded_by:`", {"id": "01J"})
-        assert exc.line() == "superseded_by names nothing Fix: set `superseded_by:`"
+        assert exc.line() == "superseded_by names nothing. Fix: set `superseded_by:`"
     assert isinstance(memory_errors.bad_request("x"), memory_errors.MemoryRefused)

@@ -146,7 +146,7 @@ def test_up_twice_is_idempotent(repo):
     again = run_cogd(root, "up")
     assert "already running" in again.stdout and "hooks already in" in again.stdout
     assert (root / ".claude" / "settings.json").read_text() == before
-    assert not list((root / ".claude").glob("settings.json.cogd-backup-*"))
+    assert not list((root / ".cogd" / "wiring" / "backups").glob(".claude__settings.json.*"))
 
 
 def _assert_right_code(root: Path, text: str, expected: set[str]) -> None:

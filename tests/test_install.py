@@ -31,7 +31,7 @@ def read_settings(root: Path) -> dict:
 
 
 def backups(root: Path) -> list[Path]:
-    return sorted((root / ".claude").glob("settings.json.cogd-backup-*"))
+    return sorted((root / ".cogd" / "wiring" / "backups").glob(".claude__settings.json.*"))
 
 
 def cogd_entry(event: str, command: str = CMD) -> dict:

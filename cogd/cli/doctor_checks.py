@@ -264,18 +264,22 @@ def check_index_drift(ctx: DoctorContext) -> Check:
     db = ctx.layout.index_db
     if not db.exists():
         return Check("index drift", WARN, "no index yet", "`cogd index` (or `cogd up`)")
-    empty = _empty_projection(db)
-    if empty:
-        return Check("index drift", WARN, f"not checked: {empty}: the next start rebuilds it",
-                     "`cogd start` (or `cogd index`)")
-    conn = _ro_connect(db)
     try:
-        if not store.holds_index(conn):
-            return Check("index drift", WARN, f"not checked: {db.name} holds no index (no files table): the next "
-                         "start rebuilds it", "`cogd start` (or `cogd index`)")
-        rows = store.known_files(conn)
-    finally:
-        conn.close()
+        empty = _empty_projection(db)
+        if empty:
+            return Check("index drift", WARN, f"not checked: {empty}: the next start rebuilds it",
+                         "`cogd start` (or `cogd index`)")
+        conn = _ro_connect(db)
+        try:
+            if not store.holds_index(conn):
+                return Check("index drift", WARN, f"not checked: {db.name} holds no index (no files table): the next "
+                             "start rebuilds it", "`cogd start` (or `cogd index`)")
+            rows = store.known_files(conn)
+        finally:
+            conn.close()
+    except sqlite3.DatabaseError as exc:  # not a database, or a damaged one: the `db index.db` check says so
+        return Check("index drift", WARN, f"not checked: {db.name} cannot be read ({exc}): the next start moves "
+                     "it aside and rebuilds it", "`cogd start` (or `cogd index`)")
     listing = scan_source_files(ctx.layout.root)
     current = [*listing.files, *listing.outside]
     added = [p for p in current if p not in rows]
@@ -867,7 +871,7 @@ def check_snapshot(ctx: DoctorContext) -> Check:
     from cogd.snapshot.publish import store_for
 
     installed = state.installed(ctx.layout)
-    came = (f"; the index came from {installed['commit'][:12]} ({installed['behind']} commits behind HEAD)"
+    came = (f"; the index came from {installed['commit'][:12]} ({installed['behind']} commit{'' if installed['behind'] == 1 else 's'} behind HEAD)"
             if installed else "")
     try:
         found = find(store_for(ctx.config), ctx.layout.root, ctx.config)
@@ -886,7 +890,7 @@ def check_snapshot(ctx: DoctorContext) -> Check:
     from cogd.snapshot.gitrepo import distance
 
     behind = distance(ctx.layout.root, manifest.commit)
-    where = f"{manifest.commit[:12]} ({'?' if behind is None else behind} commits behind HEAD)"
+    where = f"{manifest.commit[:12]} ({'?' if behind is None else behind} commit{'' if behind == 1 else 's'} behind HEAD)"
     return Check("snapshot", OK, f"{uri}: nearest snapshot {where}, manifest valid{came}", "", details)
 
 

@@ -192,6 +192,13 @@ def _wire(root: Path, client: str, local: bool, removing: bool) -> None:
             for target in found:
                 _report(client, wiring.install(root, target), False)
             return
+    if removing and client == CLAUDE_CODE:
+        # An uninstall removes cogd's hooks from whichever of the two settings files holds them.
+        other = _double_claude(root, local)  # the settings file of the other scope, if it holds them
+        if other is not None:
+            for target in wiring.targets(client, hook_command(), mcp_command(), local=not local):
+                _report(client, wiring.uninstall(root, target), True)
+                wiring.exclude(root, target.rel, add=False)
     found = wiring.targets(client, hook_command(), mcp_command(), local=local)
     if local and client != CLAUDE_CODE and not removing:
         held = [t.rel for t in found if wiring.tracked(root, t.rel)]
@@ -201,8 +208,10 @@ def _wire(root: Path, client: str, local: bool, removing: bool) -> None:
     scripts = [t for t in found if t.kind == "script"]
     for target in found:
         outcome = (wiring.uninstall if removing else wiring.install)(root, target)
-        if local and client != CLAUDE_CODE:
-            wiring.exclude(root, target.rel, add=not removing)
+        if removing:
+            wiring.exclude(root, target.rel, add=False)  # an uninstall takes back a --local install's lines too
+        elif local and not (client == CLAUDE_CODE and wiring.tracked(root, target.rel)):
+            wiring.exclude(root, target.rel, add=True)  # Claude Code's private file included: nothing ignores it
         if target.kind != "script" or outcome.note:
             _report(client, outcome, removing)
     if scripts:

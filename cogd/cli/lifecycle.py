@@ -9,7 +9,7 @@ import click
 
 from cogd import safepath
 from cogd.cli.base import RemoteBackend, console, layout_from, not_up
-from cogd.cli.install import LOCAL_HELP, install_hooks_for
+from cogd.cli.install import LOCAL_HELP, SettingsError, install_hooks_for
 from cogd.cli.progress import follow_embedding, index_with_progress
 from cogd.rpc import control
 
@@ -50,7 +50,10 @@ def up(ctx: click.Context, no_hooks: bool, local_hooks: bool, wait_embed: float 
         f"at commit {(index['commit'] or 'none')[:12]} ({time.monotonic() - t0:.1f} s)"
     )
     if not no_hooks:
-        install_hooks_for(layout, local_hooks)
+        try:
+            install_hooks_for(layout, local_hooks)
+        except SettingsError as exc:  # a client's file cogd cannot merge: the others are wired, the pack still comes
+            console.print(f"[yellow]not wired[/]: {exc.line()}", soft_wrap=True)
     # The pack first: it needs the lexical index only, and the embedding may take minutes.
     pack = be.call("context.session_start", {"session_id": "cogd-up", "source": "startup", "record": False})
     console.rule("sample context pack (what SessionStart injects)")

@@ -122,7 +122,7 @@ def installed_line(installed: dict | None) -> str:
         return "-"
     behind = installed.get("behind")
     return (f"{str(installed.get('commit'))[:12]} from {installed.get('uri')} "
-            f"({'?' if behind is None else behind} commits behind HEAD)")
+            f"({'?' if behind is None else behind} commit{'' if behind == 1 else 's'} behind HEAD)")
 
 
 @snapshot_group.command("status")

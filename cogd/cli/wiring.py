@@ -6,7 +6,7 @@ server). Every write follows the same rules, whatever the client:
 * **merge**: cogd's entries (recognised by their command) are replaced, everything else in
   the file is kept in order; a file that cannot be merged safely (not JSON, a ``hooks`` that is
   not an object, a TOML table cogd did not write) is left untouched with a clear error;
-* **backup**: the file as it was is copied beside it (``NAME.cogd-backup-<time>``) before a change;
+* **backup**: the file as it was is copied to ``.cogd/wiring/backups/`` (private, out of git) before a change;
 * **idempotent**: a second install changes nothing and writes no backup;
 * **explicit timeouts**: every hook entry carries the client's timeout field, in its unit;
 * **undo**: ``uninstall`` removes exactly cogd's entries. The first install keeps the file's
@@ -339,10 +339,56 @@ def _parse(path: Path, text: str | None) -> dict:
     try:
         value = json.loads(text)
     except ValueError as exc:
+        if _has_comments(text):  # JSON with comments (Gemini CLI reads such files): merging would drop them
+            raise SettingsError(f"{path} holds comments, which cogd cannot keep when it merges (it writes plain "
+                                "JSON); remove the comments, or add cogd's entries by hand "
+                                "(`cogd install-hooks --list` names the file)") from exc
         raise SettingsError(f"{path} is not valid JSON ({exc}); fix it or move it away, then run again") from exc
     if not isinstance(value, dict):
         raise SettingsError(f"{path} holds a JSON {type(value).__name__}, not an object")
     return value
+
+
+def _without_comments(text: str) -> str:
+    """``text`` with its ``//`` and ``/* */`` comments outside JSON strings blanked (a quick
+    scan: the caller only chooses which message to give for a file that did not parse)."""
+    out, i, in_string, n = [], 0, False, len(text)
+    while i < n:
+        ch = text[i]
+        if in_string:
+            out.append(ch)
+            if ch == "\\" and i + 1 < n:
+                out.append(text[i + 1])
+                i += 1
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+            out.append(ch)
+        elif text.startswith("//", i):
+            while i < n and text[i] != "\n":
+                i += 1
+            continue
+        elif text.startswith("/*", i):
+            close = text.find("*/", i + 2)
+            i = n if close < 0 else close + 2
+            continue
+        else:
+            out.append(ch)
+        i += 1
+    return "".join(out)
+
+
+def _has_comments(text: str) -> bool:
+    """Whether ``text`` is JSON once its comments are removed, and had some (JSON with comments)."""
+    stripped = _without_comments(text)
+    if stripped == text:
+        return False
+    try:
+        json.loads(stripped)
+    except ValueError:
+        return False
+    return True
 
 
 def _dump(obj: dict) -> str:
@@ -361,14 +407,22 @@ def _write(path: Path, text: str, mode: int) -> None:
     os.replace(tmp, path)
 
 
-def _backup(path: Path, original: str, mode: int) -> Path:
+def _backup(root: Path, rel: str, original: str) -> Path:
+    """Keep ``original`` (the file ``rel`` as it was) in ``.cogd/wiring/backups/`` before a change.
+
+    Not beside the file: a backup next to each client file showed up in ``git status`` and was
+    never cleaned up. ``.cogd/`` stays out of git (its own ``.gitignore``), and the copy is
+    private (0600): settings may hold secrets in an ``env`` block.
+    """
+    folder = root / ".cogd" / WIRING_DIR / "backups"
+    safepath.check_chain(folder, create=True)
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    backup = path.with_name(f"{path.name}.cogd-backup-{stamp}")
-    n = 1
+    name = rel.replace("/", "__")
+    backup, n = folder / f"{name}.{stamp}", 1
     while backup.exists():  # two changes in one second must not overwrite the older backup
         n += 1
-        backup = path.with_name(f"{path.name}.cogd-backup-{stamp}-{n}")
-    _write(backup, original, mode)  # as private as the original (settings may hold secrets in env)
+        backup = folder / f"{name}.{stamp}-{n}"
+    safepath.write_atomic(backup, original.encode("utf-8"))
     return backup
 
 
@@ -467,7 +521,7 @@ def install(root: Path, target: Target) -> Outcome:
         path.parent.mkdir(parents=True, exist_ok=True)
         for folder in made:  # remembered so an uninstall removes what cogd made
             _note_made(root, folder)
-        backup = _backup(path, original, mode) if original is not None else None
+        backup = _backup(root, target.rel, original) if original is not None else None
         _write(path, updated, 0o755 if target.kind == "script" else mode)
     except OSError as exc:
         raise SettingsError(f"cannot update {path}: {exc}") from exc
@@ -526,7 +580,7 @@ def uninstall(root: Path, target: Target) -> Outcome:
             same = known and original is not None and text == original
             empty = known and original is None and not text.strip()
             text = original if same else text
-        backup = _backup(path, current, mode)
+        backup = _backup(root, target.rel, current)
         if empty:
             path.unlink()
             backup.unlink()  # it held only cogd's entries

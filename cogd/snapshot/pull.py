@@ -74,7 +74,7 @@ class PullResult:
     def line(self) -> str:
         """One line for a log or a terminal."""
         if self.state == "installed":
-            return (f"snapshot of {str(self.commit)[:12]} installed ({self.behind} commits behind HEAD, "
+            return (f"snapshot of {str(self.commit)[:12]} installed ({self.behind} commit{'' if self.behind == 1 else 's'} behind HEAD, "
                     f"{self.downloaded_bytes / 1e6:.1f} MB downloaded, {self.vectors} vectors) in {self.seconds:.1f} s")
         return f"snapshot {self.state}: {self.reason}"
 
