@@ -150,6 +150,10 @@ def test_without_a_terminal_output_is_lines_and_finite(up):
     for stream in (first.stdout, first.stderr):
         assert "\r" not in stream and "\x1b" not in stream  # no bar, no cursor movement
     wait_for(lambda: up.embedding()["phase"] == "embedding", what="the entities counted")
+    # The model is loaded (a query vector exists) but no entity has a vector: the pack says BM25 only.
+    lexical = json.loads(up.cogd("context", "render the profile", "--json").stdout)["text"]
+    assert lexical.startswith("## cogd: code that may matter for this prompt\n(BM25") and "embeddings" not in \
+        lexical.splitlines()[1], lexical[:200]
 
     held = up.cogd("up", "--no-hooks", "--wait-embed", "1")  # held: the cap ends it
     lines = held.stdout.strip().splitlines()

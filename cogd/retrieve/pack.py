@@ -283,7 +283,10 @@ def prompt_pack(
     ranked = select(hits, retrieve_config, per_file_cap=config.per_file_cap, prompt=prompt, dense=dense,
                     limit=config.max_items + config.max_pointers, feedback=feedback, parts=parts, clues=clues,
                     vendored=vendored_patterns(root))
-    sources = "BM25 + embeddings" if query_vector is not None and (mode or retrieve_config.mode) != BM25 else "BM25"
+    # Embeddings are named only when some vector could have ranked an item: a query vector is
+    # computed as soon as the model loads, long before the entities have theirs.
+    vectors = query_vector is not None and dense is not None and len(dense) > 0
+    sources = "BM25 + embeddings" if vectors and (mode or retrieve_config.mode) != BM25 else "BM25"
     header = (f"## cogd: code that may matter for this prompt\n"
               f"({sources} over the repository index; `path:start-end`, then the entity id)\n")
     if pinned:
