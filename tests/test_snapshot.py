@@ -94,7 +94,7 @@ def test_cogd_up_pulls_the_ancestor_and_catches_up_to_a_fresh_build(world):
     daemon = Daemon(clone)
     try:
         out = run_cogd(clone, "up", "--no-hooks", "--wait-embed", "0").stdout
-        assert f"snapshot of {world['a'][:12]} installed (1 commits behind HEAD" in out
+        assert f"snapshot of {world['a'][:12]} installed (1 commit behind HEAD" in out
         run_cogd(clone, "index")
         status = json.loads(run_cogd(clone, "status", "--json").stdout)
         assert status["snapshot"]["commit"] == world["a"] and status["snapshot"]["behind"] == 1
@@ -280,7 +280,7 @@ def test_snapshot_status_and_doctor(world, tmp_path):
     checks = {c["name"]: c for c in json.loads(run_cogd(clone, "doctor", "--json", "--no-model-load",
                                                         check=False).stdout)["checks"]}
     assert checks["snapshot"]["status"] == "ok"
-    assert f"{world['a'][:12]} (1 commits behind HEAD)" in checks["snapshot"]["finding"]
+    assert f"{world['a'][:12]} (1 commit behind HEAD)" in checks["snapshot"]["finding"]
     shutil.rmtree(store)
     checks = {c["name"]: c for c in json.loads(run_cogd(clone, "doctor", "--json", "--no-model-load",
                                                         check=False).stdout)["checks"]}

@@ -62,7 +62,7 @@ def test_publish_to_s3_and_cogd_up_pulls_and_catches_up(s3):
     daemon = Daemon(clone)
     try:
         out = run_cogd(clone, "up", "--no-hooks", "--wait-embed", "0").stdout
-        assert f"snapshot of {s3['a'][:12]} installed (1 commits behind HEAD" in out
+        assert f"snapshot of {s3['a'][:12]} installed (1 commit behind HEAD" in out
         run_cogd(clone, "index")
     finally:
         daemon.stop()

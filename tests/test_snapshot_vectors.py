@@ -87,7 +87,7 @@ def test_vectors_travel_and_only_changed_entities_are_embedded(tmp_path):
     pulled = clone_at(origin, tmp_path / "pulled", b)
     embedding, rows = embedded_run(pulled)
     log = (pulled / ".cogd" / "logs" / "daemon.log").read_text()
-    assert "vectors) in" in log and f"snapshot of {published['commit'][:12]} installed (1 commits behind HEAD" in log
+    assert "vectors) in" in log and f"snapshot of {published['commit'][:12]} installed (1 commit behind HEAD" in log
     changed = {(i, h) for i, *_rest, h, _p in projection(pulled)["entities"]} - at_a
     assert 1 <= embedding["computed"] <= len(changed) < len(at_a)  # the model ran for what changed only
 
