@@ -193,16 +193,6 @@ def run(ctx: click.Context, method: str, params: dict | None = None, *, fresh: b
         return be.call(method, params or {}, timeout=timeout)
 
 
-def format_age(seconds: float) -> str:
-    """``42s``, ``5m 03s``, ``2h 07m``, ``3d 04h``."""
-    s = int(seconds)
-    if s < 60:
-        return f"{s}s"
-    if s < 3600:
-        return f"{s // 60}m {s % 60:02d}s"
-    if s < 86400:
-        return f"{s // 3600}h {s % 3600 // 60:02d}m"
-    return f"{s // 86400}d {s % 86400 // 3600:02d}h"
 
 
 def rough_age(ts: float) -> str:

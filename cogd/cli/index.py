@@ -9,7 +9,8 @@ import time
 import click
 from rich.table import Table
 
-from cogd.cli.base import ULID, backend, console, err, format_age, layout_from
+from cogd.ages import format_age
+from cogd.cli.base import ULID, backend, console, err, layout_from
 from cogd.cli.memory import show as show_memory
 from cogd.cli.progress import index_with_progress
 from cogd.config import load_config

@@ -10,7 +10,8 @@ import click
 from rich.markup import escape
 from rich.table import Table
 
-from cogd.cli.base import console, format_age, layout_from, rough_age
+from cogd.ages import format_age
+from cogd.cli.base import console, layout_from, rough_age
 from cogd.cli.progress import embedding_line, front_line
 from cogd.memory.gitstate import COMMIT_HINT
 from cogd.paths import Layout

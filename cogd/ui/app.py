@@ -27,6 +27,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 from starlette.routing import Route
 
+from cogd.ages import format_age
 from cogd.errors import CogdError
 from cogd.rpc.client import DaemonUnavailable
 from cogd.ui import pages, visible
@@ -127,17 +128,8 @@ def _when(at: float | None) -> str:
 
 
 def _age(seconds: float | None) -> str:
-    """``42s``, ``5m 03s``, ``2h 07m``, ``3d 04h`` (as ``cogd status`` writes ages)."""
-    if seconds is None:
-        return "–"
-    s = int(max(seconds, 0))
-    if s < 60:
-        return f"{s}s"
-    if s < 3600:
-        return f"{s // 60}m {s % 60:02d}s"
-    if s < 86400:
-        return f"{s // 3600}h {s % 3600 // 60:02d}m"
-    return f"{s // 86400}d {s % 86400 // 3600:02d}h"
+    """An age as ``cogd status`` writes it (:func:`cogd.ages.format_age`), ``–`` when unknown."""
+    return "–" if seconds is None else format_age(seconds)
 
 
 def _pct(value: float | None) -> str:
