@@ -231,6 +231,9 @@ class HistoryConfig:
     association_commits: int = 40  # best-matching commits read per query
     per_commit: int = 6  # definitions one commit contributes at most (most changed lines first)
     half_life_days: float = 365.0  # a commit's weight halves per this many days before the newest one
+    # A commit whose message is the prompt itself (case and spacing aside) is not used for it: a
+    # prompt quoting a commit verbatim (a replay, a cherry-pick) must not be answered by that commit.
+    mask_exact_message: bool = True
 
 
 @dataclass

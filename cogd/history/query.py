@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import sqlite3
 
+from cogd import secrets
 from cogd.config import HistoryConfig
 from cogd.history import store
 from cogd.history.miner import HistoryMiner
@@ -25,12 +26,16 @@ class HistoryQueries:
         self.config = config
         self.settings = AssociationSettings(config.association_commits, config.per_commit, config.half_life_days)
 
-    def associations(self, index_conn: sqlite3.Connection, match: str, limit: int) -> list[Association]:
+    def associations(self, index_conn: sqlite3.Connection, match: str, limit: int,
+                     query: str | None = None) -> list[Association]:
         """The entities of the commits whose messages match ``match`` (an FTS5 expression), best
-        first, at most ``limit``, with each one's evidence (independent commits) and commits."""
+        first, at most ``limit``, with each one's evidence (independent commits) and commits.
+        With ``[history] mask_exact_message``, commits whose message is ``query`` are left out
+        (:func:`cogd.history.store.associated`)."""
         if not match or not self.miner.usable():
             return []
-        found = store.associated(self.miner.store.reader(), match, self.settings)
+        exclude = secrets.mask(query.strip()) if query is not None and self.config.mask_exact_message else None
+        found = store.associated(self.miner.store.reader(), match, self.settings, exclude)
         mapping = store.current_ids(index_conn, [a.entity_id for a in found])
         merged: dict[str, Association] = {}
         for item in found:

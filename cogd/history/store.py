@@ -197,7 +197,13 @@ class HistoryStore:
 
 # ---- reads (any thread, a read-only connection) ------------------------------
 
-def associated(conn: sqlite3.Connection, match: str, settings: AssociationSettings) -> list[Association]:
+def same_message(a: str, b: str) -> bool:
+    """Whether two messages are the same text up to case and whitespace."""
+    return " ".join(a.lower().split()) == " ".join(b.lower().split())
+
+
+def associated(conn: sqlite3.Connection, match: str, settings: AssociationSettings,
+               query: str | None = None) -> list[Association]:
     """Entities touched by the live commits whose messages match the FTS5 expression ``match``.
 
     A commit's score is its BM25 score (``-bm25()``, higher better) × ``0.5 ** (age /
@@ -205,20 +211,24 @@ def associated(conn: sqlite3.Connection, match: str, settings: AssociationSettin
     ``per_commit`` most-changed definitions ``score / sqrt(n)`` (``n``: the definitions it
     touched: a commit that changes one function says more about it than one that changes
     twenty). An entity's score is the sum over its commits. Best first. [] for an empty
-    expression. Raises sqlite3.Error."""
+    expression. ``query``: the request's text; a commit whose message is that very text
+    (:func:`same_message`) is left out, so a prompt that quotes a commit verbatim (a replay, a
+    cherry-pick) is not answered by that commit alone. Raises sqlite3.Error."""
     if not match:
         return []
     newest = conn.execute("SELECT max(time) FROM commits WHERE live = 1 AND skipped IS NULL").fetchone()[0]
     if newest is None:
         return []
     rows = conn.execute(
-        "SELECT m.hash, m.time, m.n_entities, s.score FROM (SELECT hash, -bm25(messages) AS score FROM messages "
+        "SELECT m.hash, m.time, m.n_entities, s.score, m.message FROM (SELECT hash, -bm25(messages) AS score FROM messages "
         "WHERE messages MATCH ? ORDER BY bm25(messages) LIMIT ?) s JOIN commits m ON m.hash = s.hash "
         "WHERE m.live = 1 AND m.skipped IS NULL ORDER BY s.score DESC LIMIT ?",
         (match, settings.commits * 3, settings.commits)).fetchall()
     found: dict[str, Association] = {}
     half_life = max(settings.half_life_days, 1e-6) * 86400
-    for hash_, when, n_entities, score in rows:
+    for hash_, when, n_entities, score, message in rows:
+        if query is not None and same_message(message, query):
+            continue
         weight = score * 0.5 ** (max(newest - when, 0) / half_life) / math.sqrt(max(n_entities, 1))
         touched = conn.execute("SELECT entity_id FROM touched WHERE hash = ? ORDER BY lines DESC, entity_id LIMIT ?",
                                (hash_, settings.per_commit)).fetchall()
