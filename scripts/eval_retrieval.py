@@ -790,7 +790,8 @@ def variant_packs(work: Path, arm: str, query: str) -> list[tuple[str, list[dict
             config = load_config(layout.config_file)
             for item in settings:
                 _set_value(config, item)
-            pack = prompt_pack(conn, work, query, config.pack, config.retrieve, mode="bm25")
+            pack = prompt_pack(conn, work, query, config.pack, config.retrieve, mode="bm25",
+                               feedback=history_feedback(layout, config, conn, query))
             kinds = {i.entity_id: i.kind for i in pack.items}
             items = parse_pack(pack.text)
             for i in items:
@@ -799,6 +800,36 @@ def variant_packs(work: Path, arm: str, query: str) -> list[tuple[str, list[dict
     finally:
         conn.close()
     return out
+
+
+_HISTORY_STORES: dict = {}
+
+
+def history_feedback(layout, config, conn, query: str):
+    """Feedback carrying only history (associations and co-change) for a variant's pack, read
+    from the tree's ``history.db`` (read only; the daemon has synchronised it with HEAD), or
+    None when the variant has ``history.enabled=false`` or the tree has no history."""
+    path = layout.index_dir / "history.db"
+    if not config.history.enabled or not path.exists():
+        return None
+    from cogd.history.miner import HistoryMiner
+    from cogd.history.query import HistoryQueries
+    from cogd.history.store import HistoryStore
+    from cogd.retrieve.feedback import Feedback
+    from cogd.retrieve.lexical import match_expression, query_terms
+
+    rank = config.rank
+    rank.utility_weight = rank.working_set_weight = rank.recency_weight = 0.0
+    history = _HISTORY_STORES.get(path)
+    if history is None:  # one read-only store per tree for the whole replay
+        history = _HISTORY_STORES[path] = HistoryStore(path, readonly=True)
+    queries = HistoryQueries(HistoryMiner(layout.root, history, config.history), config.history)
+
+    def assoc(text):
+        found = queries.associations(conn, match_expression(query_terms(text)), config.retrieve.candidates, text)
+        return found
+
+    return Feedback(rank, history=assoc, co_changed=lambda seeds: queries.co_changed(conn, seeds))
 
 
 def swe_table(title: str, groups: dict[str, list[dict]], budgets: list[int]) -> str:

@@ -107,14 +107,15 @@ def _history_sources(parts: Parts) -> tuple:
     limit = parts.config.retrieve.candidates
 
     def history(text: str) -> list:
-        found = queries.associations(parts.reader(), match_expression(query_terms(text)), limit, text)
+        found = queries.associations(parts.reader(), match_expression(query_terms(text)), limit, text,
+                                     (parts.worker.refreshes, parts.readers.generation))
         labels = queries.subjects(list({h for a in found[: max(limit // 3, 1)] for h in a.commits[:3]}))
         for item in found:
             item.commits = [f"{h[:10]} {labels.get(h, '')}".strip() for h in item.commits[:3]] + item.commits[3:]
         return found
 
     def co_changed(seeds: list[str]) -> list:
-        return queries.co_changed(parts.reader(), seeds)
+        return queries.co_changed(parts.reader(), seeds, (parts.worker.refreshes, parts.readers.generation))
 
     return history, co_changed
 

@@ -189,19 +189,24 @@ def _packed_ref(common: Path, ref: str) -> str | None:
     return None
 
 
-def head_from_files(root: Path) -> str | None:
+def head_from_files(root: Path, read: list[Path] | None = None) -> str | None:
     """The commit ``HEAD`` names, read from the tree's own ``.git`` files (tens of µs; no process).
 
     Follows a ``gitdir:`` file (worktree) and its ``commondir``, a symbolic ``ref:`` to a loose
     ref or ``packed-refs``. Returns None when any step is not the plain case (then the caller
-    trusts the last ``git rev-parse``); never raises."""
+    trusts the last ``git rev-parse``); never raises. ``read``: filled with every path looked
+    at (existing or not), for :class:`HeadCache`."""
+    read = read if read is not None else []
     try:
+        read.append(root / ".git")
         git_dir = _git_dir(root)
         if git_dir is None:
             return None
         common = git_dir
+        read.append(git_dir / "commondir")
         if (git_dir / "commondir").is_file():
             common = git_dir / (git_dir / "commondir").read_text(encoding="utf-8").strip()
+        read.append(git_dir / "HEAD")
         text = (git_dir / "HEAD").read_text(encoding="utf-8", errors="replace")[:4096].strip()
         for _ in range(5):
             if _HASH.match(text):
@@ -212,6 +217,7 @@ def head_from_files(root: Path) -> str | None:
             if ".." in ref or not ref.startswith("refs/"):
                 return None
             loose = common / ref
+            read += [loose, git_dir / ref, common / "packed-refs"]
             if not loose.is_file() and (git_dir / ref).is_file():
                 loose = git_dir / ref
             text = loose.read_text(encoding="utf-8", errors="replace")[:4096].strip() if loose.is_file() else (
@@ -219,6 +225,36 @@ def head_from_files(root: Path) -> str | None:
         return None
     except (OSError, ValueError):
         return None
+
+
+class HeadCache:
+    """:func:`head_from_files` answered from a cache while none of the files it read changed
+    (``lstat``: inode, size, mtime; a missing file stays missing): a few µs per request."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self._key: tuple | None = None
+        self._head: str | None = None
+
+    @staticmethod
+    def _signature(paths: list[Path]) -> tuple:
+        out = []
+        for path in paths:
+            try:
+                st = os.lstat(path)
+                out.append((st.st_ino, st.st_size, st.st_mtime_ns))
+            except OSError:
+                out.append(None)
+        return tuple(out)
+
+    def get(self) -> str | None:
+        key = self._key
+        if key is not None and self._signature(key[0]) == key[1]:
+            return self._head
+        read: list[Path] = []
+        head = head_from_files(self.root, read)
+        self._key, self._head = (read, self._signature(read)), head
+        return head
 
 
 def rev_parse_head(root: Path, timeout: float = 10.0) -> str | None:

@@ -189,6 +189,7 @@ class HistoryMiner:
         self.config = config
         self._ready = ready
         self._on_start = on_start
+        self._heads = git.HeadCache(root)
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -209,7 +210,7 @@ class HistoryMiner:
         synced = self.synced_head
         if not synced or not self._synced_once:
             return False
-        current = git.head_from_files(self.root)
+        current = self._heads.get()
         if current is not None and current != synced:
             self._wake.set()
             return False

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import sqlite3
 
-from cogd import secrets
 from cogd.config import HistoryConfig
 from cogd.history import store
 from cogd.history.miner import HistoryMiner
@@ -25,18 +24,45 @@ class HistoryQueries:
         self.miner = miner
         self.config = config
         self.settings = AssociationSettings(config.association_commits, config.per_commit, config.half_life_days)
+        # Old id → current id (None: gone), valid for one state of the index and of the live set.
+        self._mapped: dict[str, str | None] = {}
+        self._mapped_for: tuple | None = None
+        self._newest: tuple | None = None  # (synced head, newest live commit time)
+
+    def _current(self, index_conn: sqlite3.Connection, ids: list[str], index_version: object) -> dict[str, str]:
+        """:func:`cogd.history.store.current_ids`, cached while ``index_version`` and the synced
+        HEAD stay the same (None: no cache)."""
+        key = (index_version, self.miner.synced_head)
+        if index_version is None or key != self._mapped_for or len(self._mapped) > 50_000:
+            self._mapped, self._mapped_for = {}, key
+        wanted = [i for i in ids if i not in self._mapped]
+        if wanted:
+            found = store.current_ids(index_conn, wanted)
+            for i in wanted:
+                self._mapped[i] = found.get(i)
+        mapped = {i: self._mapped.get(i) for i in ids}
+        if index_version is None:
+            self._mapped = {}
+        return {i: c for i, c in mapped.items() if c is not None}
+
+    def _newest_time(self) -> int | None:
+        head = self.miner.synced_head
+        if self._newest is None or self._newest[0] != head:
+            self._newest = (head, store.newest_time(self.miner.store.reader()))
+        return self._newest[1]
 
     def associations(self, index_conn: sqlite3.Connection, match: str, limit: int,
-                     query: str | None = None) -> list[Association]:
+                     query: str | None = None, index_version: object = None) -> list[Association]:
         """The entities of the commits whose messages match ``match`` (an FTS5 expression), best
         first, at most ``limit``, with each one's evidence (independent commits) and commits.
         With ``[history] mask_exact_message``, commits whose message is ``query`` are left out
-        (:func:`cogd.history.store.associated`)."""
+        (:func:`cogd.history.store.associated`). ``index_version``: a token that changes with the
+        index (the daemon's refresh count), for the id-mapping cache."""
         if not match or not self.miner.usable():
             return []
-        exclude = secrets.mask(query.strip()) if query is not None and self.config.mask_exact_message else None
-        found = store.associated(self.miner.store.reader(), match, self.settings, exclude)
-        mapping = store.current_ids(index_conn, [a.entity_id for a in found])
+        exclude = query if self.config.mask_exact_message else None
+        found = store.associated(self.miner.store.reader(), match, self.settings, exclude, self._newest_time())
+        mapping = self._current(index_conn, [a.entity_id for a in found], index_version)
         merged: dict[str, Association] = {}
         for item in found:
             current = mapping.get(item.entity_id)
@@ -51,12 +77,13 @@ class HistoryQueries:
                 known.evidence = len(known.commits)
         return sorted(merged.values(), key=lambda a: (-a.score, a.entity_id))[:limit]
 
-    def co_changed(self, index_conn: sqlite3.Connection, seeds: list[str]) -> list[tuple[str, str, float, int]]:
+    def co_changed(self, index_conn: sqlite3.Connection, seeds: list[str],
+                   index_version: object = None) -> list[tuple[str, str, float, int]]:
         """``(seed, partner, confidence, support)`` for the seeds' co-change partners that exist now."""
         if not seeds or not self.miner.usable():
             return []
         rows = store.co_changed(self.miner.store.reader(), seeds, self.config.co_change_min_confidence)
-        mapping = store.current_ids(index_conn, list({r[1] for r in rows}))
+        mapping = self._current(index_conn, list({r[1] for r in rows}), index_version)
         return [(seed, mapping[b], conf, sup) for seed, b, conf, sup in rows if b in mapping and mapping[b] != seed]
 
     def subjects(self, hashes: list[str]) -> dict[str, str]:

@@ -16,6 +16,7 @@ a checkout of an older commit hides every commit after it at once (no re-mining 
 
 from __future__ import annotations
 
+import hashlib
 import math
 import sqlite3
 import threading
@@ -24,13 +25,13 @@ from pathlib import Path
 
 from cogd import safepath
 
-SCHEMA_VERSION = "1"
+SCHEMA_VERSION = "2"
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
 CREATE TABLE IF NOT EXISTS commits (
     hash TEXT PRIMARY KEY, time INTEGER NOT NULL, subject TEXT NOT NULL, message TEXT NOT NULL,
     skipped TEXT, n_entities INTEGER NOT NULL DEFAULT 0, live INTEGER NOT NULL DEFAULT 1,
-    mined_at REAL NOT NULL DEFAULT 0
+    mined_at REAL NOT NULL DEFAULT 0, digest TEXT NOT NULL DEFAULT ''
 );
 CREATE INDEX IF NOT EXISTS commits_live ON commits(live, skipped);
 CREATE TABLE IF NOT EXISTS touched (
@@ -103,9 +104,10 @@ class HistoryStore:
     thread, the miner. Reads may come from any thread. Raises sqlite3.Error on a broken file.
     """
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, *, readonly: bool = False):
         self.path = path
-        self._conn = connect(path)
+        # ``readonly``: a reader of another process's projection (the evaluation); writes fail.
+        self._conn = connect(path, readonly=readonly)
         self._local = threading.local()
         self._readers: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
@@ -138,8 +140,9 @@ class HistoryStore:
                    touched: dict[str, tuple[str, int]], now: float) -> None:
         """Store one commit: ``touched`` is ``{entity_id: (path, changed lines)}`` (empty when skipped)."""
         c = self._conn
-        c.execute("INSERT OR REPLACE INTO commits(hash, time, subject, message, skipped, n_entities, live, mined_at) "
-                  "VALUES (?,?,?,?,?,?,1,?)", (hash_, time_, subject, message, skipped, len(touched), now))
+        c.execute("INSERT OR REPLACE INTO commits(hash, time, subject, message, skipped, n_entities, live, mined_at, "
+                  "digest) VALUES (?,?,?,?,?,?,1,?,?)",
+                  (hash_, time_, subject, message, skipped, len(touched), now, digest(message)))
         c.execute("DELETE FROM touched WHERE hash = ?", (hash_,))
         c.executemany("INSERT INTO touched(hash, entity_id, path, lines) VALUES (?,?,?,?)",
                       [(hash_, e, p, n) for e, (p, n) in touched.items()])
@@ -197,13 +200,19 @@ class HistoryStore:
 
 # ---- reads (any thread, a read-only connection) ------------------------------
 
-def same_message(a: str, b: str) -> bool:
-    """Whether two messages are the same text up to case and whitespace."""
-    return " ".join(a.lower().split()) == " ".join(b.lower().split())
+def digest(message: str) -> str:
+    """The message compared as text (case folded, runs of whitespace as one space), hashed."""
+    return hashlib.blake2b(" ".join(message.lower().split()).encode("utf-8", "surrogatepass"),
+                           digest_size=12).hexdigest()
+
+
+def newest_time(conn: sqlite3.Connection) -> int | None:
+    """The commit time of the newest live mined commit (None when there is none)."""
+    return conn.execute("SELECT max(time) FROM commits WHERE live = 1 AND skipped IS NULL").fetchone()[0]
 
 
 def associated(conn: sqlite3.Connection, match: str, settings: AssociationSettings,
-               query: str | None = None) -> list[Association]:
+               query: str | None = None, newest: int | None = None) -> list[Association]:
     """Entities touched by the live commits whose messages match the FTS5 expression ``match``.
 
     A commit's score is its BM25 score (``-bm25()``, higher better) × ``0.5 ** (age /
@@ -211,28 +220,38 @@ def associated(conn: sqlite3.Connection, match: str, settings: AssociationSettin
     ``per_commit`` most-changed definitions ``score / sqrt(n)`` (``n``: the definitions it
     touched: a commit that changes one function says more about it than one that changes
     twenty). An entity's score is the sum over its commits. Best first. [] for an empty
-    expression. ``query``: the request's text; a commit whose message is that very text
-    (:func:`same_message`) is left out, so a prompt that quotes a commit verbatim (a replay, a
-    cherry-pick) is not answered by that commit alone. Raises sqlite3.Error."""
+    expression. ``query``: the request's text; a commit whose message is that very text (case
+    and spacing aside: the same :func:`digest`; a stored message has its secrets masked, so a
+    query that holds a secret does not match it) is left out, so a prompt that quotes a commit
+    verbatim (a replay, a cherry-pick) is not answered by that commit alone. ``newest``: :func:`newest_time`, when the
+    caller has it. Raises sqlite3.Error."""
     if not match:
         return []
-    newest = conn.execute("SELECT max(time) FROM commits WHERE live = 1 AND skipped IS NULL").fetchone()[0]
+    newest = newest if newest is not None else newest_time(conn)
     if newest is None:
         return []
     rows = conn.execute(
-        "SELECT m.hash, m.time, m.n_entities, s.score, m.message FROM (SELECT hash, -bm25(messages) AS score FROM messages "
-        "WHERE messages MATCH ? ORDER BY bm25(messages) LIMIT ?) s JOIN commits m ON m.hash = s.hash "
-        "WHERE m.live = 1 AND m.skipped IS NULL ORDER BY s.score DESC LIMIT ?",
-        (match, settings.commits * 3, settings.commits)).fetchall()
-    found: dict[str, Association] = {}
+        "SELECT m.hash, m.time, m.n_entities, s.score FROM (SELECT hash, -bm25(messages) AS score "
+        "FROM messages WHERE messages MATCH ? ORDER BY bm25(messages) LIMIT ?) s JOIN commits m ON m.hash = s.hash "
+        "WHERE m.live = 1 AND m.skipped IS NULL AND m.digest != ? ORDER BY s.score DESC LIMIT ?",
+        (match, settings.commits * 3, digest(query) if query is not None else "", settings.commits)).fetchall()
+    weights: dict[str, float] = {}
     half_life = max(settings.half_life_days, 1e-6) * 86400
-    for hash_, when, n_entities, score, message in rows:
-        if query is not None and same_message(message, query):
-            continue
-        weight = score * 0.5 ** (max(newest - when, 0) / half_life) / math.sqrt(max(n_entities, 1))
-        touched = conn.execute("SELECT entity_id FROM touched WHERE hash = ? ORDER BY lines DESC, entity_id LIMIT ?",
-                               (hash_, settings.per_commit)).fetchall()
-        for (entity_id,) in touched:
+    for hash_, when, n_entities, score in rows:
+        weights[hash_] = score * 0.5 ** (max(newest - when, 0) / half_life) / math.sqrt(max(n_entities, 1))
+    found: dict[str, Association] = {}
+    if not weights:
+        return []
+    marks = ",".join("?" * len(weights))
+    touched = conn.execute(
+        f"SELECT hash, entity_id FROM (SELECT hash, entity_id, row_number() OVER (PARTITION BY hash "
+        f"ORDER BY lines DESC, entity_id) AS n FROM touched WHERE hash IN ({marks})) WHERE n <= ?",
+        (*weights, settings.per_commit)).fetchall()
+    by_commit: dict[str, list[str]] = {}
+    for hash_, entity_id in touched:
+        by_commit.setdefault(hash_, []).append(entity_id)
+    for hash_, weight in weights.items():  # best commit first: an entity's commits come best first
+        for entity_id in by_commit.get(hash_, ()):
             item = found.get(entity_id)
             if item is None:
                 found[entity_id] = Association(entity_id, weight, 1, [hash_])
@@ -246,13 +265,16 @@ def associated(conn: sqlite3.Connection, match: str, settings: AssociationSettin
 def co_changed(conn: sqlite3.Connection, seeds: list[str], min_confidence: float,
                per_seed: int = 5) -> list[tuple[str, str, float, int]]:
     """``(seed, partner, confidence(seed → partner), support)`` for each seed's strongest
-    co-change partners (at most ``per_seed``, confidence ≥ ``min_confidence``)."""
-    out = []
-    for seed in seeds:
-        out.extend((seed, b, conf, sup) for b, conf, sup in conn.execute(
-            "SELECT b, confidence, support FROM pairs WHERE a = ? AND confidence >= ? "
-            "ORDER BY confidence DESC, support DESC, b LIMIT ?", (seed, min_confidence, per_seed)))
-    return out
+    co-change partners (at most ``per_seed``, confidence ≥ ``min_confidence``), seeds in order."""
+    if not seeds:
+        return []
+    marks = ",".join("?" * len(seeds))
+    rows = conn.execute(
+        f"SELECT a, b, confidence, support FROM (SELECT a, b, confidence, support, row_number() OVER "
+        f"(PARTITION BY a ORDER BY confidence DESC, support DESC, b) AS n FROM pairs WHERE a IN ({marks}) "
+        f"AND confidence >= ?) WHERE n <= ?", (*seeds, min_confidence, per_seed)).fetchall()
+    order = {seed: i for i, seed in enumerate(seeds)}
+    return sorted(((a, b, c, s) for a, b, c, s in rows), key=lambda r: (order[r[0]], -r[2], -r[3], r[1]))
 
 
 def entity_commits(conn: sqlite3.Connection, entity_id: str, limit: int = 10) -> list[dict]:
