@@ -335,3 +335,72 @@ def test_the_daemon_uses_no_commit_after_head(history_daemon):
         assert second[:10] not in run_cogd(root, "show", "shapes.py::perimeter").stdout
     finally:
         subprocess.run(["git", "-C", str(root), "checkout", "-q", "main"], check=True)
+
+
+# ---------------------------------------------------------------- measures and bounds
+
+def test_co_change_support_and_confidence_are_the_association_rule_measures(tmp_path):
+    root = init_repo(tmp_path / "repo")
+    text = SHAPES_V1
+    for n in range(3):  # area and perimeter together three times, area alone once more
+        text = text.replace(f"width * height{'' if n == 0 else f' + {n - 1}'}", f"width * height + {n}")
+        text = text.replace(f"2 * (width + height){'' if n == 0 else f' + {n - 1}'}", f"2 * (width + height) + {n}")
+        write(root, "shapes.py", text)
+        commit(root, f"together {n}")
+    write(root, "shapes.py", text.replace("width * height + 2", "width * height + 3"))
+    commit(root, "area alone")
+    miner, store = mine(root, co_change_min_support=2)
+    try:
+        pairs = store.reader().execute("SELECT a, b, support, confidence FROM pairs ORDER BY a, b").fetchall()
+        # support(area) = 4, support(perimeter) = 3, support(both) = 3
+        assert pairs == [("shapes.py::area", "shapes.py::perimeter", 3, 0.75),
+                         ("shapes.py::perimeter", "shapes.py::area", 3, 1.0)]
+    finally:
+        store.close()
+
+
+def test_a_commit_quoted_verbatim_does_not_answer_the_prompt(tmp_path):
+    root = init_repo(tmp_path / "repo")
+    write(root, "shapes.py", SHAPES_V1.replace("factor", "ratio"))
+    commit(root, "Scale circles by a ratio")
+    miner, store = mine(root)
+    try:
+        settings = miner_settings()
+        assert [a.entity_id for a in associated(store.reader(), '"ratio"', settings, "scale  CIRCLES by a ratio\n")] == []
+        assert [a.entity_id for a in associated(store.reader(), '"ratio"', settings, "circles by a ratio")] == [
+            "shapes.py::Circle.scale"]
+    finally:
+        store.close()
+
+
+def test_a_pass_stops_at_its_time_budget_and_the_next_one_goes_on(tmp_path):
+    root = init_repo(tmp_path / "repo")
+    write(root, "shapes.py", SHAPES_V1.replace("factor", "ratio"))
+    commit(root, "scale by ratio")
+    (root / ".cogd" / "index").mkdir(parents=True)
+    store = HistoryStore(root / ".cogd" / "index" / "history.db")
+    try:
+        miner = HistoryMiner(root, store, HistoryConfig(time_budget_s=0.0))
+        first = miner.sync()
+        assert (first["mined"], first["more"]) == (0, True)
+        assert miner.usable()  # the live set is right for HEAD even before anything is mined
+        miner.config = HistoryConfig()
+        second = miner.sync()
+        assert (second["mined"], second["more"]) == (2, False)
+        assert status(store.reader())["mined"] == 2
+    finally:
+        store.close()
+
+
+def test_a_removed_line_that_looks_like_a_file_header_is_read_as_a_line(tmp_path):
+    root = init_repo(tmp_path / "repo")
+    text = SHAPES_V1.replace('    """Area of a rectangle."""', '    """Area of a rectangle.\n\n-- a b\n--- c\n    """')
+    write(root, "shapes.py", text)
+    commit(root, "document area oddly")
+    write(root, "shapes.py", text.replace("-- a b\n--- c\n", "").replace("factor", "ratio"))
+    edited = commit(root, "tidy the docstring and scale by ratio")
+    miner, store = mine(root)
+    try:
+        assert touched(store, edited) == {"shapes.py::area": 2, "shapes.py::Circle.scale": 2}
+    finally:
+        store.close()
