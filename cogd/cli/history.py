@@ -30,7 +30,8 @@ def history(ctx: click.Context, as_json: bool) -> None:
                   + (" (" + ", ".join(f"{reason} {n}" for reason, n in sorted(skipped.items())) + ")" if skipped else ""),
                   markup=False)
     if result.get("hidden"):
-        console.print(f"hidden: {result['hidden']} commits not reachable from HEAD (never used while HEAD is here)")
+        console.print(f"hidden: {result['hidden']} commits stored but not among the newest {result['max_commits']} "
+                      "reachable from HEAD (not used while HEAD is here)")
     last = result.get("last_commit")
     if last:
         console.print(f"last commit mined: {last['hash'][:10]} {last['subject']} ({format_age(time.time() - last['time'])} ago)",
