@@ -234,6 +234,9 @@ class HistoryConfig:
     # A commit whose message is the prompt itself (case and spacing aside) is not used for it: a
     # prompt quoting a commit verbatim (a replay, a cherry-pick) must not be answered by that commit.
     mask_exact_message: bool = True
+    # A merge's text (a pull request's title and body) is searchable for the commits it merged,
+    # and they count as one change request while the merge is reachable.
+    pull_requests: bool = True
 
 
 @dataclass

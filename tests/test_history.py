@@ -404,3 +404,34 @@ def test_a_removed_line_that_looks_like_a_file_header_is_read_as_a_line(tmp_path
         assert touched(store, edited) == {"shapes.py::area": 2, "shapes.py::Circle.scale": 2}
     finally:
         store.close()
+
+
+def test_a_merged_pull_request_is_one_change_request_found_by_its_text(tmp_path):
+    root = init_repo(tmp_path / "repo")
+    subprocess.run(["git", "-C", str(root), "checkout", "-q", "-b", "feature"], check=True)
+    write(root, "shapes.py", SHAPES_V1.replace("factor", "ratio"))
+    one = commit(root, "wip")
+    write(root, "shapes.py", SHAPES_V1.replace("factor", "ratio").replace("2 * (width", "2.0 * (width"))
+    two = commit(root, "fix review comments")
+    subprocess.run(["git", "-C", str(root), "checkout", "-q", "main"], check=True)
+    env = {**os.environ, "GIT_AUTHOR_NAME": "Dev", "GIT_AUTHOR_EMAIL": "d@e", "GIT_COMMITTER_NAME": "Dev",
+           "GIT_COMMITTER_EMAIL": "d@e"}
+    subprocess.run(["git", "-C", str(root), "merge", "-q", "--no-ff", "-m",
+                    "Merge pull request #7 from dev/feature\n\nTolerance for elliptical outlines", "feature"],
+                   check=True, env=env)
+    merge = git_out(root, "rev-parse", "HEAD")
+    miner, store = mine(root)
+    try:
+        found = associated(store.reader(), '"elliptical"', miner_settings())
+        # Both commits' definitions, through the merge's text, as one request (evidence 1).
+        assert [(a.entity_id, a.evidence, a.commits) for a in found] == [
+            ("shapes.py::Circle.scale", 1, [merge]), ("shapes.py::perimeter", 1, [merge])]
+        assert associated(store.reader(), '"review"', miner_settings())[0].commits == [merge]
+        subprocess.run(["git", "-C", str(root), "checkout", "-q", "--detach", two], check=True)
+        miner.sync()  # the merge is after HEAD now: its text is not used, nor its grouping
+        assert associated(store.reader(), '"elliptical"', miner_settings()) == []
+        assert [(a.entity_id, a.commits) for a in associated(store.reader(), '"review"', miner_settings())] == [
+            ("shapes.py::perimeter", [two])]
+        assert one != two
+    finally:
+        store.close()

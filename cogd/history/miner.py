@@ -28,6 +28,9 @@ What is mined (docs/architecture.md, "History as memory"):
   definitions (usually a mass change); an added file touches its new file entity only (it had
   no definitions at the parent). Ids that no longer exist are mapped to the current index at
   query time (:func:`cogd.history.store.current_ids`).
+* **Pull requests** (``[history] pull_requests``): a merge's own text (its message without the
+  "Merge pull request #N from …" line) is searchable for each commit it merged, and those
+  commits are one change request while the merge is live (:meth:`HistoryStore.add_request`).
 * **Messages** are stored with secrets masked (:func:`cogd.secrets.mask`).
 """
 
@@ -61,6 +64,7 @@ _VERSION = re.compile(
     r"|(?:bump|release|releasing|version|tag(?:ged)?|v)\s*(?:to\s*)?v?\d+\.\d+(?:\.\d+)*\w*\s*$"
     r"|(?:bump|release|releasing|version)\s+(?:to\s+)?v?\d+\.\d+(?:\.\d+)*\b"
     r"|v?\d+\.\d+(?:\.\d+)*\w*\s*$)", re.I)
+_MERGE_LINE = re.compile(r"^Merge (pull request|branch|remote-tracking branch|tag|commit|'|\S+ into)", re.I)
 SKIP_REASONS = ("merge", "bot", "version", "no_code", "mass_files", "mass_definitions", "empty")
 
 
@@ -202,6 +206,7 @@ class HistoryMiner:
         self.state = "waiting"
         self.error: str | None = None
         self.last_pass: dict = {}
+        self._merges: list[tuple[str, list[str], str]] = []  # merges mined in this pass, for _requests
 
     # ---- reading side ------------------------------------------------------
     def usable(self) -> bool:
@@ -277,6 +282,8 @@ class HistoryMiner:
         todo = [h for h in listed if h not in known]
         self.state = "mining" if todo else "idle"
         mined, more = self._mine(todo, started)
+        if self.config.pull_requests:
+            self._requests()
         if changed or mined:
             self.store.rebuild_pairs(self.config.co_change_max_definitions, self.config.co_change_min_support)
         spent = time.perf_counter() - started
@@ -311,6 +318,26 @@ class HistoryMiner:
             self.store.commit()
         return stored, False
 
+    def _requests(self) -> int:
+        """Give the merges mined in this pass their pull requests: each merge's text (its message
+        without the "Merge pull request #N from …" line; a merge with nothing more, like "Merge
+        branch 'stable'", is no request) joins the commits it merged (``rev-list --no-merges
+        SECOND.. ^FIRST``, at most 200). Returns how many requests were stored."""
+        stored = 0
+        merges, self._merges = self._merges, []
+        for hash_, parents, message in merges:
+            text = message.strip()
+            if _MERGE_LINE.match(text):
+                text = text.split("\n", 1)[1].strip() if "\n" in text else ""
+            if not text:
+                continue
+            members = git.run(self.root, "rev-list", "--no-merges", "--max-count=200", *parents[1:],
+                              f"^{parents[0]}", "--", timeout=60).decode("ascii", "replace").split()
+            if self.store.add_request(hash_, text, members):
+                stored += 1
+        self.store.commit()
+        return stored
+
     def _store_one(self, commit: Commit, mapper: Mapper) -> None:
         reason = skip_reason_before_diff(commit)
         touched: dict[str, tuple[str, int]] = {}
@@ -319,6 +346,8 @@ class HistoryMiner:
         message = secrets.mask(commit.message.strip())
         subject = message.split("\n", 1)[0][:200]
         self.store.add_commit(commit.hash, commit.time, subject, message, reason, touched, time.time())
+        if reason == "merge" and self.config.pull_requests:
+            self._merges.append((commit.hash, commit.parents, message))
 
     def status(self) -> dict:
         """The store's figures (:func:`cogd.history.store.status`) with the thread's state."""

@@ -24,14 +24,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cogd import safepath
+from cogd.inlist import chunked, marks
 
-SCHEMA_VERSION = "2"
+SCHEMA_VERSION = "3"
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
 CREATE TABLE IF NOT EXISTS commits (
     hash TEXT PRIMARY KEY, time INTEGER NOT NULL, subject TEXT NOT NULL, message TEXT NOT NULL,
     skipped TEXT, n_entities INTEGER NOT NULL DEFAULT 0, live INTEGER NOT NULL DEFAULT 1,
-    mined_at REAL NOT NULL DEFAULT 0, digest TEXT NOT NULL DEFAULT ''
+    mined_at REAL NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS commits_live ON commits(live, skipped);
 CREATE TABLE IF NOT EXISTS touched (
@@ -39,7 +40,11 @@ CREATE TABLE IF NOT EXISTS touched (
     PRIMARY KEY (hash, entity_id)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS touched_entity ON touched(entity_id);
-CREATE VIRTUAL TABLE IF NOT EXISTS messages USING fts5(hash UNINDEXED, message, tokenize = 'porter unicode61');
+-- One row per commit's own message (source = request = the commit), and one per commit of a
+-- merged pull request carrying the merge's text (source = request = the merge commit).
+CREATE VIRTUAL TABLE IF NOT EXISTS messages USING fts5(
+    hash UNINDEXED, source UNINDEXED, request UNINDEXED, digest UNINDEXED, message, tokenize = 'porter unicode61'
+);
 CREATE TABLE IF NOT EXISTS support (entity_id TEXT PRIMARY KEY, commits INTEGER NOT NULL) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS pairs (
     a TEXT NOT NULL, b TEXT NOT NULL, support INTEGER NOT NULL, confidence REAL NOT NULL,
@@ -140,14 +145,30 @@ class HistoryStore:
                    touched: dict[str, tuple[str, int]], now: float) -> None:
         """Store one commit: ``touched`` is ``{entity_id: (path, changed lines)}`` (empty when skipped)."""
         c = self._conn
-        c.execute("INSERT OR REPLACE INTO commits(hash, time, subject, message, skipped, n_entities, live, mined_at, "
-                  "digest) VALUES (?,?,?,?,?,?,1,?,?)",
-                  (hash_, time_, subject, message, skipped, len(touched), now, digest(message)))
+        c.execute("INSERT OR REPLACE INTO commits(hash, time, subject, message, skipped, n_entities, live, mined_at) "
+                  "VALUES (?,?,?,?,?,?,1,?)", (hash_, time_, subject, message, skipped, len(touched), now))
         c.execute("DELETE FROM touched WHERE hash = ?", (hash_,))
         c.executemany("INSERT INTO touched(hash, entity_id, path, lines) VALUES (?,?,?,?)",
                       [(hash_, e, p, n) for e, (p, n) in touched.items()])
         if skipped is None:
-            c.execute("INSERT INTO messages(hash, message) VALUES (?,?)", (hash_, message))
+            c.execute("INSERT INTO messages(hash, source, request, digest, message) VALUES (?,?,?,?,?)",
+                      (hash_, hash_, hash_, digest(message), message))
+
+    def add_request(self, merge: str, text: str, members: list[str]) -> int:
+        """A merged pull request: ``text`` (the merge's message without its "Merge pull request"
+        line) searchable for each of ``members`` (its commits), and its mined members one change
+        request (evidence counts it once). Returns how many members were mined."""
+        c = self._conn
+        mined = []
+        for chunk in chunked(members):
+            mined += [h for (h,) in c.execute(
+                f"SELECT hash FROM commits WHERE skipped IS NULL AND hash IN ({marks(len(chunk))})", chunk)]
+        key = digest(text)
+        for member in mined:
+            c.execute("UPDATE messages SET request = ? WHERE hash = ? AND source = ?", (merge, member, member))
+            c.execute("INSERT INTO messages(hash, source, request, digest, message) VALUES (?,?,?,?,?)",
+                      (member, merge, merge, key, text))
+        return len(mined)
 
     def commit(self) -> None:
         self._conn.commit()
@@ -213,52 +234,71 @@ def newest_time(conn: sqlite3.Connection) -> int | None:
 
 def associated(conn: sqlite3.Connection, match: str, settings: AssociationSettings,
                query: str | None = None, newest: int | None = None) -> list[Association]:
-    """Entities touched by the live commits whose messages match the FTS5 expression ``match``.
+    """Entities changed by the live change requests whose texts match the FTS5 expression ``match``.
 
-    A commit's score is its BM25 score (``-bm25()``, higher better) × ``0.5 ** (age /
-    half_life_days)``, age in days before the newest live commit; it gives each of its
+    A *change request* is a commit, or a merged pull request (its commits together, found by
+    the merge's text or by any of theirs; see :meth:`HistoryStore.add_request`). Its score is its
+    best row's BM25 score (``-bm25()``, higher better) × ``0.5 ** (age / half_life_days)``, age
+    in days of its newest commit before the newest live commit; it gives each of its
     ``per_commit`` most-changed definitions ``score / sqrt(n)`` (``n``: the definitions it
-    touched: a commit that changes one function says more about it than one that changes
-    twenty). An entity's score is the sum over its commits. Best first. [] for an empty
-    expression. ``query``: the request's text; a commit whose message is that very text (case
-    and spacing aside: the same :func:`digest`; a stored message has its secrets masked, so a
-    query that holds a secret does not match it) is left out, so a prompt that quotes a commit
-    verbatim (a replay, a cherry-pick) is not answered by that commit alone. ``newest``: :func:`newest_time`, when the
-    caller has it. Raises sqlite3.Error."""
+    changed: a request that changes one function says more about it than one that changes
+    twenty). An entity's score is the sum over its requests, its evidence how many requests
+    (independent ones: a pull request of five commits counts once); ``commits`` names the
+    requests (a commit's hash, or the merge's). Best first; [] for an empty expression.
+
+    No leakage: a row counts only when its commit and the commit its text comes from are live,
+    and commits are grouped under a merge only while the merge is live. ``query``: the request's
+    text; a row whose text is that very text (case and spacing aside: the same :func:`digest`;
+    stored texts have their secrets masked, so a query holding one does not match) is left out,
+    so a prompt quoting a commit verbatim (a replay, a cherry-pick) is not answered by it.
+    ``newest``: :func:`newest_time`, when the caller has it. Raises sqlite3.Error."""
     if not match:
         return []
     newest = newest if newest is not None else newest_time(conn)
     if newest is None:
         return []
     rows = conn.execute(
-        "SELECT m.hash, m.time, m.n_entities, s.score FROM (SELECT hash, -bm25(messages) AS score "
-        "FROM messages WHERE messages MATCH ? ORDER BY bm25(messages) LIMIT ?) s JOIN commits m ON m.hash = s.hash "
-        "WHERE m.live = 1 AND m.skipped IS NULL AND m.digest != ? ORDER BY s.score DESC LIMIT ?",
-        (match, settings.commits * 3, digest(query) if query is not None else "", settings.commits)).fetchall()
-    weights: dict[str, float] = {}
-    half_life = max(settings.half_life_days, 1e-6) * 86400
-    for hash_, when, n_entities, score in rows:
-        weights[hash_] = score * 0.5 ** (max(newest - when, 0) / half_life) / math.sqrt(max(n_entities, 1))
-    found: dict[str, Association] = {}
-    if not weights:
+        "SELECT s.hash, CASE WHEN req.live = 1 THEN s.request ELSE s.hash END, s.score, m.time FROM "
+        "(SELECT hash, source, request, digest, -bm25(messages) AS score FROM messages WHERE messages MATCH ? "
+        "ORDER BY bm25(messages) LIMIT ?) s JOIN commits m ON m.hash = s.hash JOIN commits src ON src.hash = s.source "
+        "LEFT JOIN commits req ON req.hash = s.request "
+        "WHERE m.live = 1 AND m.skipped IS NULL AND src.live = 1 AND s.digest != ? ORDER BY s.score DESC",
+        (match, settings.commits * 4, digest(query) if query is not None else "")).fetchall()
+    requests: dict[str, list] = {}  # key → [best score, newest time, members]
+    for hash_, key, score, when in rows:
+        item = requests.get(key)
+        if item is None:
+            if len(requests) >= settings.commits:
+                continue
+            requests[key] = item = [score, when, set()]
+        item[1] = max(item[1], when)
+        item[2].add(hash_)
+    if not requests:
         return []
-    marks = ",".join("?" * len(weights))
-    touched = conn.execute(
-        f"SELECT hash, entity_id FROM (SELECT hash, entity_id, row_number() OVER (PARTITION BY hash "
-        f"ORDER BY lines DESC, entity_id) AS n FROM touched WHERE hash IN ({marks})) WHERE n <= ?",
-        (*weights, settings.per_commit)).fetchall()
-    by_commit: dict[str, list[str]] = {}
-    for hash_, entity_id in touched:
-        by_commit.setdefault(hash_, []).append(entity_id)
-    for hash_, weight in weights.items():  # best commit first: an entity's commits come best first
-        for entity_id in by_commit.get(hash_, ()):
+    members = sorted({h for item in requests.values() for h in item[2]})
+    lines: dict[str, dict[str, int]] = {}
+    for chunk in chunked(members):
+        for hash_, entity_id, n in conn.execute(
+                f"SELECT hash, entity_id, lines FROM touched WHERE hash IN ({marks(len(chunk))})", chunk):
+            lines.setdefault(hash_, {})[entity_id] = n
+    half_life = max(settings.half_life_days, 1e-6) * 86400
+    found: dict[str, Association] = {}
+    for key, (score, when, parts) in requests.items():  # best request first
+        changed: dict[str, int] = {}
+        for member in parts:
+            for entity_id, n in lines.get(member, {}).items():
+                changed[entity_id] = changed.get(entity_id, 0) + n
+        if not changed:
+            continue
+        weight = score * 0.5 ** (max(newest - when, 0) / half_life) / math.sqrt(len(changed))
+        for entity_id in sorted(changed, key=lambda e: (-changed[e], e))[: settings.per_commit]:
             item = found.get(entity_id)
             if item is None:
-                found[entity_id] = Association(entity_id, weight, 1, [hash_])
+                found[entity_id] = Association(entity_id, weight, 1, [key])
             else:
                 item.score += weight
                 item.evidence += 1
-                item.commits.append(hash_)
+                item.commits.append(key)
     return sorted(found.values(), key=lambda a: (-a.score, a.entity_id))
 
 
