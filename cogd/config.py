@@ -230,6 +230,7 @@ class HistoryConfig:
     co_change_min_confidence: float = 0.3  # confidence(seed → partner) needed to expand across it
     association_commits: int = 40  # best-matching commits read per query
     per_commit: int = 6  # definitions one commit contributes at most (most changed lines first)
+    max_associations: int = 20  # entities the history source adds to the fusion at most
     half_life_days: float = 365.0  # a commit's weight halves per this many days before the newest one
     # A commit whose message is the prompt itself (case and spacing aside) is not used for it: a
     # prompt quoting a commit verbatim (a replay, a cherry-pick) must not be answered by that commit.

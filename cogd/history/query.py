@@ -60,6 +60,7 @@ class HistoryQueries:
         index (the daemon's refresh count), for the id-mapping cache."""
         if not match or not self.miner.usable():
             return []
+        limit = min(limit, self.config.max_associations)
         exclude = query if self.config.mask_exact_message else None
         found = store.associated(self.miner.store.reader(), match, self.settings, exclude, self._newest_time())
         mapping = self._current(index_conn, [a.entity_id for a in found], index_version)
