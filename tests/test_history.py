@@ -435,3 +435,16 @@ def test_a_merged_pull_request_is_one_change_request_found_by_its_text(tmp_path)
         assert one != two
     finally:
         store.close()
+
+
+def test_a_deleted_projection_is_mined_again(tmp_path):
+    root = init_repo(tmp_path / "repo")
+    miner, store = mine(root)
+    try:
+        assert status(store.reader())["commits"] == 1
+        for suffix in ("", "-wal", "-shm"):
+            Path(f"{store.path}{suffix}").unlink(missing_ok=True)
+        assert miner.sync()["mined"] == 1
+        assert status(store.reader())["commits"] == 1 and miner.usable()
+    finally:
+        store.close()

@@ -245,7 +245,7 @@ class HistoryMiner:
             try:
                 current = git.head_from_files(self.root)
                 if (current is None or current != self.synced_head or not self._synced_once
-                        or self.last_pass.get("more") or not self.last_pass):
+                        or self.last_pass.get("more") or not self.last_pass or not self.store.path.exists()):
                     self.sync()
                 self.error = None
             except Exception as exc:  # the thread must outlive a bad repository
@@ -264,6 +264,10 @@ class HistoryMiner:
     def _sync(self) -> dict:
         started = time.perf_counter()
         self.state = "syncing"
+        if not self.store.path.exists():  # deleted under the daemon: a projection, so start again
+            log.warning("history projection %s was deleted: mining again", self.store.path)
+            self.synced_head = None
+            self.store.reopen()
         head = git.rev_parse_head(self.root)
         if head is None:  # no git, or no commit yet: nothing may be used
             self.store.set_meta(head="")

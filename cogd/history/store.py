@@ -116,16 +116,31 @@ class HistoryStore:
         self._local = threading.local()
         self._readers: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
+        self.generation = 0
 
     def reader(self) -> sqlite3.Connection:
-        """This thread's read-only connection."""
+        """This thread's read-only connection (reopened after :meth:`reopen`)."""
         conn = getattr(self._local, "conn", None)
-        if conn is None:
+        if conn is None or getattr(self._local, "generation", -1) != self.generation:
             conn = connect(self.path, readonly=True)
-            self._local.conn = conn
+            self._local.conn, self._local.generation = conn, self.generation
             with self._lock:
                 self._readers.append(conn)
         return conn
+
+    def reopen(self) -> None:
+        """The file was deleted or replaced: a new, empty projection (the miner mines it again);
+        every thread's next :meth:`reader` opens a new connection."""
+        with self._lock:
+            old, self._readers = self._readers, []
+        self._conn.close()
+        self._conn = connect(self.path)
+        self.generation += 1
+        for conn in old:  # a reader still in use elsewhere fails its query once and reopens next time
+            try:
+                conn.close()
+            except sqlite3.Error:
+                pass
 
     def close(self) -> None:
         with self._lock:
