@@ -71,7 +71,7 @@ class AssociationSettings:
     each gives at most (by changed lines), ``half_life_days`` of the recency decay (counted
     back from the newest live commit, not the wall clock, so a replay is deterministic)."""
 
-    commits: int = 40
+    commits: int = 20
     per_commit: int = 6
     half_life_days: float = 365.0
 
