@@ -288,6 +288,8 @@ class HistoryMiner:
         mined, more = self._mine(todo, started)
         if self.config.pull_requests:
             self._requests()
+        if mined:
+            self.store.optimize()
         if changed or mined:
             self.store.rebuild_pairs(self.config.co_change_max_definitions, self.config.co_change_min_support)
         spent = time.perf_counter() - started
