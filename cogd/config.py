@@ -111,6 +111,12 @@ class RankConfig:
     # Weight of the query-association list in the fusion: the code earlier sessions edited after
     # prompts like this one (BM25 over those prompts; document expansion by past queries). 0 = off.
     association_weight: float = 0.5
+    # The same association list's second source: commit messages → the definitions those commits
+    # changed (cogd.history; BM25 over the messages, recency decay, a cap per commit). 0 = off.
+    history_association_weight: float = 0.5
+    # Co-change (cogd.history): a seed's definitions changed with it in past commits gain
+    # expand_decay × this × confidence(seed → partner) × the seed's score in the expansion step. 0 = off.
+    co_change_weight: float = 0.5
 
 
 @dataclass
@@ -209,6 +215,32 @@ class SnapshotConfig:
 
 
 @dataclass
+class HistoryConfig:
+    """History mining (:mod:`cogd.history`; README "History as memory")."""
+
+    enabled: bool = True  # mine the repository's commits in the background after the first index
+    max_commits: int = 3000  # the newest commits reachable from HEAD considered (merges and skipped included)
+    time_budget_s: float = 900.0  # one mining pass stops after this long; the rest waits for the next pass
+    poll_s: float = 2.0  # how often HEAD is compared with the last synchronised one
+    max_files: int = 25  # a commit changing more source files than this is a mass change (skipped)
+    max_definitions: int = 60  # … or more definitions than this (reformatting, renames)
+    max_blob_bytes: int = 1 << 20  # a parent's file larger than this is mapped to its file entity only
+    co_change_max_definitions: int = 10  # commits touching more definitions count for no co-change pair
+    co_change_min_support: int = 2  # a pair needs this many commits in common
+    co_change_min_confidence: float = 0.3  # confidence(seed → partner) needed to expand across it
+    association_commits: int = 20  # best-matching change requests read per query (40 measured no better, and slower)
+    per_commit: int = 6  # definitions one commit contributes at most (most changed lines first)
+    max_associations: int = 20  # entities the history source adds to the fusion at most
+    half_life_days: float = 365.0  # a commit's weight halves per this many days before the newest one
+    # A commit whose message is the prompt itself (case and spacing aside) is not used for it: a
+    # prompt quoting a commit verbatim (a replay, a cherry-pick) must not be answered by that commit.
+    mask_exact_message: bool = True
+    # A merge's text (a pull request's title and body) is searchable for the commits it merged,
+    # and they count as one change request while the merge is reachable.
+    pull_requests: bool = True
+
+
+@dataclass
 class Config:
     hook: HookConfig = field(default_factory=HookConfig)
     pack: PackConfig = field(default_factory=PackConfig)
@@ -222,6 +254,7 @@ class Config:
     usage: UsageConfig = field(default_factory=UsageConfig)
     consolidate: ConsolidateConfig = field(default_factory=ConsolidateConfig)
     snapshot: SnapshotConfig = field(default_factory=SnapshotConfig)
+    history: HistoryConfig = field(default_factory=HistoryConfig)
 
 
 def _apply(section: object, values: dict, where: str) -> None:
@@ -268,7 +301,7 @@ def load_config(path: Path | None) -> Config:
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
             raise ConfigError(f"{path}: {exc}") from exc
         for name in ("hook", "pack", "index", "embed", "retrieve", "daemon", "watch", "rank", "usage", "memory",
-                     "consolidate", "snapshot"):
+                     "consolidate", "snapshot", "history"):
             section = data.get(name)
             if isinstance(section, dict):
                 _apply(getattr(config, name), section, name)

@@ -116,7 +116,7 @@ import time
 import uuid
 from pathlib import Path
 
-from _replay_tree import snapshot, wait_embeddings as wait_for_embedder  # noqa: E402 — scripts/ is on sys.path when run as a script
+from _replay_tree import ScratchTree, snapshot, wait_embeddings as wait_for_embedder  # noqa: E402 — scripts/ is on sys.path when run as a script
 
 PROJECT = Path(__file__).resolve().parent.parent
 DEFAULT_TASKS = PROJECT.parent / "shared" / "eval-data" / "commits" / "pallets__click.jsonl"
@@ -473,6 +473,91 @@ def wait_embeddings(work: Path, timeout: float) -> tuple[float, dict | None, boo
     return wait_for_embedder(lambda: status(work), timeout, 0.25)
 
 
+def wait_history(work: Path, head: str, timeout: float = 1800.0) -> tuple[float, dict]:
+    """Wait until the tree's history miner has synchronised with ``head`` and mined all it may:
+    ``(seconds waited, last history.status)``. Raises EvalError on timeout or a failed miner."""
+    started = time.perf_counter()
+    while True:
+        state = json.loads(cogd(work, "history", "--json", timeout=60).stdout)
+        if state.get("error"):
+            raise EvalError(f"history mining failed: {state['error']}")
+        if state.get("usable") and state.get("synced_head") == head and state.get("state") == "idle" \
+                and not (state.get("last_pass") or {}).get("more"):
+            return time.perf_counter() - started, {k: state.get(k) for k in ("mined", "skipped", "pairs", "seconds")}
+        if time.perf_counter() - started > timeout:
+            raise EvalError(f"history not synchronised with {head[:10]} after {timeout:.0f} s: {state}")
+        time.sleep(0.2)
+
+
+def normalised(message: str) -> str:
+    return " ".join(message.lower().split())
+
+
+def mark_duplicates(git_dir: Path, tasks: list[dict]) -> int:
+    """Set each task's ``duplicate_messages``: the commits reachable from its parent whose message
+    is the task's query (case and spacing aside) — what the masked-duplicate check is about.
+    Returns how many tasks have one."""
+    env = clean_env()
+    log = run(["git", f"--git-dir={git_dir}", "log", "--all", "--format=%H%x00%B%x1e"], env=env, timeout=300).stdout
+    by_message: dict[str, list[str]] = {}
+    for record in log.split("\x1e"):
+        commit, _, body = record.strip("\n").partition("\x00")
+        if commit:
+            by_message.setdefault(normalised(body), []).append(commit.strip())
+    count = 0
+    for task in tasks:
+        found = []
+        for commit in by_message.get(normalised(task["query"]), []):
+            if commit == task["commit"]:
+                continue
+            probe = subprocess.run(["git", f"--git-dir={git_dir}", "merge-base", "--is-ancestor", commit, task["parent"]],
+                                   env=env, capture_output=True, timeout=60)
+            if probe.returncode == 0:
+                found.append(commit)
+        task["duplicate_messages"] = found
+        count += bool(found)
+    return count
+
+
+def block_table(results: list[dict], size: int = 25) -> str:
+    """Per block of ``size`` tasks (replay order), each arm's file R@5, file MRR, fn in 2000 tok,
+    fn R@5 and fn MRR: whether a gain grows with the history behind it."""
+    names = ("file R@5", "file MRR", "fn in 2000 tok", "fn R@5", "fn MRR")
+    lines = ["", f"per block of {size} tasks (macro %, all tasks of the block):",
+             f"{'arm':<26} {'block':>9} " + " ".join(f"{n:>15}" for n in names)]
+    for res in results:
+        recs = res["records"]
+        for start in range(0, len(recs), size):
+            block = recs[start:start + size]
+            cells = []
+            for name in names:
+                values = [r["metrics"][name] for r in block if name in r["metrics"]]
+                cells.append(f"{100 * sum(values) / len(values):15.1f}" if values else f"{'-':>15}")
+            lines.append(f"{res['arm']:<26} {f'{start + 1}-{start + len(block)}':>9} " + " ".join(cells))
+    return "\n".join(lines)
+
+
+def duplicate_lines(results: list[dict]) -> list[str]:
+    """The masked-duplicate check: tasks whose query is an earlier reachable commit's message,
+    and, per arm, whether a gold item of theirs was credited to that very commit (its short
+    hash among the item's ``history_commits``)."""
+    out = []
+    for res in results:
+        dups = [r for r in res["records"] if r.get("duplicate_messages")]
+        credited = 0
+        for rec in dups:
+            shorts = {c[:10] for c in rec["duplicate_messages"]}
+            gold = set(rec["gold_files"]) | set(rec["gold_functions"])
+            for item in rec["items"]:
+                labels = (item.get("signals") or {}).get("history_commits") or []
+                if (item["id"] in gold or file_of(item["id"]) in gold) and any(str(x)[:10] in shorts for x in labels):
+                    credited += 1
+                    break
+        out.append(f"duplicate messages {res['arm']}: {len(dups)} tasks quote an earlier reachable commit's message; "
+                   f"{credited} had a gold item credited to that commit")
+    return out
+
+
 def hook_payload(work: Path, prompt: str) -> str:
     payload = json.loads(PAYLOAD_FIXTURE.read_text(encoding="utf-8"))
     session = str(uuid.uuid4())
@@ -483,29 +568,39 @@ def hook_payload(work: Path, prompt: str) -> str:
     return json.dumps(payload)
 
 
-def run_arm(arm: str, tasks: list[dict], args, budgets: list[int], git_dir: Path, label: str | None = None) -> dict:
+def run_arm(arm: str, tasks: list[dict], args, budgets: list[int], git_dir: Path, label: str | None = None,
+            history: str | None = None) -> dict:
     """Replay ``tasks`` (oldest first) in one scratch tree moved through ``git_dir``; one daemon.
 
     ``label`` names the result (``arm`` by default; ``arm @ owner/name`` for one repository of
     a SWE-bench file). With ``--variants``, every task's index is also scored in this process
-    under each variant's configuration (:func:`variant_packs`).
+    under each variant's configuration (:func:`variant_packs`). ``history`` (``on``/``off``,
+    ``--history``): the tree is a git repository of its own whose detached HEAD is each task's
+    parent (:class:`_replay_tree.ScratchTree`: objects borrowed through ``alternates``), so
+    the daemon mines exactly the history reachable from the parent (``[history] enabled``
+    set accordingly); with ``on`` each task waits until the miner has synchronised with it.
     """
     scratch = Path(tempfile.mkdtemp(prefix=f"cogd-eval-{arm}-"))
-    work = scratch / "tree"
-    work.mkdir()
-    index_file = scratch / "git-index"  # outside the tree, so never indexed
     git_dir = Path(git_dir).resolve()
+    tree = ScratchTree(git_dir, scratch, as_repo=True) if history else None
+    work = tree.root if tree else scratch / "tree"
+    work.mkdir(exist_ok=True)
+    index_file = scratch / "git-index"  # outside the tree, so never indexed
     before = snapshot(git_dir)
     result: dict = {"arm": label or arm, "mode": arm, "scratch": str(scratch), "records": [], "error": None,
-                    "variants": {name: [] for name, _ in VARIANTS}}
+                    "variants": {name: [] for name, _ in VARIANTS}, "history": history}
+    extra = list(args.set) + ([f"history.enabled={'true' if history == 'on' else 'false'}"] if history else [])
     started_daemon = False
     arm_started = time.perf_counter()
     hook_env = clean_env()
     hook_env["COGD_HOOK_DEADLINE_MS"] = str(HOOK_DEADLINE_MS)
     try:
         t0 = time.perf_counter()
-        move_tree(git_dir, work, index_file, None, tasks[0]["parent"], result)
-        result["config"] = write_config(work, arm, args.set)
+        if tree:
+            tree.move(tasks[0]["parent"])
+        else:
+            move_tree(git_dir, work, index_file, None, tasks[0]["parent"], result)
+        result["config"] = write_config(work, arm, extra)
         started_daemon = True  # from here on, always try to stop it
         proc = cogd(work, "start", timeout=120, check=False)
         if proc.returncode != 0:
@@ -522,13 +617,17 @@ def run_arm(arm: str, tasks: list[dict], args, budgets: list[int], git_dir: Path
             t_task = time.perf_counter()
             if n:
                 t = time.perf_counter()
-                if task["parent"] != previous:
+                if tree:
+                    tree.move(task["parent"])
+                elif task["parent"] != previous:
                     move_tree(git_dir, work, index_file, previous, task["parent"], result)
                 previous = task["parent"]
                 timing["move"] = time.perf_counter() - t
                 t = time.perf_counter()
                 cogd(work, "index", timeout=1800)
                 timing["index"] = time.perf_counter() - t
+            if history == "on":
+                timing["history_wait"], result["history_status"] = wait_history(work, task["parent"])
             embedding = None
             if wants_embeddings:
                 waited, embedding, timed_out = wait_embeddings(work, args.embed_timeout)
@@ -576,6 +675,7 @@ def run_arm(arm: str, tasks: list[dict], args, budgets: list[int], git_dir: Path
                 "items": [{"id": i["id"], "kind": i["kind"], "pointer": i["pointer"], "end": i["end"],
                            **({"signals": i["signals"]} if i.get("signals") else {})} for i in items],
                 "check": check, "embedding": embedding, "timing": timing,
+                "duplicate_messages": task.get("duplicate_messages", []),
                 "metrics": score_task(task, items, budgets),
             }
             result["records"].append(record)
@@ -690,7 +790,8 @@ def variant_packs(work: Path, arm: str, query: str) -> list[tuple[str, list[dict
             config = load_config(layout.config_file)
             for item in settings:
                 _set_value(config, item)
-            pack = prompt_pack(conn, work, query, config.pack, config.retrieve, mode="bm25")
+            pack = prompt_pack(conn, work, query, config.pack, config.retrieve, mode="bm25",
+                               feedback=history_feedback(layout, config, conn, query))
             kinds = {i.entity_id: i.kind for i in pack.items}
             items = parse_pack(pack.text)
             for i in items:
@@ -699,6 +800,36 @@ def variant_packs(work: Path, arm: str, query: str) -> list[tuple[str, list[dict
     finally:
         conn.close()
     return out
+
+
+_HISTORY_STORES: dict = {}
+
+
+def history_feedback(layout, config, conn, query: str):
+    """Feedback carrying only history (associations and co-change) for a variant's pack, read
+    from the tree's ``history.db`` (read only; the daemon has synchronised it with HEAD), or
+    None when the variant has ``history.enabled=false`` or the tree has no history."""
+    path = layout.index_dir / "history.db"
+    if not config.history.enabled or not path.exists():
+        return None
+    from cogd.history.miner import HistoryMiner
+    from cogd.history.query import HistoryQueries
+    from cogd.history.store import HistoryStore
+    from cogd.retrieve.feedback import Feedback
+    from cogd.retrieve.lexical import match_expression, query_terms
+
+    rank = config.rank
+    rank.utility_weight = rank.working_set_weight = rank.recency_weight = 0.0
+    history = _HISTORY_STORES.get(path)
+    if history is None:  # one read-only store per tree for the whole replay
+        history = _HISTORY_STORES[path] = HistoryStore(path, readonly=True)
+    queries = HistoryQueries(HistoryMiner(layout.root, history, config.history), config.history)
+
+    def assoc(text):
+        found = queries.associations(conn, match_expression(query_terms(text)), config.retrieve.candidates, text)
+        return found
+
+    return Feedback(rank, history=assoc, co_changed=lambda seeds: queries.co_changed(conn, seeds))
 
 
 def swe_table(title: str, groups: dict[str, list[dict]], budgets: list[int]) -> str:
@@ -828,6 +959,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="extra .cogd/config.toml values (repeatable)")
     parser.add_argument("--embed-timeout", type=float, default=600.0, help="seconds to wait for embedding coverage 1.0 per task")
     parser.add_argument("--no-context", action="store_true", help="skip the `cogd context --json` cross-check")
+    parser.add_argument("--history", default="", metavar="off,on",
+                        help="run each arm with history mining off and/or on: the scratch tree is then a git "
+                             "repository whose HEAD is each task's parent (see run_arm)")
     parser.add_argument("--keep", action="store_true", help="keep the scratch trees (daemons are stopped anyway)")
     parser.add_argument("--cogd-src", default=None, metavar="DIR",
                         help="put DIR first on cogd's PYTHONPATH (e.g. an exported older cogd/ to compare against)")
@@ -880,16 +1014,23 @@ def main(argv: list[str] | None = None) -> int:
     source = cogd_source()
     print(f"cogd code: {source}", file=sys.stderr)
     results = []
-    for arm in arms:
+    histories = [h.strip() for h in args.history.split(",") if h.strip()] or [None]
+    if histories != [None] and not swe:
+        print(f"duplicate messages: {mark_duplicates(Path(plan[0][2]).resolve(), tasks)} tasks quote an earlier "
+              "reachable commit's message", file=sys.stderr)
+    for arm, history in [(arm, h) for arm in arms for h in histories]:
         for repo, repo_tasks, git_dir in plan:
-            print(f"arm {arm}{' @ ' + repo if repo else ''} …", file=sys.stderr)
-            results.append(run_arm(arm, repo_tasks, args, budgets, git_dir, f"{arm} @ {repo}" if repo else arm))
+            name = (f"{arm} @ {repo}" if repo else arm) + (f" history {history}" if history else "")
+            print(f"arm {name} …", file=sys.stderr)
+            results.append(run_arm(arm, repo_tasks, args, budgets, git_dir, name, history))
             if results[-1].get("interrupted"):
                 break
         if results and results[-1].get("interrupted"):
             print("interrupted: no further arms; reporting what ran", file=sys.stderr)
             break
     text = report(results, budgets, swe)
+    if histories != [None]:
+        text += "\n" + block_table(results) + "\n" + "\n".join(duplicate_lines(results))
     if swe:
         text += "\n" + swe_report(results, budgets)
     changed = source.get("uncommitted")

@@ -34,7 +34,8 @@ def test_green_without_a_daemon(repo):
     code, checks = doctor(repo)
     assert code == 0, checks
     assert list(checks) == ["config", "permissions", "committed state", "daemon", "socket", "runtime dir", "lock", "model", "inotify",
-                            "index drift", "languages", "db index.db", "db memory.db", "db state.db", "ledger", "recovery",
+                            "index drift", "languages", "db index.db", "db memory.db", "db history.db",
+                            "db state.db", "ledger", "recovery",
                             "disk", "snapshot", "memory files", "memory intents", "memory in git", "memory anchors",
                             "memory dead weight"]
     assert all(c["status"] == OK for c in checks.values()), checks

@@ -32,6 +32,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("index", ("cogd.index",)),
     ("embed", ("cogd.embed",)),
     ("usage", ("cogd.usage",)),
+    ("history", ("cogd.history",)),
     ("memory", ("cogd.memory",)),
     ("retrieve", ("cogd.retrieve",)),
     ("snapshot", ("cogd.snapshot",)),

@@ -12,7 +12,7 @@ phase, shared by ``up``, ``index`` and ``status``), then one per command group â
 mcp, logs), :mod:`~cogd.cli.status`, :mod:`~cogd.cli.index` (index, search, show, stats,
 context, models), :mod:`~cogd.cli.memory` (memory â€¦, verify, events, export, import,
 consolidate), :mod:`~cogd.cli.doctor` (over :mod:`~cogd.cli.doctor_checks`),
-:mod:`~cogd.cli.reset`, :mod:`~cogd.cli.install`, :mod:`~cogd.cli.snapshot`. ``python -m cogd.cli`` runs it
+:mod:`~cogd.cli.reset`, :mod:`~cogd.cli.install`, :mod:`~cogd.cli.snapshot`, :mod:`~cogd.cli.history`. ``python -m cogd.cli`` runs it
 (:mod:`~cogd.cli.__main__`). This module only assembles them.
 """
 
@@ -22,7 +22,7 @@ import os
 
 import click
 
-from cogd.cli import doctor, index, install, lifecycle, memory, reset, snapshot, status
+from cogd.cli import doctor, history, index, install, lifecycle, memory, reset, snapshot, status
 from cogd.cli.base import CogdGroup
 from cogd.cli.ui import ui as ui_command
 
@@ -42,6 +42,6 @@ for _command in (
     status.status, index.index, index.search, index.show, index.stats, index.context, index.models,
     lifecycle.logs, doctor.doctor, reset.reset_command, lifecycle.mcp,
     memory.memory_group, memory.verify, memory.events, memory.export, memory.import_, memory.consolidate,
-    ui_command, snapshot.snapshot_group,
+    ui_command, snapshot.snapshot_group, history.history,
 ):
     main.add_command(_command)

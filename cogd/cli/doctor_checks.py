@@ -386,6 +386,8 @@ def database_paths(layout: Layout) -> dict[str, tuple[Path, str]]:
         "embed_cache.db": (layout.index_dir / "embed_cache.db", f"delete {layout.index_dir / 'embed_cache.db'} "
                            "(vectors are recomputed)"),
         "memory.db": (layout.index_dir / "memory.db", rebuild),
+        "history.db": (layout.index_dir / "history.db", "nothing to do: the next start moves it aside and "
+                       "mines the history again; `cogd stop; cogd start` does it now"),
         "state.db": (layout.state_db, f"move {layout.state_db} away (the ledger restarts empty), "
                      "or `cogd reset --all`"),
     }

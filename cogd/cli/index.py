@@ -36,7 +36,7 @@ def index(ctx: click.Context, full: bool) -> None:
 
 def _explain(signals: dict) -> str:
     """One line per item: each ranking signal and its value."""
-    order = ("bm25_rank", "bm25", "vector_rank", "cosine", "association_rank", "rrf", "expansion", "expanded_from", "prior",
+    order = ("bm25_rank", "bm25", "vector_rank", "cosine", "association_rank", "history_rank", "history_evidence", "history_commits", "rrf", "expansion", "expanded_from", "prior",
              "utility", "utility_x", "working_set_x", "recency_x", "mmr", "redundancy")
     parts = [f"{key}={signals[key]}" for key in order if key in signals]
     parts += [f"{k}={v}" for k, v in signals.items() if k not in order]
@@ -95,7 +95,7 @@ def show(ctx: click.Context, entity_id: str, as_json: bool) -> None:
     with backend(layout_from(ctx)) as be:
         result = be.call("entity.get", {"id": entity_id})
     if as_json:
-        flat = {**result["entity"], **result["usage"], "edges": result["edges"]}
+        flat = {**result["entity"], **result["usage"], "edges": result["edges"], "history": result.get("history")}
         click.echo(json.dumps(flat, indent=2))
         return
     e = result["entity"]
@@ -117,6 +117,25 @@ def show(ctx: click.Context, entity_id: str, as_json: bool) -> None:
         rate = f"{row['hit_rate']:.1%}" if row["hits"] + row["misses"] else "-"
         console.print(f"  {client or '(unknown)'}: {row['deliveries']} deliveries, {row['hits']} hits, "
                       f"{row['misses']} misses, {row['pending']} pending (hit rate {rate})", markup=False)
+    _show_history(result.get("history"))
+
+
+def _show_history(history: dict | None) -> None:
+    """The commits that changed an entity and its strongest co-change partners (cogd.history)."""
+    if not history:
+        return
+    if not history.get("usable"):
+        console.print("history: not synchronised with HEAD yet (see `cogd history`)")
+        return
+    commits = history["commits"]
+    console.print(f"changed by {len(commits)}{'+' if len(commits) >= 10 else ''} mined commits"
+                  + (":" if commits else ""))
+    for c in commits:
+        when = time.strftime("%Y-%m-%d", time.gmtime(c["time"]))
+        console.print(f"  {c['hash'][:10]} {when} {c['subject']} ({c['lines']} lines)", markup=False)
+    for partner in history["co_changed"]:
+        console.print(f"  co-changed with {partner['id']}: {partner['support']} commits, confidence "
+                      f"{partner['confidence']:.2f}", markup=False)
 
 
 @click.command()

@@ -93,7 +93,31 @@ def _feedback(parts: Parts, session_id: str | None) -> Feedback:
         """Entities earlier sessions edited after prompts like ``text`` (BM25 over those prompts)."""
         return parts.ledger.associated(match_expression(query_terms(text)), limit=parts.config.retrieve.candidates)
 
-    return Feedback(parts.config.rank, parts.utility, touches, parts.recent.get(), associations)
+    history, co_changed = _history_sources(parts)
+    return Feedback(parts.config.rank, parts.utility, touches, parts.recent.get(), associations, history, co_changed)
+
+
+def _history_sources(parts: Parts) -> tuple:
+    """``(history, co_changed)`` callables for :class:`Feedback`, or ``(None, None)`` when history
+    is off or not usable now (no pass synchronised with the tree's HEAD yet: cogd.history.query).
+    An association's commits are labelled ``short-hash subject`` for ``--explain``."""
+    queries = parts.history
+    if queries is None or not queries.miner.usable():
+        return None, None
+    limit = parts.config.retrieve.candidates
+
+    def history(text: str) -> list:
+        found = queries.associations(parts.reader(), match_expression(query_terms(text)), limit, text,
+                                     (parts.worker.refreshes, parts.readers.generation))
+        labels = queries.subjects(list({h for a in found[: max(limit // 3, 1)] for h in a.commits[:3]}))
+        for item in found:
+            item.commits = [f"{h[:10]} {labels.get(h, '')}".strip() for h in item.commits[:3]] + item.commits[3:]
+        return found
+
+    def co_changed(seeds: list[str]) -> list:
+        return queries.co_changed(parts.reader(), seeds, (parts.worker.refreshes, parts.readers.generation))
+
+    return history, co_changed
 
 
 def memory_preface(parts: Parts, query: str | None, *, rules_only: bool = False) -> Preface | None:

@@ -103,7 +103,10 @@ def entity_get(parts: Parts, params: dict) -> dict:
     detail = store.entity_detail(parts.reader(), entity_id)
     if detail is None:
         raise not_found(f"no entity {entity_id!r}", id=entity_id)
-    return {**detail, "usage": parts.ledger.entity_usage(entity_id, detail["entity"]["path"])}
+    answer = {**detail, "usage": parts.ledger.entity_usage(entity_id, detail["entity"]["path"])}
+    if parts.history is not None:  # the commits that changed it and its co-change partners
+        answer["history"] = parts.history.entity(entity_id)
+    return answer
 
 
 def stats(parts: Parts, params: dict) -> dict:

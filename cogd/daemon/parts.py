@@ -41,6 +41,7 @@ from cogd.fusion import BM25
 
 if TYPE_CHECKING:  # heavy (onnxruntime, lancedb) or only for the annotations
     from cogd.daemon.embedder import EmbeddingWorker
+    from cogd.history.query import HistoryQueries
     from cogd.memory.api import MemoryStore
 
 log = logging.getLogger(__name__)
@@ -199,6 +200,7 @@ class Parts:
     recent: RecentFiles
     watcher: Watcher | None  # built here, started by the Service once the ledger is settled
     repo_map: "RepoMap"
+    history: "HistoryQueries | None" = None  # [history] enabled: the mined commits (cogd.history)
 
     def reader(self) -> sqlite3.Connection:
         """This thread's read-only connection to the index (see :class:`IndexReaders`)."""
@@ -325,4 +327,27 @@ def build_parts(layout: Layout, config: Config, *, start_index: bool, start_embe
                  memory=memory,
                  consolidator=Consolidator(memory, layout.state_db, config.consolidate, nice=config.daemon.background_nice),
                  readers=IndexReaders(layout.index_db), held=HeldDeliveries(), problems=Problems(),
-                 recent=RecentFiles(layout.root), watcher=watcher, repo_map=RepoMap())
+                 recent=RecentFiles(layout.root), watcher=watcher, repo_map=RepoMap(),
+                 history=history_queries(layout, config, worker))
+
+
+def history_queries(layout: Layout, config: Config, worker: IndexWorker) -> "HistoryQueries | None":
+    """The history projection (``history.db``, moved aside and re-mined when damaged) and its
+    miner, not started (the Service starts it), mining once the first index exists. None when
+    ``[history] enabled`` is false or the projection cannot be opened (logged: packs go on without it)."""
+    if not config.history.enabled:
+        return None
+    from cogd.daemon.scheduling import lower_thread_priority
+    from cogd.history.miner import HistoryMiner
+    from cogd.history.query import HistoryQueries
+    from cogd.history.store import HistoryStore
+
+    path = layout.index_dir / "history.db"
+    try:
+        history = recovery.open_projection(path, lambda: HistoryStore(path), "re-mined from git in the background")
+    except Exception:
+        log.exception("history projection %s unavailable: packs go on without history", path)
+        return None
+    miner = HistoryMiner(layout.root, history, config.history, ready=lambda: worker.refreshes >= 1,
+                         on_start=lambda: lower_thread_priority(config.daemon.background_nice))
+    return HistoryQueries(miner, config.history)

@@ -25,8 +25,8 @@ from pathlib import Path
 
 from cogd import recovery
 from cogd.config import Config
-from cogd.daemon import (context_methods, graph_methods, index_methods, memory_methods, session_methods,
-                         status_methods)
+from cogd.daemon import (context_methods, graph_methods, history_methods, index_methods, memory_methods,
+                         session_methods, status_methods)
 from cogd.daemon.parts import Handler, build_parts
 from cogd.errors import CogdError
 from cogd.index import store
@@ -77,13 +77,15 @@ class Service:
         self._methods: dict[str, Handler] = {
             **status_methods.methods(parts, self.lifecycle), **context_methods.methods(parts),
             **session_methods.methods(parts), **index_methods.methods(parts),
-            **graph_methods.methods(parts), **memory_methods.methods(parts),
+            **graph_methods.methods(parts), **memory_methods.methods(parts), **history_methods.methods(parts),
         }
         self._settle_ledger()
         if start_index:
             self.worker.request(None)
         if self.watcher is not None:
             self.watcher.start()
+        if start_index and parts.history is not None:  # mines after the first index (cogd.history)
+            parts.history.miner.start()
 
     def lifecycle(self) -> status_methods.Lifecycle:
         """This service's own state, for ``status``: uptime, requests served, the ledger's check at start."""
@@ -109,6 +111,9 @@ class Service:
         # Readers first, then the writer: the index worker's close checkpoints the WAL, and as
         # the last connection on index.db it removes index.db-wal (a reader left open keeps it).
         self.parts.readers.close()
+        if self.parts.history is not None:
+            self.parts.history.miner.stop()
+            self.parts.history.miner.store.close()
         self.worker.stop()
         # What the ledger holds at stop, read before the last connection closes: that close
         # checkpoints the WAL and removes it (a reader opened afterwards would leave one behind).

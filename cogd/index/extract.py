@@ -16,6 +16,7 @@ import tree_sitter
 import xxhash
 
 from cogd.index.languages import grammar
+from cogd.index.queries import run_query
 from cogd.index.references import Reference, collect_references
 
 # tags.scm capture → (kind, subkind); the capture names are listed in cogd.index.languages.
@@ -372,6 +373,18 @@ def extract(path: str, source: bytes, language: str, tree: tree_sitter.Tree | No
     parsed.references = collect_references(tree, gram, spans, file_entity.id, source=source, matches=matches)
     _fill_summaries(parsed, members, spans, source)
     return parsed
+
+
+def definitions(path: str, source: bytes, language: str) -> list[Entity]:
+    """The definitions of ``source`` as :func:`extract` names them (same ids, spans and kinds),
+    without the file entity, references or summaries: what history mining needs to map a
+    commit's changed lines onto entities (:mod:`cogd.history.miner`). Raises KeyError for an
+    unknown language, LanguageUnavailable when its grammar does not load."""
+    gram = grammar(language)
+    tree = gram.parser.parse(source)
+    parsed = ParsedFile(path, language, [])
+    _add_definitions(parsed, _definitions(run_query(gram.tags, tree.root_node), source), source)
+    return parsed.entities
 
 
 def _file_doc(root: tree_sitter.Node, source: bytes, language: str) -> str:

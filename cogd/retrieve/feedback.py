@@ -14,6 +14,13 @@ recorded in its ``signals`` for ``--explain``:
   the recently-changed list (uncommitted first, then git log order).
 
 All weights 0 turns feedback off (the replay's control arm).
+
+The learned association list (fused in retrieval, step 2) has two sources, one mechanism
+(:meth:`Feedback.association_lists`): ``session`` (the ledger: code edited after similar
+prompts) and ``history`` (:mod:`cogd.history`: code changed by commits with similar
+messages, each item carrying the number of independent commits behind it). Each item's
+weight comes from one place, :meth:`Feedback.source_weight`, which is where an evidence-based
+shrinkage of a source's weight belongs.
 """
 
 from __future__ import annotations
@@ -41,6 +48,10 @@ class Feedback:
     recent_paths: list[str] = field(default_factory=list)  # newest first
     # text → [(entity_id, score)]: code earlier sessions edited after prompts like this one
     associations: Callable[[str], list[tuple[str, float]]] | None = None
+    # text → [Association] (cogd.history.store): code commits with messages like this one changed
+    history: Callable[[str], list] | None = None
+    # current seed ids → [(seed, partner, confidence, support)]: definitions changed with them
+    co_changed: Callable[[list[str]], list[tuple[str, str, float, int]]] | None = None
 
     def __post_init__(self) -> None:
         self._ranges: dict[str, list[tuple[int, int]]] = {}
@@ -58,6 +69,31 @@ class Feedback:
     @property
     def learns_associations(self) -> bool:
         return self.associations is not None and self.config.association_weight > 0
+
+    def source_weight(self, source: str, evidence: int | None = None) -> float:
+        """The fusion weight of one item of a learned association source: ``rank.association_weight``
+        for ``session``, ``rank.history_association_weight`` for ``history``. ``evidence``: the
+        independent sessions or commits behind the item (None when the source does not count
+        them); unused today, it is the argument an evidence-based shrinkage needs."""
+        if source == "history":
+            return self.config.history_association_weight
+        return self.config.association_weight
+
+    def association_lists(self, text: str, limit: int) -> list[tuple[str, list[tuple[str, int | None, list[str]]]]]:
+        """``[(source, [(entity_id, evidence, commits)] best first)]`` for the sources that are on,
+        each at most ``limit`` long (``evidence`` None and ``commits`` [] for ``session``)."""
+        out: list[tuple[str, list[tuple[str, int | None, list[str]]]]] = []
+        if self.learns_associations:
+            out.append(("session", [(entity_id, None, []) for entity_id, _ in self.associations(text)[:limit]]))
+        if self.history is not None and self.config.history_association_weight > 0:
+            out.append(("history", [(a.entity_id, a.evidence, a.commits) for a in self.history(text)[:limit]]))
+        return out
+
+    def co_change_edges(self, seeds: list[str]) -> list[tuple[str, str, float, int]]:
+        """The co-change partners of ``seeds`` (``[]`` when the source or its weight is off)."""
+        if self.co_changed is None or self.config.co_change_weight <= 0:
+            return []
+        return self.co_changed(seeds)
 
     @property
     def enabled(self) -> bool:

@@ -117,8 +117,11 @@ def _fetch(conn: sqlite3.Connection, ids: list[str]) -> dict[str, Hit]:
     return {entity_id: Hit(*row, 0.0) for entity_id, row in store.entities_by_ids(conn, ids).items()}
 
 
-def _expand(conn: sqlite3.Connection, fused: dict[str, float], decay: float, signals: dict[str, dict]) -> dict[str, float]:
-    """One hop over edges from the top seeds; returns the neighbours' added scores."""
+def _expand(conn: sqlite3.Connection, fused: dict[str, float], decay: float, signals: dict[str, dict],
+            feedback: Feedback | None = None) -> dict[str, float]:
+    """One hop over edges from the top seeds; returns the neighbours' added scores. With
+    ``feedback``, co-change (:meth:`Feedback.co_change_edges`) is one more edge kind, of weight
+    ``rank.co_change_weight × confidence(seed → partner)``."""
     seeds = sorted(fused, key=fused.get, reverse=True)[:SEEDS]
     if not seeds or decay <= 0:
         return {}
@@ -144,6 +147,14 @@ def _expand(conn: sqlite3.Connection, fused: dict[str, float], decay: float, sig
                 elif kind == "inherits":
                     direction = "base" if neighbour == dst else "subclass"
                 signals.setdefault(neighbour, {})["expanded_from"] = f"{direction} of {seed} ({kind}/{resolution or '-'})"
+    if feedback is not None:
+        weight = feedback.config.co_change_weight
+        for seed, partner, confidence, support in feedback.co_change_edges(seeds):
+            add = decay * weight * confidence * fused[seed]
+            if partner != seed and add > gained.get(partner, 0.0):
+                gained[partner] = add
+                signals.setdefault(partner, {})["expanded_from"] = (
+                    f"co-changed with {seed} (co_changed/{support} commits, confidence {confidence:.2f})")
     return gained
 
 
@@ -231,6 +242,25 @@ def _clue_lists(conn: sqlite3.Connection, found: Clues, config: RetrieveConfig, 
     return lists
 
 
+def _fuse_learned(feedback: Feedback, text: str, config: RetrieveConfig, fused: dict[str, float],
+                  signals: dict[str, dict]) -> None:
+    """Add the learned association lists to ``fused`` in place (:meth:`Feedback.association_lists`).
+
+    Retrieval alone can only rerank what it found; past prompts (and past commit messages) bring
+    back the code that requests like this one changed, whatever words that code uses. Each item
+    adds the RRF term ``w / (k + rank)`` with its own weight (:meth:`Feedback.source_weight`)."""
+    for source, items in feedback.association_lists(text, max(config.candidates // 3, 1)):
+        key = "association_rank" if source == "session" else f"{source}_rank"
+        for rank, (entity_id, evidence, commits) in enumerate(items, 1):
+            weight = feedback.source_weight(source, evidence)
+            fused[entity_id] = fused.get(entity_id, 0.0) + weight / (config.rrf_k + rank)
+            sig = signals.setdefault(entity_id, {})
+            sig[key] = rank
+            if commits:
+                sig[f"{source}_evidence"] = evidence
+                sig[f"{source}_commits"] = list(commits[:3])  # labels, e.g. "1a2b3c4d subject"
+
+
 def retrieve(
     conn: sqlite3.Connection,
     text: str,
@@ -282,17 +312,12 @@ def retrieve(
     lists.extend(_message_list(conn, parts, config, kinds, signals, tests_ok))
 
     fused = reciprocal_rank_fusion(((weight, ids) for _name, weight, ids in lists), config.rrf_k)
-    if feedback is not None and feedback.learns_associations:
-        # Retrieval alone can only rerank what it found; past prompts bring back the code
-        # that prompts like this one led the agent to edit, whatever words that code uses.
-        associated = feedback.associations(text)[: max(config.candidates // 3, 1)]
-        reciprocal_rank_fusion([(feedback.config.association_weight, [i for i, _ in associated])], config.rrf_k, fused)
-        for rank, (entity_id, _score) in enumerate(associated, 1):
-            signals.setdefault(entity_id, {})["association_rank"] = rank
+    if feedback is not None:
+        _fuse_learned(feedback, text, config, fused, signals)
     for entity_id, score in fused.items():
         signals[entity_id]["rrf"] = round(score, 5)
 
-    gained = _expand(conn, fused, config.expand_decay, signals)
+    gained = _expand(conn, fused, config.expand_decay, signals, feedback)
     for entity_id, add in gained.items():
         fused[entity_id] = fused.get(entity_id, 0.0) + add
         signals.setdefault(entity_id, {})["expansion"] = round(add, 5)

@@ -66,6 +66,11 @@ def reason_of(signals: dict) -> str:
     found = []
     sources = [f"{label} #{signals[key]}" for key, label in
                (("bm25_rank", "BM25"), ("vector_rank", "vector"), ("association_rank", "edited after similar prompts")) if key in signals]
+    if "history_rank" in signals:
+        commits = signals.get("history_commits") or []
+        sources.append(f"changed by similar commits #{signals['history_rank']}"
+                       + (f" ({signals.get('history_evidence', len(commits))}: " + "; ".join(map(str, commits)) + ")"
+                          if commits else ""))
     if sources:
         found.append(", ".join(sources))
     if "part" in signals:

@@ -1,0 +1,102 @@
+"""What ranking asks of history, for one request: associations and co-change partners, on current ids.
+
+Everything here reads the projection through this thread's read-only connection and only
+while :meth:`HistoryMiner.usable` says the live set matches the tree's HEAD (else it returns
+nothing: strictly no history from after HEAD). Ids recorded at past parents are mapped onto
+the current index (:func:`cogd.history.store.current_ids`); two old ids that map to one
+current entity are merged (scores added, commits united).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+from cogd.config import HistoryConfig
+from cogd.history import store
+from cogd.history.miner import HistoryMiner
+from cogd.history.store import Association, AssociationSettings
+
+
+class HistoryQueries:
+    """Read side of history for the daemon's methods (see the module doc)."""
+
+    def __init__(self, miner: HistoryMiner, config: HistoryConfig):
+        self.miner = miner
+        self.config = config
+        self.settings = AssociationSettings(config.association_commits, config.per_commit, config.half_life_days)
+        # Old id → current id (None: gone), valid for one state of the index and of the live set.
+        self._mapped: dict[str, str | None] = {}
+        self._mapped_for: tuple | None = None
+        self._newest: tuple | None = None  # (synced head, newest live commit time)
+
+    def _current(self, index_conn: sqlite3.Connection, ids: list[str], index_version: object) -> dict[str, str]:
+        """:func:`cogd.history.store.current_ids`, cached while ``index_version`` and the synced
+        HEAD stay the same (None: no cache)."""
+        key = (index_version, self.miner.synced_head)
+        if index_version is None or key != self._mapped_for or len(self._mapped) > 50_000:
+            self._mapped, self._mapped_for = {}, key
+        wanted = [i for i in ids if i not in self._mapped]
+        if wanted:
+            found = store.current_ids(index_conn, wanted)
+            for i in wanted:
+                self._mapped[i] = found.get(i)
+        mapped = {i: self._mapped.get(i) for i in ids}
+        if index_version is None:
+            self._mapped = {}
+        return {i: c for i, c in mapped.items() if c is not None}
+
+    def _newest_time(self) -> int | None:
+        head = self.miner.synced_head
+        if self._newest is None or self._newest[0] != head:
+            self._newest = (head, store.newest_time(self.miner.store.reader()))
+        return self._newest[1]
+
+    def associations(self, index_conn: sqlite3.Connection, match: str, limit: int,
+                     query: str | None = None, index_version: object = None) -> list[Association]:
+        """The entities of the commits whose messages match ``match`` (an FTS5 expression), best
+        first, at most ``limit``, with each one's evidence (independent commits) and commits.
+        With ``[history] mask_exact_message``, commits whose message is ``query`` are left out
+        (:func:`cogd.history.store.associated`). ``index_version``: a token that changes with the
+        index (the daemon's refresh count), for the id-mapping cache."""
+        if not match or not self.miner.usable():
+            return []
+        limit = min(limit, self.config.max_associations)
+        exclude = query if self.config.mask_exact_message else None
+        found = store.associated(self.miner.store.reader(), match, self.settings, exclude, self._newest_time())
+        mapping = self._current(index_conn, [a.entity_id for a in found], index_version)
+        merged: dict[str, Association] = {}
+        for item in found:
+            current = mapping.get(item.entity_id)
+            if current is None:
+                continue
+            known = merged.get(current)
+            if known is None:
+                merged[current] = Association(current, item.score, item.evidence, list(item.commits))
+            else:
+                known.score += item.score
+                known.commits += [h for h in item.commits if h not in known.commits]
+                known.evidence = len(known.commits)
+        return sorted(merged.values(), key=lambda a: (-a.score, a.entity_id))[:limit]
+
+    def co_changed(self, index_conn: sqlite3.Connection, seeds: list[str],
+                   index_version: object = None) -> list[tuple[str, str, float, int]]:
+        """``(seed, partner, confidence, support)`` for the seeds' co-change partners that exist now."""
+        if not seeds or not self.miner.usable():
+            return []
+        rows = store.co_changed(self.miner.store.reader(), seeds, self.config.co_change_min_confidence)
+        mapping = self._current(index_conn, list({r[1] for r in rows}), index_version)
+        return [(seed, mapping[b], conf, sup) for seed, b, conf, sup in rows if b in mapping and mapping[b] != seed]
+
+    def subjects(self, hashes: list[str]) -> dict[str, str]:
+        """hash → subject of stored commits (for ``--explain``)."""
+        return store.subjects(self.miner.store.reader(), hashes)
+
+    def entity(self, entity_id: str, limit: int = 10) -> dict:
+        """``{"commits": [...], "co_changed": [...]}`` for ``cogd show``: the live commits that
+        touched the entity (newest first) and its strongest partners (confidence ≥ 0)."""
+        if not self.miner.usable():
+            return {"commits": [], "co_changed": [], "usable": False}
+        conn = self.miner.store.reader()
+        partners = [{"id": b, "confidence": round(conf, 3), "support": sup}
+                    for _seed, b, conf, sup in store.co_changed(conn, [entity_id], 0.0, per_seed=limit)]
+        return {"commits": store.entity_commits(conn, entity_id, limit), "co_changed": partners, "usable": True}

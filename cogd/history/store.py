@@ -1,0 +1,403 @@
+"""The history projection, ``.cogd/index/history.db``: mined commits, the definitions they
+touched, their messages searchable by BM25, and co-change pairs.
+
+It is a projection like ``index.db``: rebuilt from git (re-mined) when deleted or damaged,
+moved aside by ``cogd reset`` with the rest of ``.cogd/index/``. One writer (the daemon's
+history miner); any thread may read through its own connection (:meth:`HistoryStore.reader`).
+
+Tables: ``commits`` (hash, commit time, subject, masked message, the skip reason or NULL,
+how many definitions it touched, ``live``: reachable from the HEAD last synchronised),
+``touched`` (commit, entity id at the commit's parent, path, changed lines), ``messages``
+(FTS5 over the message, porter stemming as the ledger's associations), ``support`` and
+``pairs`` (co-change, recomputed over the live commits by :meth:`HistoryStore.rebuild_pairs`),
+``meta`` (synchronised HEAD, mining time). Only ``live`` rows are ever read for ranking, so
+a checkout of an older commit hides every commit after it at once (no re-mining forward).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import sqlite3
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+from cogd import safepath
+from cogd.inlist import chunked, marks
+
+SCHEMA_VERSION = "3"
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
+CREATE TABLE IF NOT EXISTS commits (
+    hash TEXT PRIMARY KEY, time INTEGER NOT NULL, subject TEXT NOT NULL, message TEXT NOT NULL,
+    skipped TEXT, n_entities INTEGER NOT NULL DEFAULT 0, live INTEGER NOT NULL DEFAULT 1,
+    mined_at REAL NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS commits_live ON commits(live, skipped);
+CREATE TABLE IF NOT EXISTS touched (
+    hash TEXT NOT NULL, entity_id TEXT NOT NULL, path TEXT NOT NULL, lines INTEGER NOT NULL,
+    PRIMARY KEY (hash, entity_id)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS touched_entity ON touched(entity_id);
+-- One row per commit's own message (source = request = the commit), and one per commit of a
+-- merged pull request carrying the merge's text (source = request = the merge commit).
+CREATE VIRTUAL TABLE IF NOT EXISTS messages USING fts5(
+    hash UNINDEXED, source UNINDEXED, request UNINDEXED, digest UNINDEXED, message, tokenize = 'porter unicode61'
+);
+CREATE TABLE IF NOT EXISTS support (entity_id TEXT PRIMARY KEY, commits INTEGER NOT NULL) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS pairs (
+    a TEXT NOT NULL, b TEXT NOT NULL, support INTEGER NOT NULL, confidence REAL NOT NULL,
+    PRIMARY KEY (a, b)
+) WITHOUT ROWID;
+"""
+
+
+@dataclass
+class Association:
+    """One entity a query's matching commits touched: ``score`` (higher is better), ``commits``
+    the hashes behind it (best first), ``evidence`` how many independent commits (``len(commits)``
+    before any cap) — what a shrinkage estimator weighs."""
+
+    entity_id: str
+    score: float
+    evidence: int
+    commits: list[str]
+
+
+@dataclass
+class AssociationSettings:
+    """How commits become associations: ``commits`` matched at most, ``per_commit`` entities
+    each gives at most (by changed lines), ``half_life_days`` of the recency decay (counted
+    back from the newest live commit, not the wall clock, so a replay is deterministic)."""
+
+    commits: int = 20
+    per_commit: int = 6
+    half_life_days: float = 365.0
+
+
+def connect(path: Path, *, readonly: bool = False) -> sqlite3.Connection:
+    """Open ``history.db`` (WAL; the schema created unless ``readonly``). Raises sqlite3.Error
+    when the file is not a database, UnsafePath for a link among its files."""
+    if readonly:
+        safepath.prepare_db(path, create=False)
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5.0, check_same_thread=False)
+    else:
+        safepath.prepare_db(path)
+        conn = sqlite3.connect(path, timeout=5.0, check_same_thread=False)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")
+        row = None
+        try:
+            row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+        except sqlite3.OperationalError:
+            pass
+        if row is not None and row[0] != SCHEMA_VERSION:  # a projection: an old shape is re-mined
+            for table in ("meta", "commits", "touched", "messages", "support", "pairs"):
+                conn.execute(f"DROP TABLE IF EXISTS {table}")
+        conn.executescript(SCHEMA)
+        conn.execute("INSERT OR IGNORE INTO meta(key, value) VALUES ('schema_version', ?)", (SCHEMA_VERSION,))
+        conn.commit()
+    conn.execute("PRAGMA busy_timeout=5000")
+    return conn
+
+
+class HistoryStore:
+    """``history.db``: the writer's connection plus per-thread readers.
+
+    Writes (``add_commit``, ``set_live``, ``rebuild_pairs``, ``set_meta``) come from one
+    thread, the miner. Reads may come from any thread. Raises sqlite3.Error on a broken file.
+    """
+
+    def __init__(self, path: Path, *, readonly: bool = False):
+        self.path = path
+        # ``readonly``: a reader of another process's projection (the evaluation); writes fail.
+        self._conn = connect(path, readonly=readonly)
+        self._local = threading.local()
+        self._readers: list[sqlite3.Connection] = []
+        self._lock = threading.Lock()
+        self.generation = 0
+
+    def reader(self) -> sqlite3.Connection:
+        """This thread's read-only connection (reopened after :meth:`reopen`)."""
+        conn = getattr(self._local, "conn", None)
+        if conn is None or getattr(self._local, "generation", -1) != self.generation:
+            conn = connect(self.path, readonly=True)
+            self._local.conn, self._local.generation = conn, self.generation
+            with self._lock:
+                self._readers.append(conn)
+        return conn
+
+    def reopen(self) -> None:
+        """The file was deleted or replaced: a new, empty projection (the miner mines it again);
+        every thread's next :meth:`reader` opens a new connection."""
+        with self._lock:
+            old, self._readers = self._readers, []
+        self._conn.close()
+        self._conn = connect(self.path)
+        self.generation += 1
+        for conn in old:  # a reader still in use elsewhere fails its query once and reopens next time
+            try:
+                conn.close()
+            except sqlite3.Error:
+                pass
+
+    def close(self) -> None:
+        with self._lock:
+            readers, self._readers = self._readers, []
+        for conn in readers + [self._conn]:
+            try:
+                conn.close()
+            except sqlite3.Error:
+                pass
+
+    # ---- writes (the miner's thread) ---------------------------------------
+    def known(self) -> set[str]:
+        """Hashes of every commit stored (mined or skipped), live or not."""
+        return {r[0] for r in self._conn.execute("SELECT hash FROM commits")}
+
+    def add_commit(self, hash_: str, time_: int, subject: str, message: str, skipped: str | None,
+                   touched: dict[str, tuple[str, int]], now: float) -> None:
+        """Store one commit: ``touched`` is ``{entity_id: (path, changed lines)}`` (empty when skipped)."""
+        c = self._conn
+        c.execute("INSERT OR REPLACE INTO commits(hash, time, subject, message, skipped, n_entities, live, mined_at) "
+                  "VALUES (?,?,?,?,?,?,1,?)", (hash_, time_, subject, message, skipped, len(touched), now))
+        c.execute("DELETE FROM touched WHERE hash = ?", (hash_,))
+        c.executemany("INSERT INTO touched(hash, entity_id, path, lines) VALUES (?,?,?,?)",
+                      [(hash_, e, p, n) for e, (p, n) in touched.items()])
+        if skipped is None:
+            c.execute("INSERT INTO messages(hash, source, request, digest, message) VALUES (?,?,?,?,?)",
+                      (hash_, hash_, hash_, digest(message), message))
+
+    def add_request(self, merge: str, text: str, members: list[str]) -> int:
+        """A merged pull request: ``text`` (the merge's message without its "Merge pull request"
+        line) searchable for each of ``members`` (its commits), and its mined members one change
+        request (evidence counts it once). Returns how many members were mined."""
+        c = self._conn
+        mined = []
+        for chunk in chunked(members):
+            mined += [h for (h,) in c.execute(
+                f"SELECT hash FROM commits WHERE skipped IS NULL AND hash IN ({marks(len(chunk))})", chunk)]
+        key = digest(text)
+        for member in mined:
+            c.execute("UPDATE messages SET request = ? WHERE hash = ? AND source = ?", (merge, member, member))
+            c.execute("INSERT INTO messages(hash, source, request, digest, message) VALUES (?,?,?,?,?)",
+                      (member, merge, merge, key, text))
+        return len(mined)
+
+    def commit(self) -> None:
+        self._conn.commit()
+
+    def optimize(self) -> None:
+        """Merge the message index's segments (one per batch otherwise): a query over a merged
+        FTS5 index reads fewer b-trees (measured 0.97 → 0.78 ms CPU on click's history)."""
+        self._conn.execute("INSERT INTO messages(messages) VALUES ('optimize')")
+        self._conn.commit()
+
+    def set_live(self, reachable: set[str]) -> int:
+        """Mark exactly the commits in ``reachable`` live; returns how many changed state."""
+        c = self._conn
+        c.execute("CREATE TEMP TABLE IF NOT EXISTS reach (hash TEXT PRIMARY KEY) WITHOUT ROWID")
+        c.execute("DELETE FROM reach")
+        c.executemany("INSERT OR IGNORE INTO reach(hash) VALUES (?)", ((h,) for h in reachable))
+        changed = c.execute("UPDATE commits SET live = (hash IN (SELECT hash FROM reach)) "
+                            "WHERE live != (hash IN (SELECT hash FROM reach))").rowcount
+        c.execute("DELETE FROM reach")
+        c.commit()
+        return changed
+
+    def rebuild_pairs(self, max_definitions: int, min_support: int) -> int:
+        """Recompute co-change over the live, mined commits touching 2..``max_definitions``
+        definitions (files left out). support(a) = commits touching a; support(a, b) = commits
+        touching both; confidence(a → b) = support(a, b) / support(a) (Agrawal, Imieliński &
+        Swami, SIGMOD 1993). Pairs below ``min_support`` are not kept. Returns the pair count."""
+        c = self._conn
+        c.execute("DELETE FROM support")
+        c.execute("DELETE FROM pairs")
+        c.execute("CREATE TEMP TABLE IF NOT EXISTS cc (hash TEXT, entity_id TEXT)")
+        c.execute("DELETE FROM cc")
+        c.execute("INSERT INTO cc SELECT t.hash, t.entity_id FROM touched t JOIN commits m ON m.hash = t.hash "
+                  "WHERE m.live = 1 AND m.skipped IS NULL AND m.n_entities <= ? AND instr(t.entity_id, '::') > 0",
+                  (max_definitions,))
+        c.execute("CREATE INDEX IF NOT EXISTS cc_hash ON cc(hash)")
+        c.execute("INSERT INTO support SELECT entity_id, count(*) FROM cc GROUP BY entity_id")
+        c.execute("INSERT INTO pairs SELECT x.entity_id, y.entity_id, count(*), "
+                  "CAST(count(*) AS REAL) / (SELECT commits FROM support WHERE entity_id = x.entity_id) "
+                  "FROM cc x JOIN cc y ON x.hash = y.hash AND x.entity_id != y.entity_id "
+                  "GROUP BY x.entity_id, y.entity_id HAVING count(*) >= ?", (min_support,))
+        c.execute("DELETE FROM cc")
+        n = c.execute("SELECT count(*) FROM pairs").fetchone()[0]
+        c.commit()
+        return n
+
+    def set_meta(self, **values: object) -> None:
+        self._conn.executemany("INSERT OR REPLACE INTO meta(key, value) VALUES (?,?)",
+                               [(k, str(v)) for k, v in values.items()])
+        self._conn.commit()
+
+    def meta(self, key: str, default: str | None = None) -> str | None:
+        row = self.reader().execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return row[0] if row else default
+
+
+# ---- reads (any thread, a read-only connection) ------------------------------
+
+def digest(message: str) -> str:
+    """The message compared as text (case folded, runs of whitespace as one space), hashed."""
+    return hashlib.blake2b(" ".join(message.lower().split()).encode("utf-8", "surrogatepass"),
+                           digest_size=12).hexdigest()
+
+
+def newest_time(conn: sqlite3.Connection) -> int | None:
+    """The commit time of the newest live mined commit (None when there is none)."""
+    return conn.execute("SELECT max(time) FROM commits WHERE live = 1 AND skipped IS NULL").fetchone()[0]
+
+
+def associated(conn: sqlite3.Connection, match: str, settings: AssociationSettings,
+               query: str | None = None, newest: int | None = None) -> list[Association]:
+    """Entities changed by the live change requests whose texts match the FTS5 expression ``match``.
+
+    A *change request* is a commit, or a merged pull request (its commits together, found by
+    the merge's text or by any of theirs; see :meth:`HistoryStore.add_request`). Its score is its
+    best row's BM25 score (``-bm25()``, higher better) × ``0.5 ** (age / half_life_days)``, age
+    in days of its newest commit before the newest live commit; it gives each of its
+    ``per_commit`` most-changed definitions ``score / sqrt(n)`` (``n``: the definitions it
+    changed: a request that changes one function says more about it than one that changes
+    twenty). An entity's score is the sum over its requests, its evidence how many requests
+    (independent ones: a pull request of five commits counts once); ``commits`` names the
+    requests (a commit's hash, or the merge's). Best first; [] for an empty expression.
+
+    No leakage: a row counts only when its commit and the commit its text comes from are live,
+    and commits are grouped under a merge only while the merge is live. ``query``: the request's
+    text; a row whose text is that very text (case and spacing aside: the same :func:`digest`;
+    stored texts have their secrets masked, so a query holding one does not match) is left out,
+    so a prompt quoting a commit verbatim (a replay, a cherry-pick) is not answered by it.
+    ``newest``: :func:`newest_time`, when the caller has it. Raises sqlite3.Error."""
+    if not match:
+        return []
+    newest = newest if newest is not None else newest_time(conn)
+    if newest is None:
+        return []
+    rows = conn.execute(
+        "SELECT s.hash, CASE WHEN req.live = 1 THEN s.request ELSE s.hash END, s.score, m.time FROM "
+        "(SELECT hash, source, request, digest, -bm25(messages) AS score FROM messages WHERE messages MATCH ? "
+        "ORDER BY bm25(messages) LIMIT ?) s JOIN commits m ON m.hash = s.hash JOIN commits src ON src.hash = s.source "
+        "LEFT JOIN commits req ON req.hash = s.request "
+        "WHERE m.live = 1 AND m.skipped IS NULL AND src.live = 1 AND s.digest != ? ORDER BY s.score DESC",
+        (match, settings.commits * 4, digest(query) if query is not None else "")).fetchall()
+    requests: dict[str, list] = {}  # key → [best score, newest time, members]
+    for hash_, key, score, when in rows:
+        item = requests.get(key)
+        if item is None:
+            if len(requests) >= settings.commits:
+                continue
+            requests[key] = item = [score, when, set()]
+        item[1] = max(item[1], when)
+        item[2].add(hash_)
+    if not requests:
+        return []
+    members = sorted({h for item in requests.values() for h in item[2]})
+    lines: dict[str, dict[str, int]] = {}
+    for chunk in chunked(members):
+        for hash_, entity_id, n in conn.execute(
+                f"SELECT hash, entity_id, lines FROM touched WHERE hash IN ({marks(len(chunk))})", chunk):
+            lines.setdefault(hash_, {})[entity_id] = n
+    half_life = max(settings.half_life_days, 1e-6) * 86400
+    found: dict[str, Association] = {}
+    for key, (score, when, parts) in requests.items():  # best request first
+        changed: dict[str, int] = {}
+        for member in parts:
+            for entity_id, n in lines.get(member, {}).items():
+                changed[entity_id] = changed.get(entity_id, 0) + n
+        if not changed:
+            continue
+        weight = score * 0.5 ** (max(newest - when, 0) / half_life) / math.sqrt(len(changed))
+        for entity_id in sorted(changed, key=lambda e: (-changed[e], e))[: settings.per_commit]:
+            item = found.get(entity_id)
+            if item is None:
+                found[entity_id] = Association(entity_id, weight, 1, [key])
+            else:
+                item.score += weight
+                item.evidence += 1
+                item.commits.append(key)
+    return sorted(found.values(), key=lambda a: (-a.score, a.entity_id))
+
+
+def co_changed(conn: sqlite3.Connection, seeds: list[str], min_confidence: float,
+               per_seed: int = 5) -> list[tuple[str, str, float, int]]:
+    """``(seed, partner, confidence(seed → partner), support)`` for each seed's strongest
+    co-change partners (at most ``per_seed``, confidence ≥ ``min_confidence``), seeds in order."""
+    if not seeds:
+        return []
+    marks = ",".join("?" * len(seeds))
+    rows = conn.execute(
+        f"SELECT a, b, confidence, support FROM (SELECT a, b, confidence, support, row_number() OVER "
+        f"(PARTITION BY a ORDER BY confidence DESC, support DESC, b) AS n FROM pairs WHERE a IN ({marks}) "
+        f"AND confidence >= ?) WHERE n <= ?", (*seeds, min_confidence, per_seed)).fetchall()
+    order = {seed: i for i, seed in enumerate(seeds)}
+    return sorted(((a, b, c, s) for a, b, c, s in rows), key=lambda r: (order[r[0]], -r[2], -r[3], r[1]))
+
+
+def entity_commits(conn: sqlite3.Connection, entity_id: str, limit: int = 10) -> list[dict]:
+    """The live commits that touched ``entity_id``, newest first: ``{hash, time, subject, lines}``."""
+    return [{"hash": h, "time": t, "subject": s, "lines": n} for h, t, s, n in conn.execute(
+        "SELECT m.hash, m.time, m.subject, t.lines FROM touched t JOIN commits m ON m.hash = t.hash "
+        "WHERE t.entity_id = ? AND m.live = 1 AND m.skipped IS NULL ORDER BY m.time DESC LIMIT ?",
+        (entity_id, limit))]
+
+
+def subjects(conn: sqlite3.Connection, hashes: list[str]) -> dict[str, str]:
+    """hash → subject line, for ``--explain``."""
+    if not hashes:
+        return {}
+    marks = ",".join("?" * len(hashes))
+    return dict(conn.execute(f"SELECT hash, subject FROM commits WHERE hash IN ({marks})", hashes).fetchall())
+
+
+def status(conn: sqlite3.Connection) -> dict:
+    """What is mined: ``{"commits", "mined", "skipped": {reason: n}, "live", "last_commit",
+    "pairs", "head", "seconds"}`` (live commits only in ``mined`` and ``skipped``)."""
+    meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
+    total = conn.execute("SELECT count(*) FROM commits").fetchone()[0]
+    skipped = dict(conn.execute("SELECT skipped, count(*) FROM commits WHERE live = 1 AND skipped IS NOT NULL "
+                                "GROUP BY skipped ORDER BY skipped").fetchall())
+    mined = conn.execute("SELECT count(*) FROM commits WHERE live = 1 AND skipped IS NULL").fetchone()[0]
+    last = conn.execute("SELECT hash, time, subject FROM commits WHERE live = 1 AND skipped IS NULL "
+                        "ORDER BY time DESC, mined_at DESC LIMIT 1").fetchone()
+    return {
+        "commits": total, "mined": mined, "skipped": skipped,
+        "live": conn.execute("SELECT count(*) FROM commits WHERE live = 1").fetchone()[0],
+        "hidden": conn.execute("SELECT count(*) FROM commits WHERE live = 0").fetchone()[0],
+        "last_commit": {"hash": last[0], "time": last[1], "subject": last[2]} if last else None,
+        "pairs": conn.execute("SELECT count(*) FROM pairs").fetchone()[0],
+        "head": meta.get("head"), "seconds": round(float(meta.get("seconds", 0) or 0), 3),
+        "peak_rss_mb": meta.get("peak_rss_mb"),
+    }
+
+
+def current_ids(index_conn: sqlite3.Connection, ids: list[str]) -> dict[str, str]:
+    """Map ids recorded at past parents onto the current index: ``{old id: current id}``.
+
+    An id the index holds maps to itself; else the definition with the same qualified name
+    when exactly one exists anywhere (the file was moved or renamed since); else the id is
+    left out (the definition was deleted or renamed: nothing to point at). Raises sqlite3.Error.
+    """
+    from cogd.index import store as index_store
+
+    present = index_store.existing_ids(index_conn, ids)
+    out = {i: i for i in ids if i in present}
+    missing = [i for i in ids if i not in present and "::" in i]
+    if not missing:
+        return out
+    wanted: dict[str, list[str]] = {}
+    for old in missing:
+        qualname = old.split("::", 1)[1].split("~", 1)[0]
+        wanted.setdefault(qualname.rsplit(".", 1)[-1], []).append(old)
+    candidates: dict[str, list[str]] = {}
+    for entity_id, _path, _name, qualname in index_store.entities_with_names(index_conn, list(wanted)):
+        candidates.setdefault(qualname, []).append(entity_id)
+    for old in missing:
+        found = candidates.get(old.split("::", 1)[1].split("~", 1)[0], [])
+        if len(found) == 1:
+            out[old] = found[0]
+    return out

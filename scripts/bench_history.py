@@ -1,0 +1,153 @@
+#!/usr/bin/env python3
+"""The cost of history (cogd.history): mining a repository, and what it adds to one prompt pack.
+
+1. **Mining**: a fresh ``history.db`` in a temporary folder (the repository is only read: git
+   runs in it, ``.cogd/`` is not touched), one :meth:`HistoryMiner.sync` pass over the newest
+   ``--max-commits`` commits reachable from HEAD; prints wall and CPU seconds, commits mined
+   and skipped by reason, and the process's peak resident size (``ru_maxrss``, which includes
+   the interpreter and tree-sitter: the miner's own share is the rise over the start).
+2. **Per pack** (with ``--index``, the repository's ``.cogd/index/index.db``, read only): for
+   each prompt (``--prompts FILE``, one a line; default ten about click), the pack is built
+   ``--rounds`` times in this process with history off and with it on, interleaved, and the
+   median time of each and of the history part alone (associations, their commit labels and the
+   co-change lookups) is printed, in wall time and in this thread's CPU time (on a loaded
+   machine the CPU time is the steadier figure): the hook's added latency is the difference.
+
+    python scripts/bench_history.py REPO [--max-commits 3000] [--index] [--rounds 30]
+
+Standard library plus cogd (run it with the interpreter of cogd's environment).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+PROMPTS = (
+    "progress bar shows the wrong eta when the iterable has no length",
+    "show_default should display the default of a flag option",
+    "shell completion for nested groups does not list subcommands",
+    "make the prompt function hide input when asked for a password",
+    "echo strips ANSI colours when the output is not a terminal",
+    "Path type should resolve symlinks when resolve_path is set",
+    "the help output wraps long option names badly",
+    "environment variables for options with multiple values are split wrongly",
+    "testing CliRunner isolates stdin and stdout",
+    "Choice type should be case insensitive",
+)
+
+
+def mine(repo: Path, max_commits: int) -> tuple[Path, dict]:
+    from cogd.config import HistoryConfig
+    from cogd.history.miner import HistoryMiner
+    from cogd.history.store import HistoryStore, status
+
+    folder = Path(tempfile.mkdtemp(prefix="cogd-bench-history-"))
+    db = folder / ".cogd" / "index" / "history.db"
+    db.parent.mkdir(parents=True)
+    os.chmod(folder / ".cogd", 0o700)
+    before_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    cpu0, t0 = time.process_time(), time.perf_counter()
+    store = HistoryStore(db)
+    miner = HistoryMiner(repo, store, HistoryConfig(max_commits=max_commits))
+    miner.sync()
+    figures = {"wall_s": round(time.perf_counter() - t0, 2), "cpu_s": round(time.process_time() - cpu0, 2),
+               "rss_before_mb": round(before_rss, 1),
+               "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+               **{k: v for k, v in status(store.reader()).items() if k in ("commits", "mined", "skipped", "pairs")}}
+    store.close()
+    return db, figures
+
+
+def per_pack(repo: Path, db: Path, prompts: list[str], rounds: int) -> dict:
+    from cogd.config import load_config
+    from cogd.history.miner import HistoryMiner
+    from cogd.history.query import HistoryQueries
+    from cogd.history.store import HistoryStore
+    from cogd.index import store as index_store
+    from cogd.retrieve.feedback import Feedback
+    from cogd.retrieve.lexical import match_expression, query_terms
+    from cogd.retrieve.pack import prompt_pack
+
+    config = load_config(None)
+    conn = index_store.connect(repo / ".cogd" / "index" / "index.db", readonly=True)
+    history = HistoryStore(db)
+    miner = HistoryMiner(repo, history, config.history)
+    miner.sync()  # already mined: synchronises the live flags only
+    queries = HistoryQueries(miner, config.history)
+    part: list[float] = []
+    part_cpu: list[float] = []
+
+    def sources():
+        def assoc(text):
+            t, c = time.perf_counter(), time.thread_time()
+            found = queries.associations(conn, match_expression(query_terms(text)), 60, text, 1)
+            queries.subjects(list({h for a in found[:20] for h in a.commits[:3]}))
+            part.append(time.perf_counter() - t)
+            part_cpu.append(time.thread_time() - c)
+            return found
+
+        def co(seeds):
+            t, c = time.perf_counter(), time.thread_time()
+            out = queries.co_changed(conn, seeds, 1)
+            part.append(time.perf_counter() - t)
+            part_cpu.append(time.thread_time() - c)
+            return out
+        return assoc, co
+
+    off, on, off_cpu, on_cpu = [], [], [], []
+    for _ in range(rounds):
+        for prompt in prompts:
+            t, c = time.perf_counter(), time.thread_time()
+            prompt_pack(conn, repo, prompt, config.pack, config.retrieve, mode="bm25",
+                        feedback=Feedback(config.rank))
+            off.append(time.perf_counter() - t)
+            off_cpu.append(time.thread_time() - c)
+            assoc, co = sources()
+            t, c = time.perf_counter(), time.thread_time()
+            prompt_pack(conn, repo, prompt, config.pack, config.retrieve, mode="bm25",
+                        feedback=Feedback(config.rank, history=assoc, co_changed=co))
+            on.append(time.perf_counter() - t)
+            on_cpu.append(time.thread_time() - c)
+    per_request = [sum(part[i:i + 2]) for i in range(0, len(part), 2)]
+    per_request_cpu = [sum(part_cpu[i:i + 2]) for i in range(0, len(part_cpu), 2)]
+    history.close()
+    conn.close()
+    return {"pack_off_p50_ms": round(1000 * statistics.median(off), 2),
+            "pack_on_p50_ms": round(1000 * statistics.median(on), 2),
+            "history_part_p50_ms": round(1000 * statistics.median(per_request), 2),
+            "history_part_p95_ms": round(1000 * sorted(per_request)[int(0.95 * (len(per_request) - 1))], 2),
+            "pack_off_cpu_p50_ms": round(1000 * statistics.median(off_cpu), 2),
+            "pack_on_cpu_p50_ms": round(1000 * statistics.median(on_cpu), 2),
+            "history_part_cpu_p50_ms": round(1000 * statistics.median(per_request_cpu), 2),
+            "packs": len(off)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("repo", type=Path)
+    parser.add_argument("--max-commits", type=int, default=3000)
+    parser.add_argument("--index", action="store_true", help="also time packs over REPO/.cogd/index/index.db")
+    parser.add_argument("--prompts", type=Path, default=None)
+    parser.add_argument("--rounds", type=int, default=30)
+    parser.add_argument("--db", type=Path, default=None, help="an already mined history.db: skip the mining step")
+    args = parser.parse_args(argv)
+    repo = args.repo.resolve()
+    db, figures = mine(repo, args.max_commits) if args.db is None else (args.db, {})
+    out = {"repo": str(repo), "load": os.getloadavg()[0], "mining": figures}
+    if args.index:
+        prompts = (args.prompts.read_text(encoding="utf-8").splitlines() if args.prompts else list(PROMPTS))
+        out["per_pack"] = per_pack(repo, db, [p for p in prompts if p.strip()], args.rounds)
+    print(json.dumps(out, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,450 @@
+"""History mining on real git repositories: hunks onto definitions, skip rules, secrets, a
+hostile repository config, no leakage when HEAD moves, and one real daemon end to end."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from cogd.config import HistoryConfig
+from cogd.history import git as history_git
+from cogd.history.miner import HistoryMiner
+from cogd.history.query import HistoryQueries
+from cogd.history.store import HistoryStore, associated, entity_commits, status
+from cogd.index import store as index_store
+from cogd.index.indexer import Indexer
+from conftest import run_cogd, wait_for, write
+
+BASE_TIME = 1_700_000_000
+
+
+def commit(root: Path, message: str, *, author: str = "Dev", email: str = "dev@example.com",
+           when: int | None = None) -> str:
+    """``git add -A && git commit`` with a fixed identity and time; returns the new hash."""
+    n = int(subprocess.run(["git", "-C", str(root), "rev-list", "--count", "--all"], capture_output=True,
+                           text=True).stdout.strip() or 0)
+    stamp = f"{when or BASE_TIME + 3600 * n} +0000"
+    env = {**os.environ, "GIT_AUTHOR_NAME": author, "GIT_AUTHOR_EMAIL": email, "GIT_COMMITTER_NAME": author,
+           "GIT_COMMITTER_EMAIL": email, "GIT_AUTHOR_DATE": stamp, "GIT_COMMITTER_DATE": stamp}
+    subprocess.run(["git", "-C", str(root), "add", "-A"], check=True, env=env)
+    subprocess.run(["git", "-C", str(root), "commit", "-q", "--allow-empty", "-m", message], check=True, env=env)
+    return git_out(root, "rev-parse", "HEAD")
+
+
+def git_out(root: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(root), *args], check=True, capture_output=True, text=True).stdout.strip()
+
+
+SHAPES_V1 = '''"""Shapes."""
+
+
+def area(width, height):
+    """Area of a rectangle."""
+    return width * height
+
+
+def perimeter(width, height):
+    return 2 * (width + height)
+
+
+class Circle:
+    def __init__(self, radius):
+        self.radius = radius
+
+    def scale(self, factor):
+        return Circle(self.radius * factor)
+'''
+
+
+def init_repo(root: Path) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["git", "init", "-q", "-b", "main", str(root)], check=True)
+    write(root, "shapes.py", SHAPES_V1)
+    write(root, "README.md", "shapes\n")
+    commit(root, "initial shapes")
+    return root
+
+
+def mine(root: Path, **settings) -> tuple[HistoryMiner, HistoryStore]:
+    (root / ".cogd" / "index").mkdir(parents=True, exist_ok=True)
+    store = HistoryStore(root / ".cogd" / "index" / "history.db")
+    miner = HistoryMiner(root, store, HistoryConfig(**settings))
+    miner.sync()
+    return miner, store
+
+
+def indexed(root: Path):
+    """The work tree indexed in-process; a read-only connection to its index."""
+    db = root / ".cogd" / "index" / "index.db"
+    indexer = Indexer(root, db)
+    indexer.refresh()
+    indexer.conn.close()
+    return index_store.connect(db, readonly=True)
+
+
+def touched(store: HistoryStore, hash_: str) -> dict[str, int]:
+    return dict(store.reader().execute("SELECT entity_id, lines FROM touched WHERE hash = ?", (hash_,)).fetchall())
+
+
+def skipped(store: HistoryStore, hash_: str) -> str | None:
+    return store.reader().execute("SELECT skipped FROM commits WHERE hash = ?", (hash_,)).fetchone()[0]
+
+
+# ---------------------------------------------------------------- hunks onto definitions
+
+def test_hunks_map_onto_the_innermost_definition_at_the_parent(tmp_path):
+    root = init_repo(tmp_path / "repo")
+    text = SHAPES_V1.replace("    return width * height", "    if width < 0:\n        raise ValueError(width)\n"
+                             "    return width * height")
+    write(root, "shapes.py", text)
+    inside = commit(root, "area rejects negative widths")
+    write(root, "shapes.py", text.replace("Circle(self.radius * factor)", "Circle(abs(self.radius * factor))"))
+    method = commit(root, "scale keeps the radius positive")
+    write(root, "shapes.py", '"""Shapes, in two dimensions."""\n' + text.split("\n", 1)[1].replace(
+        "Circle(self.radius * factor)", "Circle(abs(self.radius * factor))"))
+    module = commit(root, "say what the shapes are")
+    miner, store = mine(root)
+    try:
+        # Two lines inserted after area()'s docstring (``@@ -5,0 +6,2 @@``): inside area, 2 lines.
+        assert touched(store, inside) == {"shapes.py::area": 2}
+        assert touched(store, method) == {"shapes.py::Circle.scale": 1}
+        assert touched(store, module) == {"shapes.py": 1}  # the module docstring is outside every definition
+        assert skipped(store, inside) is None
+        assert [c["hash"] for c in entity_commits(store.reader(), "shapes.py::area")] == [inside]
+    finally:
+        store.close()
+
+
+def test_a_renamed_file_maps_onto_its_old_path_and_then_onto_the_current_index(tmp_path):
+    root = init_repo(tmp_path / "repo")
+    subprocess.run(["git", "-C", str(root), "mv", "shapes.py", "geometry.py"], check=True)
+    commit(root, "rename the module")
+    write(root, "geometry.py", SHAPES_V1.replace("2 * (width + height)", "2 * width + 2 * height"))
+    edited = commit(root, "perimeter without parentheses")
+    subprocess.run(["git", "-C", str(root), "mv", "geometry.py", "plane.py"], check=True)
+    commit(root, "rename the module again")
+    miner, store = mine(root)
+    try:
+        assert touched(store, edited) == {"geometry.py::perimeter": 1}  # the id at the edit's parent
+        conn = indexed(root)
+        queries = HistoryQueries(miner, HistoryConfig())
+        found = queries.associations(conn, '"parentheses"', 10)
+        # geometry.py no longer exists; its perimeter is plane.py's now (the one definition of that name).
+        assert [(a.entity_id, a.evidence) for a in found] == [("plane.py::perimeter", 1)]
+        conn.close()
+    finally:
+        store.close()
+
+
+# ---------------------------------------------------------------- skip rules
+
+def test_skip_rules_are_applied_and_counted(tmp_path):
+    root = init_repo(tmp_path / "repo")
+    write(root, "README.md", "shapes, documented\n")
+    docs = commit(root, "document the shapes")
+    write(root, "shapes.py", SHAPES_V1.replace("factor", "k"))
+    bot = commit(root, "Apply automatic fixes", author="pre-commit-ci[bot]", email="66853113+pre-commit-ci[bot]@users.noreply.github.com")
+    write(root, "shapes.py", SHAPES_V1.replace("factor", "f"))
+    version = commit(root, "Release 2.0.1")
+    for n in range(4):
+        write(root, f"pkg/mod{n}.py", f"def f{n}():\n    return {n}\n")
+    commit(root, "add modules")
+    for n in range(4):
+        write(root, f"pkg/mod{n}.py", f"def f{n}():\n    return {n + 1}\n")
+    mass = commit(root, "reformat everything")
+    subprocess.run(["git", "-C", str(root), "checkout", "-q", "-b", "topic"], check=True)
+    write(root, "shapes.py", SHAPES_V1.replace("factor", "f").replace("2 * (width + height)", "(width + height) * 2"))
+    topic = commit(root, "perimeter multiplies last")
+    subprocess.run(["git", "-C", str(root), "checkout", "-q", "main"], check=True)
+    write(root, "README.md", "shapes, documented twice\n")
+    commit(root, "more docs")
+    env = {**os.environ, "GIT_AUTHOR_NAME": "Dev", "GIT_AUTHOR_EMAIL": "d@e", "GIT_COMMITTER_NAME": "Dev",
+           "GIT_COMMITTER_EMAIL": "d@e"}
+    subprocess.run(["git", "-C", str(root), "merge", "-q", "--no-ff", "-m", "Merge branch topic", "topic"],
+                   check=True, env=env)
+    merge = git_out(root, "rev-parse", "HEAD")
+    miner, store = mine(root, max_files=3)
+    try:
+        assert skipped(store, docs) == "no_code"
+        assert skipped(store, bot) == "bot"
+        assert skipped(store, version) == "version"
+        assert skipped(store, mass) == "mass_files"
+        assert skipped(store, merge) == "merge"
+        assert skipped(store, topic) is None  # the merged branch's own commit is mined
+        assert touched(store, topic) == {"shapes.py::perimeter": 1}
+        figures = status(store.reader())
+        # "add modules" adds four source files: a mass change too at max_files = 3.
+        assert figures["skipped"] == {"bot": 1, "mass_files": 2, "merge": 1, "no_code": 2, "version": 1}
+        assert figures["mined"] == 2  # initial shapes, perimeter multiplies last
+        assert figures["commits"] == 9
+    finally:
+        store.close()
+
+
+# ---------------------------------------------------------------- hostile input
+
+def test_a_secret_in_a_commit_message_is_stored_masked(tmp_path):
+    root = init_repo(tmp_path / "repo")
+    token = "ghp_" + "a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8"
+    write(root, "shapes.py", SHAPES_V1.replace("factor", "ratio"))
+    leaked = commit(root, f"scale by ratio\n\ndeploy with token {token}")
+    miner, store = mine(root)
+    try:
+        message = store.reader().execute("SELECT message FROM commits WHERE hash = ?", (leaked,)).fetchone()[0]
+        assert token not in message and "[secret:github_token]" in message
+        assert associated(store.reader(), '"a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8"',
+                          miner_settings()) == []  # the secret is not searchable either
+        raw = (root / ".cogd" / "index" / "history.db").read_bytes()
+        assert token.encode() not in raw
+    finally:
+        store.close()
+
+
+def miner_settings():
+    from cogd.history.store import AssociationSettings
+
+    return AssociationSettings()
+
+
+def test_a_hostile_repository_config_runs_nothing(tmp_path):
+    root = init_repo(tmp_path / "repo")
+    write(root, ".gitattributes", "*.py diff=evil\n")
+    write(root, "shapes.py", SHAPES_V1.replace("factor", "ratio"))
+    edited = commit(root, "scale by ratio")
+    marker = tmp_path / "pwned"
+    payload = f"sh -c 'touch {marker}'"
+    for key, value in (("diff.external", payload), ("diff.evil.textconv", payload), ("diff.evil.command", payload),
+                       ("core.fsmonitor", payload), ("core.pager", payload), ("pager.log", payload)):
+        subprocess.run(["git", "-C", str(root), "config", key, value], check=True)
+    # The control: plain git runs the repository's programs (its external diff, here).
+    subprocess.run(["git", "-C", str(root), "diff", "HEAD~1", "HEAD"], capture_output=True)
+    assert marker.exists()
+    marker.unlink()
+    miner, store = mine(root)
+    try:
+        assert touched(store, edited) == {"shapes.py::Circle.scale": 2}
+        assert not marker.exists()
+    finally:
+        store.close()
+
+
+def test_head_is_read_from_the_git_files_as_git_reads_it(tmp_path):
+    root = init_repo(tmp_path / "repo")
+    head = git_out(root, "rev-parse", "HEAD")
+    assert history_git.head_from_files(root) == head
+    subprocess.run(["git", "-C", str(root), "pack-refs", "--all"], check=True)
+    assert history_git.head_from_files(root) == head  # from packed-refs
+    subprocess.run(["git", "-C", str(root), "checkout", "-q", "--detach"], check=True)
+    assert history_git.head_from_files(root) == head
+    worktree = tmp_path / "wt"
+    subprocess.run(["git", "-C", str(root), "worktree", "add", "-q", "--detach", str(worktree), head], check=True)
+    assert history_git.head_from_files(worktree) == head  # .git is a gitdir: file
+
+
+# ---------------------------------------------------------------- no leakage
+
+def test_nothing_after_head_is_used_when_the_tree_moves_backwards_and_forwards(tmp_path):
+    root = init_repo(tmp_path / "repo")
+    early = commit(root, "nothing yet")
+    for n, word in enumerate(("velocity", "velocity again")):
+        write(root, "shapes.py", SHAPES_V1.replace("factor", f"factor{n}").replace("2 * (width", f"{n + 3} * (width"))
+        commit(root, f"scale and perimeter learn {word}")
+    late = git_out(root, "rev-parse", "HEAD")
+    miner, store = mine(root)
+    queries = HistoryQueries(miner, HistoryConfig(co_change_min_support=2))
+    conn = indexed(root)
+    try:
+        def visible() -> tuple:
+            found = queries.associations(conn, '"velocity"', 10)
+            pairs = queries.co_changed(conn, ["shapes.py::Circle.scale"])
+            shown = queries.entity("shapes.py::Circle.scale")
+            return ([a.entity_id for a in found], [p[1] for p in pairs], [c["subject"] for c in shown["commits"]])
+
+        assert visible() == (["shapes.py::Circle.scale", "shapes.py::perimeter"], ["shapes.py::perimeter"],
+                             ["scale and perimeter learn velocity again", "scale and perimeter learn velocity"])
+        subprocess.run(["git", "-C", str(root), "checkout", "-q", "--detach", early], check=True)
+        assert not miner.usable()  # HEAD moved, not synchronised yet: history is withheld
+        assert visible() == ([], [], [])
+        miner.sync()
+        assert miner.usable()
+        assert visible() == ([], [], [])  # both commits are after HEAD: hidden, not used
+        assert status(store.reader())["hidden"] == 2
+        subprocess.run(["git", "-C", str(root), "checkout", "-q", "--detach", late], check=True)
+        miner.sync()
+        assert visible()[0] == ["shapes.py::Circle.scale", "shapes.py::perimeter"]
+    finally:
+        conn.close()
+        store.close()
+
+
+# ---------------------------------------------------------------- one real daemon end to end
+
+@pytest.fixture(scope="module")
+def history_daemon(tmp_path_factory):
+    root = init_repo(tmp_path_factory.mktemp("hist") / "repo")
+    write(root, "shapes.py", SHAPES_V1.replace("2 * (width + height)", "2 * (abs(width) + abs(height))"))
+    first = commit(root, "negative sides no longer shrink the outline")
+    write(root, "shapes.py", SHAPES_V1.replace("2 * (width + height)", "2 * (abs(width) + abs(height))")
+          .replace("self.radius = radius", "self.radius = abs(radius)"))
+    second = commit(root, "a circle keeps its outline when built from a negative radius")
+    write(root, ".cogd/config.toml", "[embed]\nenabled = false\n[history]\npoll_s = 0.2\n")
+    run_cogd(root, "start")
+    try:
+        run_cogd(root, "index")
+        yield root, first, second
+    finally:
+        run_cogd(root, "stop", check=False)
+
+
+def test_a_daemon_mines_and_a_pack_explains_the_commit_behind_an_association(history_daemon):
+    root, first, second = history_daemon
+    state = wait_for(lambda: (s := json.loads(run_cogd(root, "history", "--json").stdout))["usable"] and s,
+                     what="the history miner to synchronise")
+    assert state["mined"] == 3 and state["skipped"] == {} and state["synced_head"] == second
+    pack = json.loads(run_cogd(root, "context", "outline grows", "--json").stdout)
+    by_id = {i["entity_id"]: i for i in pack["items"]}
+    # No word of the prompt is in perimeter's code; the commits that changed it say "outline".
+    item = by_id["shapes.py::perimeter"]
+    assert item["signals"]["history_evidence"] == 1
+    assert item["signals"]["history_commits"] == [f"{first[:10]} negative sides no longer shrink the outline"]
+    assert f"{first[:10]} negative sides no longer shrink the outline" in item["reason"]
+    init = by_id["shapes.py::Circle.__init__"]
+    assert init["signals"]["history_commits"] == [f"{second[:10]} a circle keeps its outline when built from a "
+                                                  "negative radius"]
+    shown = run_cogd(root, "show", "shapes.py::perimeter").stdout
+    assert f"{first[:10]}" in shown and second[:10] not in shown
+    assert "co-changed" not in shown  # perimeter and Circle.__init__ share no commit
+    text = run_cogd(root, "history").stdout
+    assert "commits mined: 3" in text and "used by packs: yes" in text
+
+
+def test_the_daemon_uses_no_commit_after_head(history_daemon):
+    root, first, second = history_daemon
+    subprocess.run(["git", "-C", str(root), "checkout", "-q", "--detach", first], check=True)
+    try:
+        run_cogd(root, "index")
+        wait_for(lambda: (s := json.loads(run_cogd(root, "history", "--json").stdout))["usable"]
+                 and s["synced_head"] == first, what="the miner to follow HEAD backwards")
+        pack = json.loads(run_cogd(root, "context", "circle radius outline", "--json").stdout)
+        labels = [str(x) for i in pack["items"] for x in i["signals"].get("history_commits", [])]
+        assert labels and not any(second[:10] in x for x in labels)
+        assert second[:10] not in run_cogd(root, "show", "shapes.py::perimeter").stdout
+    finally:
+        subprocess.run(["git", "-C", str(root), "checkout", "-q", "main"], check=True)
+
+
+# ---------------------------------------------------------------- measures and bounds
+
+def test_co_change_support_and_confidence_are_the_association_rule_measures(tmp_path):
+    root = init_repo(tmp_path / "repo")
+    text = SHAPES_V1
+    for n in range(3):  # area and perimeter together three times, area alone once more
+        text = text.replace(f"width * height{'' if n == 0 else f' + {n - 1}'}", f"width * height + {n}")
+        text = text.replace(f"2 * (width + height){'' if n == 0 else f' + {n - 1}'}", f"2 * (width + height) + {n}")
+        write(root, "shapes.py", text)
+        commit(root, f"together {n}")
+    write(root, "shapes.py", text.replace("width * height + 2", "width * height + 3"))
+    commit(root, "area alone")
+    miner, store = mine(root, co_change_min_support=2)
+    try:
+        pairs = store.reader().execute("SELECT a, b, support, confidence FROM pairs ORDER BY a, b").fetchall()
+        # support(area) = 4, support(perimeter) = 3, support(both) = 3
+        assert pairs == [("shapes.py::area", "shapes.py::perimeter", 3, 0.75),
+                         ("shapes.py::perimeter", "shapes.py::area", 3, 1.0)]
+    finally:
+        store.close()
+
+
+def test_a_commit_quoted_verbatim_does_not_answer_the_prompt(tmp_path):
+    root = init_repo(tmp_path / "repo")
+    write(root, "shapes.py", SHAPES_V1.replace("factor", "ratio"))
+    commit(root, "Scale circles by a ratio")
+    miner, store = mine(root)
+    try:
+        settings = miner_settings()
+        assert [a.entity_id for a in associated(store.reader(), '"ratio"', settings, "scale  CIRCLES by a ratio\n")] == []
+        assert [a.entity_id for a in associated(store.reader(), '"ratio"', settings, "circles by a ratio")] == [
+            "shapes.py::Circle.scale"]
+    finally:
+        store.close()
+
+
+def test_a_pass_stops_at_its_time_budget_and_the_next_one_goes_on(tmp_path):
+    root = init_repo(tmp_path / "repo")
+    write(root, "shapes.py", SHAPES_V1.replace("factor", "ratio"))
+    commit(root, "scale by ratio")
+    (root / ".cogd" / "index").mkdir(parents=True)
+    store = HistoryStore(root / ".cogd" / "index" / "history.db")
+    try:
+        miner = HistoryMiner(root, store, HistoryConfig(time_budget_s=0.0))
+        first = miner.sync()
+        assert (first["mined"], first["more"]) == (0, True)
+        assert miner.usable()  # the live set is right for HEAD even before anything is mined
+        miner.config = HistoryConfig()
+        second = miner.sync()
+        assert (second["mined"], second["more"]) == (2, False)
+        assert status(store.reader())["mined"] == 2
+    finally:
+        store.close()
+
+
+def test_a_removed_line_that_looks_like_a_file_header_is_read_as_a_line(tmp_path):
+    root = init_repo(tmp_path / "repo")
+    text = SHAPES_V1.replace('    """Area of a rectangle."""', '    """Area of a rectangle.\n\n-- a b\n--- c\n    """')
+    write(root, "shapes.py", text)
+    commit(root, "document area oddly")
+    write(root, "shapes.py", text.replace("-- a b\n--- c\n", "").replace("factor", "ratio"))
+    edited = commit(root, "tidy the docstring and scale by ratio")
+    miner, store = mine(root)
+    try:
+        assert touched(store, edited) == {"shapes.py::area": 2, "shapes.py::Circle.scale": 2}
+    finally:
+        store.close()
+
+
+def test_a_merged_pull_request_is_one_change_request_found_by_its_text(tmp_path):
+    root = init_repo(tmp_path / "repo")
+    subprocess.run(["git", "-C", str(root), "checkout", "-q", "-b", "feature"], check=True)
+    write(root, "shapes.py", SHAPES_V1.replace("factor", "ratio"))
+    one = commit(root, "wip")
+    write(root, "shapes.py", SHAPES_V1.replace("factor", "ratio").replace("2 * (width", "2.0 * (width"))
+    two = commit(root, "fix review comments")
+    subprocess.run(["git", "-C", str(root), "checkout", "-q", "main"], check=True)
+    env = {**os.environ, "GIT_AUTHOR_NAME": "Dev", "GIT_AUTHOR_EMAIL": "d@e", "GIT_COMMITTER_NAME": "Dev",
+           "GIT_COMMITTER_EMAIL": "d@e"}
+    subprocess.run(["git", "-C", str(root), "merge", "-q", "--no-ff", "-m",
+                    "Merge pull request #7 from dev/feature\n\nTolerance for elliptical outlines", "feature"],
+                   check=True, env=env)
+    merge = git_out(root, "rev-parse", "HEAD")
+    miner, store = mine(root)
+    try:
+        found = associated(store.reader(), '"elliptical"', miner_settings())
+        # Both commits' definitions, through the merge's text, as one request (evidence 1).
+        assert [(a.entity_id, a.evidence, a.commits) for a in found] == [
+            ("shapes.py::Circle.scale", 1, [merge]), ("shapes.py::perimeter", 1, [merge])]
+        assert associated(store.reader(), '"review"', miner_settings())[0].commits == [merge]
+        subprocess.run(["git", "-C", str(root), "checkout", "-q", "--detach", two], check=True)
+        miner.sync()  # the merge is after HEAD now: its text is not used, nor its grouping
+        assert associated(store.reader(), '"elliptical"', miner_settings()) == []
+        assert [(a.entity_id, a.commits) for a in associated(store.reader(), '"review"', miner_settings())] == [
+            ("shapes.py::perimeter", [two])]
+        assert one != two
+    finally:
+        store.close()
+
+
+def test_a_deleted_projection_is_mined_again(tmp_path):
+    root = init_repo(tmp_path / "repo")
+    miner, store = mine(root)
+    try:
+        assert status(store.reader())["commits"] == 1
+        for suffix in ("", "-wal", "-shm"):
+            Path(f"{store.path}{suffix}").unlink(missing_ok=True)
+        assert miner.sync()["mined"] == 1
+        assert status(store.reader())["commits"] == 1 and miner.usable()
+    finally:
+        store.close()
