@@ -436,8 +436,9 @@ def files_to_reresolve(conn: sqlite3.Connection, changed: set[str], affected_nam
 def resolve(conn: sqlite3.Connection, root: str, paths: Iterable[str] | None = None) -> int:
     """Recompute reference edges for ``paths`` (None = every file). Returns the edge count written.
 
-    Deletes the files' previous ``imports``/``calls``/``inherits`` edges first;
-    ``contains`` edges are untouched. Does not commit.
+    The files' previous ``imports``/``calls``/``inherits`` edges are replaced (for ``paths``,
+    only those that differ are deleted and inserted); ``contains`` edges are untouched.
+    Does not commit.
     """
     resolver = Resolver(conn, root)
     targets = sorted(resolver.files) if paths is None else sorted(p for p in set(paths) if p in resolver.files)
@@ -447,9 +448,11 @@ def resolve(conn: sqlite3.Connection, root: str, paths: Iterable[str] | None = N
     written = 0
     batch: list[tuple[str, str, str, str, str]] = []
     for path in targets:
-        if paths is not None:
-            store.delete_reference_edges(conn, path)
         edges = resolver.resolve_file(path)
+        if paths is not None:  # a save: only the edges that changed are written
+            store.replace_reference_edges(conn, path, edges)
+            written += len(edges)
+            continue
         batch.extend(edges)  # a file's edges never collide with another file's (their src is its own entity)
         written += len(edges)
         if len(batch) >= EDGE_BATCH:
