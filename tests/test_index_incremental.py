@@ -6,7 +6,8 @@ as the daemon's watcher does) through edits that exercise every part of the in-p
 rewrite: a function appended, a method and a function inserted before existing ones
 (stored order must stay file order), a docstring removed (FTS text only), a class
 renamed that other files call and inherit from (their references resolve anew), a class
-deleted, lines shifted above everything, a file added and a file removed. After each
+deleted, a base class that was external defined, lines shifted above everything, a file
+added and a file removed. After each
 group of saves the index is compared with one built from scratch on the same tree:
 entities (and their order within each file), every edge, the unresolved references in
 stored order, the FTS rows joined to their entities, and the files.
@@ -109,6 +110,10 @@ def test_renaming_and_removing_definitions_that_other_files_use(saved):
     save(indexer, "email/errors.py")
     edit(root, "email/errors.py", "class CharsetError(MessageError):\n", "class _Gone:\n")
     save(indexer, "email/errors.py")
+    # a base class another file names but nothing defined (an external edge) gets a definition
+    path = root / "email/charset.py"
+    path.write_text(path.read_text(encoding="utf-8") + "\n\nclass TypeError(Exception):\n    pass\n", encoding="utf-8")
+    save(indexer, "email/charset.py")
     # a name other files call, defined a second time (a duplicate id) and then the first removed
     edit(root, "email/utils.py", "\ndef formataddr(", "\ndef formataddr(pair):\n    return pair\n\n\ndef formataddr(")
     save(indexer, "email/utils.py")

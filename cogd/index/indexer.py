@@ -368,22 +368,23 @@ class Indexer:
         return changed, {**(stored or {}), **{name: state.digest for name, state in states.items()}}
 
     def _resolve(
-        self, known: dict, parsed_paths: list[str], gone: list[str], names_before: set[tuple[str, str]],
+        self, known: dict, parsed_paths: list[str], gone: list[str], names_before: set[tuple[str, str, str]],
         everything: bool,
     ) -> None:
         """Bring reference edges in step with the files just written.
 
         When the set of files changed (an import may now find, or lose, its
-        target) everything is re-resolved; otherwise only the re-parsed files
-        and the files that mention a name whose definitions were added,
-        removed or re-identified.
+        target) everything is re-resolved; otherwise every reference of the
+        re-parsed files and, elsewhere, only the references to a name whose
+        definitions were added, removed, re-identified or changed kind
+        (:func:`cogd.index.resolve.resolve_saved`).
         """
         if everything or gone or any(p not in known for p in parsed_paths):
             resolve.resolve(self.conn, str(self.root), None)
         elif parsed_paths:
             names_after = resolve.entity_names(self.conn, parsed_paths)
-            affected = {name for name, _id in names_before ^ names_after}
-            resolve.resolve(self.conn, str(self.root), resolve.files_to_reresolve(self.conn, set(parsed_paths), affected))
+            affected = {name for name, _id, _kind in names_before ^ names_after}
+            resolve.resolve_saved(self.conn, str(self.root), set(parsed_paths), affected)
 
     def refresh(
         self, paths: Iterable[str] | None = None, progress: ProgressFn | None = None, *, full: bool = False
@@ -626,7 +627,7 @@ class _Run:
         self.full, self.relanguaged, self.progress = full, relanguaged, progress
         self.result = RefreshResult()
         self.parsed_paths: list[str] = []  # every path written, for the reference resolution
-        self.names_before: set[tuple[str, str]] = set()  # (name, id) defined in re-written files, before
+        self.names_before: set[tuple[str, str, str]] = set()  # (name, id, kind) defined in re-written files, before
         self.now_ns = 0  # when reading began, for the racy-clean window (see RACY_WINDOW_NS)
         self.written = 0  # parsed files written so far (a commit every BATCH_FILES)
         self.reported = 0  # files of the refresh done, as last reported to progress

@@ -801,6 +801,25 @@ def replace_reference_edges(conn: sqlite3.Connection, path: str, edges: list[tup
     return len(gone) + len(new)
 
 
+def reference_edges_from(conn: sqlite3.Connection, path: str, sources: Sequence[str]) -> list[tuple[str, str, str, str]]:
+    """``(src, dst, kind, resolution)`` of ``path``'s ``calls``/``inherits`` edges from ``sources`` (chunked)."""
+    rows: list[tuple[str, str, str, str]] = []
+    for chunk in chunked(list(sources)):
+        rows.extend(tuple(r) for r in _query(
+            conn, f"SELECT src, dst, kind, resolution FROM edges WHERE path = ? AND kind IN ('calls', 'inherits') "
+                  f"AND src IN ({marks(len(chunk))})", (path, *chunk)))
+    return rows
+
+
+def entity_name_of(conn: sqlite3.Connection, ids: Iterable[str]) -> dict[str, str]:
+    """``{id: name}`` of the entities among ``ids`` (chunked; ids that are no entity are left out)."""
+    found: dict[str, str] = {}
+    for chunk in chunked(_distinct(ids)):
+        found.update((r[0], r[1]) for r in _query(conn, f"SELECT id, name FROM entities WHERE id IN ({marks(len(chunk))})",
+                                                  chunk))
+    return found
+
+
 def write_reference_edges(conn: sqlite3.Connection, edges: Iterable[tuple[str, str, str, str, str]]) -> None:
     """Store ``(src, dst, kind, path, resolution)`` edges; an edge already stored (same src, dst,
     kind) is kept. No commit."""
