@@ -40,6 +40,7 @@ CALLABLE = ("function", "method", "class")
 CLASS_LIKE = ("class",)
 JS_EXTENSIONS = (".ts", ".tsx", ".js", ".jsx", ".mjs", ".cjs", ".d.ts")
 EDGE_BATCH = 20_000  # reference edges written per statement
+CROWDED_NAME = 16  # a name with more entities than this is read only in the files a save's references look in
 GO_MOD_MAX_BYTES = 1 << 20  # the module line comes first; a bigger go.mod is read up to here
 # Languages that can call each other's definitions by name; others resolve
 # only within their own language.
@@ -69,6 +70,9 @@ class Resolver:
         self._go_module: str | None | bool = False
         self._families: dict[str, str] = {}
         self._refs: dict[str, list[tuple[str, str, str, str, str]]] | None = None  # preloaded, by path
+        self._family_languages: dict[str, list[str]] = {}  # family → the tree's languages in it
+        self._partial: dict[str, set[str]] = {}  # crowded name → the files its definitions were read in
+        self._crowded_rows: dict[str, list[tuple]] = {}  # crowded name → (rowid, id, kind, path, parent, name)
 
     def preload(self) -> None:
         """Read every entity and reference once, for a pass over every file.
@@ -99,13 +103,43 @@ class Resolver:
         self._refs = store.all_refs(self.conn)
 
     # ---- name tables ------------------------------------------------------
-    def load_names(self, names: set[str]) -> None:
-        """Read the definitions of ``names`` (entity names) into the name table, once per name."""
-        missing = sorted(n for n in names if n not in self._by_name)
-        for name in missing:
+    def load_names(self, names: set[str], files: set[str] | None = None) -> None:
+        """Read the definitions of ``names`` (entity names) into the name table, once per name.
+
+        With ``files`` (the files a reference of the file being resolved can look in: the file
+        itself and what it imports), a crowded name (more than CROWDED_NAME entities, such as
+        ``__init__`` or ``get`` on a large tree) is read only in those files, more of them as
+        later files need; whether it has a single definition is asked of the index when a
+        reference gets that far (:meth:`_unique`). The answers are the same; a save then reads
+        a few rows per such name instead of thousands.
+        """
+        wanted = [n for n in names if n not in self._by_name or n in self._partial]
+        if files is None:
+            fresh = sorted(n for n in wanted if n not in self._partial)
+            crowded: list[str] = []
+        else:
+            counts = store.name_counts(self.conn, [n for n in wanted if n not in self._partial])
+            fresh = sorted(n for n in wanted if n not in self._partial and counts.get(n, 0) <= CROWDED_NAME)
+            crowded = sorted(n for n in wanted if n not in fresh)
+        for name in fresh:
             self._by_name[name] = []
-        for entity_id, kind, path, parent, name in store.entities_named(self.conn, missing):
+        for entity_id, kind, path, parent, name in store.entities_named(self.conn, fresh):
             self._by_name[name].append((entity_id, kind, path, parent))
+            self._parent[entity_id] = (kind, parent)
+        if not crowded or files is None:
+            return
+        need = {f for name in crowded for f in files - self._partial.get(name, set())}
+        if not need:
+            return
+        rows = store.entities_named_in_paths(self.conn, crowded, sorted(need))
+        for name in crowded:
+            seen = self._partial.setdefault(name, set())
+            listing = self._crowded_rows.setdefault(name, [])
+            listing.extend(r for r in rows if r[5] == name and r[3] not in seen)
+            listing.sort()  # rowid order, as the name index returns every definition
+            seen |= need
+            self._by_name[name] = [(entity_id, kind, path, parent) for _rowid, entity_id, kind, path, parent, _n in listing]
+        for _rowid, entity_id, kind, _path, parent, _name in rows:
             self._parent[entity_id] = (kind, parent)
 
     def _members_of(self, container: str) -> dict[str, str]:
@@ -294,7 +328,14 @@ class Resolver:
         family = self._family(from_path)
         key = (name, kinds, family)
         if key not in self._unique_cache:
-            matches = [e for e in self._by_name.get(name, []) if e[1] in kinds and self._family(e[2]) == family]
+            if name in self._partial:  # only some of its definitions are loaded: ask the index for two
+                languages = self._family_languages.get(family)
+                if languages is None:
+                    languages = self._family_languages[family] = sorted(
+                        {language for language in self.files.values() if FAMILY.get(language, language) == family})
+                matches = store.definitions_of(self.conn, name, kinds, languages, limit=2)
+            else:
+                matches = [e for e in self._by_name.get(name, []) if e[1] in kinds and self._family(e[2]) == family]
             self._unique_cache[key] = matches[0][0] if len(matches) == 1 else None
         return self._unique_cache[key]
 
@@ -354,7 +395,8 @@ class Resolver:
         edges: dict[tuple[str, str, str], str] = {}
         bound, external, imported_files = self._bindings(path, refs, edges)
         if self._refs is None:
-            self.load_names({name for _s, kind, name, _q, _a in refs if kind in ("calls", "inherits")})
+            self.load_names({name for _s, kind, name, _q, _a in refs if kind in ("calls", "inherits")},
+                            {path, *imported_files})
         self._resolve_refs(path, refs, bound, external, imported_files, edges)
         return [(s, d, k, path, how) for (s, d, k), how in edges.items()]
 
@@ -376,7 +418,7 @@ class Resolver:
         chosen = [r for r in refs if r[1] in ("calls", "inherits") and r[2] in names]
         if not chosen:
             return 0
-        self.load_names(names)
+        self.load_names({r[2] for r in chosen}, {path, *imported_files})
         self._resolve_refs(path, chosen, bound, external, imported_files, edges)
         sources = sorted({r[0] for r in chosen})
         written_bases = {(r[0], r[3] or r[2]) for r in chosen if r[1] == "inherits"}

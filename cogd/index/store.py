@@ -519,6 +519,41 @@ def entities_named(conn: sqlite3.Connection, names: Iterable[str]) -> list[tuple
     return rows
 
 
+def name_counts(conn: sqlite3.Connection, names: Iterable[str]) -> dict[str, int]:
+    """``{name: number of entities of that name}`` for ``names`` (file entities included; one
+    pass over the name index per chunk, no table rows read)."""
+    found: dict[str, int] = {}
+    for chunk in chunked(_distinct(names)):
+        found.update((r[0], r[1]) for r in _query(
+            conn, f"SELECT name, count(*) FROM entities WHERE name IN ({marks(len(chunk))}) GROUP BY name", chunk))
+    return found
+
+
+def entities_named_in_paths(conn: sqlite3.Connection, names: Sequence[str],
+                            paths: Sequence[str]) -> list[tuple[int, str, str, str, str | None, str]]:
+    """``(rowid, id, kind, path, parent_id, name)`` of the non-file entities of ``paths`` whose
+    name is one of ``names``, in rowid order (chunked by paths)."""
+    rows: list[tuple[int, str, str, str, str | None, str]] = []
+    half = MAX_PARAMS // 2
+    for some_names in chunked(_distinct(names), half):
+        for chunk in chunked(_distinct(paths), half):
+            rows.extend(tuple(r) for r in _query(
+                conn, f"SELECT rowid, id, kind, path, parent_id, name FROM entities INDEXED BY entities_path "
+                      f"WHERE path IN ({marks(len(chunk))}) AND name IN ({marks(len(some_names))}) AND kind != 'file'",
+                (*chunk, *some_names)))
+    return sorted(rows)
+
+
+def definitions_of(conn: sqlite3.Connection, name: str, kinds: Sequence[str], languages: Sequence[str],
+                   limit: int) -> list[tuple[str, str, str, str | None]]:
+    """Up to ``limit`` ``(id, kind, path, parent_id)`` of the entities named ``name`` of one of
+    ``kinds`` in one of ``languages`` (read through the name index, stopping at ``limit``)."""
+    return [tuple(r) for r in _query(
+        conn, f"SELECT id, kind, path, parent_id FROM entities INDEXED BY entities_name WHERE name = ? "
+              f"AND kind IN ({marks(len(kinds))}) AND language IN ({marks(len(languages))}) LIMIT ?",
+        (name, *kinds, *languages, int(limit)))]
+
+
 def members(conn: sqlite3.Connection, parent_id: str) -> list[tuple[str, str]]:
     """``(id, name)`` of the entities directly inside ``parent_id``, last defined first (so that, put
     in a dict by name, the first definition of a repeated name wins)."""
