@@ -129,3 +129,28 @@ def test_a_file_added_and_a_file_removed(saved):
     (root / "email/base64mime.py").unlink()
     save(indexer, "email/base64mime.py", parsed=0)
     assert_same(indexer, root, scratch)
+
+
+def test_a_first_build_with_its_indexes_deferred_stores_what_a_build_without_does(tmp_path, monkeypatch):
+    # The first build of a tree drops the secondary indexes and builds them at the end
+    # (store.begin_bulk / end_bulk): same rows, same edges, and every index back afterwards.
+    from cogd.index import indexer as indexer_module, store
+
+    root = tmp_path / "repo"
+    root.mkdir()
+    for name in ("json", "collections"):
+        shutil.copytree(STDLIB / name, root / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    make_repo(root)
+    found = {}
+    for name, threshold in (("deferred", 1), ("kept", 1 << 30)):
+        monkeypatch.setattr(indexer_module, "BULK_MIN_FILES", threshold)
+        built = Indexer(root, tmp_path / f"{name}.db")
+        try:
+            built.refresh()
+            found[name] = with_order(built)
+            indexes = {r[0] for r in built.conn.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
+            assert set(store.SECONDARY_INDEXES) <= indexes, name
+        finally:
+            built.close()
+    assert found["deferred"] == found["kept"]
+    assert len(found["kept"]["entities"]) > 200 and found["kept"]["edges"]

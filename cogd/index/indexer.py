@@ -70,6 +70,7 @@ log = logging.getLogger("cogd.index")
 # mtime tick; store mtime 0 so the next scan re-hashes it (git's "racy clean").
 RACY_WINDOW_NS = 2_000_000_000
 BATCH_FILES = 200  # files per transaction: readers see progress, writes stay short
+BULK_MIN_FILES = 200  # a first build of at least this many files defers its indexes (store.begin_bulk)
 WRITE_BATCH_FILES = 40  # parsed files written with one statement per table (see store.write_files)
 BINARY_SNIFF_BYTES = 8192
 MINIFIED_BY_LONGEST_LINE = {"javascript", "typescript", "tsx"}
@@ -419,16 +420,24 @@ class Indexer:
         resolve_all = store.get_meta(self.conn, "resolve_pending") == "1"
         if to_parse or outside_new:
             store.set_meta(self.conn, "resolve_pending", "1")
-        run.now_ns = time.time_ns()
-        for path in outside_new:
-            self._record_outside(run, path)
-        self._parse_changed(run, to_parse)
+        # The first build of a whole tree: indexes built once at the end (store.begin_bulk).
+        bulk = paths is None and not known and len(to_parse) >= BULK_MIN_FILES
+        if bulk:
+            store.begin_bulk(self.conn)
+        try:
+            run.now_ns = time.time_ns()
+            for path in outside_new:
+                self._record_outside(run, path)
+            self._parse_changed(run, to_parse)
 
-        for path in gone:
-            store.delete_file(self.conn, path)
-        run.result.removed = len(gone)
-        self._resolve(known, run.parsed_paths, gone, run.names_before,
-                      everything=(full and paths is None) or resolve_all)
+            for path in gone:
+                store.delete_file(self.conn, path)
+            run.result.removed = len(gone)
+            self._resolve(known, run.parsed_paths, gone, run.names_before,
+                          everything=(full and paths is None) or resolve_all)
+        finally:
+            if bulk:
+                store.end_bulk(self.conn)
         store.set_meta(self.conn, "resolve_pending", "0")
         self._finish(run.result, paths is None, digests)
         run.result.duration_ms = (time.perf_counter() - started) * 1000

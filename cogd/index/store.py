@@ -142,6 +142,31 @@ def connect(path: Path, *, readonly: bool = False, check_same_thread: bool = Tru
     return conn
 
 
+# Indexes over columns a bulk load writes in no particular order: maintained row by row they
+# cost a b-tree insert each (most of a full build's writes); built once at the end, a sort.
+SECONDARY_INDEXES = tuple(re.findall(r"CREATE INDEX IF NOT EXISTS (\w+) ON", SCHEMA))
+BULK_CACHE_KIB = 65536
+
+
+def begin_bulk(conn: sqlite3.Connection) -> None:
+    """Before filling an empty index in one refresh: drop the secondary indexes and give the
+    writer a larger page cache. :func:`end_bulk` builds them again (so does :func:`connect`,
+    should the process die first). Readers meanwhile search by id, FTS and edges' key as
+    always; lookups by name or path scan, on a table still being filled. Commits."""
+    conn.commit()
+    for name in SECONDARY_INDEXES:
+        conn.execute(f"DROP INDEX IF EXISTS {name}")
+    conn.execute(f"PRAGMA cache_size=-{BULK_CACHE_KIB}")
+    conn.commit()
+
+
+def end_bulk(conn: sqlite3.Connection) -> None:
+    """After a bulk load (:func:`begin_bulk`): build the secondary indexes and restore the cache size. No commit."""
+    for statement in re.findall(r"CREATE INDEX IF NOT EXISTS [^;]+", SCHEMA):
+        conn.execute(statement)
+    conn.execute("PRAGMA cache_size=-2000")
+
+
 def close_writer(conn: sqlite3.Connection) -> None:
     """Fold the WAL into ``index.db`` (``PRAGMA wal_checkpoint(TRUNCATE)``) and close the connection.
 
