@@ -74,7 +74,12 @@ Other options: ``--other-runs N`` (post-tool-use and session-start; default
 the same as ``--runs``), ``--warmup 10``, ``--goal-ms 40`` (prompt-submit),
 ``--tool-goal-ms 25`` (post-tool-use), ``--lexical``, ``--keep``,
 ``--baseline-hook PATH`` (another ``cogd-hook`` script, e.g. an older
-version's, measured in the same rounds for a before/after comparison),
+version's, measured in the same rounds against the same daemon: the client side alone),
+``--baseline-bin DIR`` (another installation's ``bin/`` folder, e.g. a venv of an older
+commit: its ``cogd`` starts its own daemon on a second copy of the repository, or on
+``--baseline-repo PATH`` kept by an earlier ``--keep``, and its ``cogd-hook`` is measured
+against that daemon in the same rounds, so a before/after comparison covers the daemon's
+side too; both ratios to the same floor are printed),
 ``--packages json,email``, ``--load N``, ``--ratio-goal 2.5``, ``--embedding``,
 ``--config-toml TEXT``, ``--repo PATH`` (a repository a ``--keep`` run left, measured again
 with its vectors: variants of one daemon setting without re-embedding), ``--cogd PATH``, ``--cogd-hook PATH`` (default: the console scripts next to
@@ -188,6 +193,46 @@ def load_fixture(fixtures: Path, name: str, cwd: Path) -> dict:
                 .replace("{{HOME}}", os.path.expanduser("~"))
                 .replace("{{PROJECT_SLUG}}", str(cwd).replace("/", "-")))
     return json.loads(text)
+
+
+def start_repo(cogd: str, root: Path, reuse: bool, packages: tuple[str, ...], config_toml: str) -> int:
+    """Build (unless ``reuse``) the repository at ``root``, write its config, start its daemon
+    with ``cogd`` and index it. Returns the number of files (``.git`` and ``.cogd`` left out)."""
+    if not reuse:
+        log(f"building the repository in {root} ...")
+        nfiles = build_repo(root, packages)
+    else:  # a repository kept by an earlier --keep run: its vectors are reused
+        log(f"reusing the repository {root} ...")
+        nfiles = sum(1 for p in root.rglob("*") if p.is_file() and ".git" not in p.parts and ".cogd" not in p.parts)
+    if config_toml or reuse:
+        (root / ".cogd").mkdir(exist_ok=True)
+        (root / ".cogd" / "config.toml").write_text(config_toml + "\n", encoding="utf-8")
+    log(f"  {nfiles} files; cogd start ...")
+    log("  " + run_cogd(cogd, root, "start", timeout=120))
+    log("  cogd index ...")
+    log("  " + " ".join(run_cogd(cogd, root, "index").split()))
+    return nfiles
+
+
+def hook_inputs(fx: Path, root: Path) -> tuple[list[bytes], list[bytes], list[bytes]]:
+    """The stdin payloads for ``root``: the prompts, the Read tool uses of real files, session start."""
+    prompt_base = load_fixture(fx, "user_prompt_submit.json", root)
+    prompt_inputs = [json.dumps({**prompt_base, "prompt": text}).encode() for text in PROMPTS]
+    read_base = load_fixture(fx, "post_tool_use.read.json", root)
+    read_inputs = []
+    read_files = [rel for rel in READ_FILES if (root / rel).is_file()] or sorted(
+        str(p.relative_to(root)) for p in root.rglob("*.py") if ".git" not in p.parts)[:5]
+    for rel in read_files:
+        path = root / rel
+        content = path.read_text(encoding="utf-8", errors="replace")
+        nlines = len(content.splitlines())
+        payload = json.loads(json.dumps(read_base))  # a deep copy
+        payload["tool_input"]["file_path"] = str(path)
+        payload["tool_response"]["file"].update(
+            filePath=str(path), content=content, numLines=nlines, startLine=1, totalLines=nlines)
+        read_inputs.append(json.dumps(payload).encode())
+    start_input = [json.dumps(load_fixture(fx, "session_start.startup.json", root)).encode()]
+    return prompt_inputs, read_inputs, start_input
 
 
 # --------------------------------------------------------------------------- checks
@@ -565,6 +610,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="a lexical-only daemon ([embed] enabled = false) instead of the default hybrid retrieval")
     p.add_argument("--baseline-hook", default=None,
                    help="another cogd-hook script to measure in the same rounds (before/after comparisons)")
+    p.add_argument("--baseline-bin", type=Path, default=None,
+                   help="another installation's bin/ folder: its daemon on a second repository copy and its "
+                        "cogd-hook, measured in the same rounds (before/after comparisons including the daemon)")
+    p.add_argument("--baseline-repo", type=Path, default=None,
+                   help="with --baseline-bin: a repository a --keep run left for the baseline (never removed)")
     p.add_argument("--packages", default=None,
                    help="comma-separated standard-library packages to copy into the repository "
                         f"(default {','.join(STDLIB_PACKAGES)}; with --embedding {','.join(EMBEDDING_PACKAGES)})")
@@ -597,6 +647,22 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         args.repo = args.repo.resolve()
         if not (args.repo / ".git").exists():
             p.error(f"--repo {args.repo} is not a git repository")
+    if args.baseline_repo is not None:
+        if args.baseline_bin is None:
+            p.error("--baseline-repo needs --baseline-bin")
+        args.baseline_repo = args.baseline_repo.resolve()
+        if not (args.baseline_repo / ".git").exists():
+            p.error(f"--baseline-repo {args.baseline_repo} is not a git repository")
+    if args.baseline_bin is not None:
+        if args.baseline_hook:
+            p.error("--baseline-bin and --baseline-hook exclude each other")
+        args.baseline_bin = args.baseline_bin.resolve()
+        args.baseline_hook = str(args.baseline_bin / "cogd-hook")
+        args.baseline_cogd = str(args.baseline_bin / "cogd")
+        if not os.access(args.baseline_cogd, os.X_OK):
+            p.error(f"--baseline-bin {args.baseline_bin} has no executable cogd")
+    else:
+        args.baseline_cogd = None
     if args.packages is not None:
         args.packages = tuple(x.strip() for x in args.packages.split(",") if x.strip())
         stdlib = Path(sysconfig.get_paths()["stdlib"])
@@ -626,57 +692,39 @@ def main(argv: list[str] | None = None) -> int:
 
     tmp = Path(tempfile.mkdtemp(prefix="cogd-bench-"))
     root = args.repo if args.repo is not None else tmp / "repo"
-    daemon_started = False
+    daemon_started = baseline_started = False
     load = BusyLoad(args.load)
     try:
         config_toml = ("[embed]\nenabled = false\n" if args.lexical else "") + args.config_toml
-        if args.repo is None:
-            log(f"building the repository in {root} ...")
-            nfiles = build_repo(root, args.packages)
-        else:  # a repository kept by an earlier --keep run: its vectors are reused
-            log(f"reusing the repository {root} ...")
-            nfiles = sum(1 for p in root.rglob("*") if p.is_file() and ".git" not in p.parts and ".cogd" not in p.parts)
-        if config_toml or args.repo is not None:
-            (root / ".cogd").mkdir(exist_ok=True)
-            (root / ".cogd" / "config.toml").write_text(config_toml + "\n", encoding="utf-8")
-        log(f"  {nfiles} files; cogd start ...")
         daemon_started = True  # from here on, always try to stop it
-        log("  " + run_cogd(args.cogd, root, "start", timeout=120))
-        log("  cogd index ...")
-        log("  " + " ".join(run_cogd(args.cogd, root, "index").split()))
+        nfiles = start_repo(args.cogd, root, args.repo is not None, args.packages, config_toml)
+        base_root = None
+        if args.baseline_cogd:
+            base_root = args.baseline_repo or tmp / "baseline-repo"
+            log("baseline installation: " + str(args.baseline_bin))
+            baseline_started = True
+            start_repo(args.baseline_cogd, base_root, args.baseline_repo is not None, args.packages, config_toml)
+            compile_hook_package(hook_interpreter(args.baseline_hook), log)
         compile_hook_package(python, log)
         embed_before: dict | None = None
         if args.embedding:
             wait_embedding_started(args.cogd, root)
         elif not args.lexical:
             wait_for_embeddings(args.cogd, root)
+            if base_root is not None:
+                wait_for_embeddings(args.baseline_cogd, base_root)
 
-        fx = args.fixtures
-        prompt_base = load_fixture(fx, "user_prompt_submit.json", root)
-        prompt_inputs = [json.dumps({**prompt_base, "prompt": text}).encode() for text in PROMPTS]
-        read_base = load_fixture(fx, "post_tool_use.read.json", root)
-        read_inputs = []
-        read_files = [rel for rel in READ_FILES if (root / rel).is_file()] or sorted(
-            str(p.relative_to(root)) for p in root.rglob("*.py") if ".git" not in p.parts)[:5]
-        for rel in read_files:
-            path = root / rel
-            content = path.read_text(encoding="utf-8", errors="replace")
-            nlines = len(content.splitlines())
-            payload = json.loads(json.dumps(read_base))  # a deep copy
-            payload["tool_input"]["file_path"] = str(path)
-            payload["tool_response"]["file"].update(
-                filePath=str(path), content=content, numLines=nlines, startLine=1, totalLines=nlines)
-            read_inputs.append(json.dumps(payload).encode())
-        start_input = [json.dumps(load_fixture(fx, "session_start.startup.json", root)).encode()]
-
+        prompt_inputs, read_inputs, start_input = hook_inputs(args.fixtures, root)
         hook = args.cogd_hook
         baseline = []
         if args.baseline_hook:
+            b_root = base_root or root
+            b_prompts, b_reads, _ = hook_inputs(args.fixtures, b_root) if base_root else (prompt_inputs, read_inputs, None)
             baseline = [
-                Task("baseline prompt-submit", [args.baseline_hook, "prompt-submit"], args.runs, root,
-                     check_context("UserPromptSubmit"), prompt_inputs),
-                Task("baseline post-tool-use (Read)", [args.baseline_hook, "post-tool-use"], other_runs, root,
-                     check_silent, read_inputs),
+                Task("baseline prompt-submit", [args.baseline_hook, "prompt-submit"], args.runs, b_root,
+                     check_context("UserPromptSubmit"), b_prompts),
+                Task("baseline post-tool-use (Read)", [args.baseline_hook, "post-tool-use"], other_runs, b_root,
+                     check_silent, b_reads),
             ]
         tasks = [
             Task("cogd-hook prompt-submit", [hook, "prompt-submit"], args.runs, root,
@@ -718,6 +766,8 @@ def main(argv: list[str] | None = None) -> int:
         floor_row = rows[3]
         goals = [goal_result(rows[0], args.goal_ms, floor_row), goal_result(rows[1], args.tool_goal_ms, floor_row)]
         ratio = ratio_result(rows[0], floor_row, args.ratio_goal)
+        baseline_ratio = (ratio_result(next(r for r in rows if r["command"] == "baseline prompt-submit"), floor_row,
+                                       args.ratio_goal) if args.baseline_hook else None)
         if args.load:
             goals.append(ratio)
         met = all(g["met"] for g in goals)
@@ -749,6 +799,9 @@ def main(argv: list[str] | None = None) -> int:
                 "config_toml": args.config_toml,
                 "load": load_info,
                 "ratio": ratio,
+                "baseline": ({"bin": str(args.baseline_bin) if args.baseline_bin else None, "hook": args.baseline_hook,
+                              "own_daemon": bool(args.baseline_cogd), "ratio": baseline_ratio}
+                             if args.baseline_hook else None),
                 "embedding": embedding_info,
                 "goals": goals,
                 "met": met,
@@ -786,6 +839,9 @@ def main(argv: list[str] | None = None) -> int:
                 print(g["line"])
             if not args.load:
                 print(ratio["line"].replace("NOT met", "not met") + " (informational without --load)")
+            if baseline_ratio:
+                print(f"{baseline_ratio['line'].rsplit('; goal', 1)[0]} "
+                      f"({'its own daemon, ' + str(args.baseline_bin) if args.baseline_cogd else 'the same daemon'})")
         return 0 if met else 1
     except KeyboardInterrupt:
         log("interrupted")
@@ -798,12 +854,17 @@ def main(argv: list[str] | None = None) -> int:
         load.stop()  # first: the busy processes must never outlive the bench
         if args.keep:
             log(f"kept {root} (the daemon is still running: `cogd stop` there)")
+            if baseline_started:
+                log(f"kept {args.baseline_repo or tmp / 'baseline-repo'} (the baseline daemon is still running)")
         else:  # a --repo run stops the daemon it started too, and removes only its own scratch folder
-            if daemon_started:
+            stops = [(args.cogd, root)] if daemon_started else []
+            if baseline_started:
+                stops.append((args.baseline_cogd, args.baseline_repo or tmp / "baseline-repo"))
+            for cogd, where in stops:
                 try:
-                    subprocess.run([args.cogd, "stop"], cwd=root, capture_output=True, timeout=60)
+                    subprocess.run([cogd, "stop"], cwd=where, capture_output=True, timeout=60)
                 except (OSError, subprocess.SubprocessError) as exc:
-                    log(f"could not stop the daemon: {exc}")
+                    log(f"could not stop the daemon in {where}: {exc}")
             shutil.rmtree(tmp, ignore_errors=True)
 
 

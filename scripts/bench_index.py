@@ -64,6 +64,11 @@ How to run
 ----------
     /tmp/venv/bin/python scripts/bench_index.py [--rounds 3] [--edits 50]
 
+``--incremental-only`` times only the one-file saves (in child processes, rounds of 10,
+wall and CPU time of the saving thread); ``--baseline-src DIR`` does the same for another
+version's checkout too (``git worktree add DIR COMMIT``), alternating with this one, each on
+its own index: before/after in the same run.
+
 Other options: ``--ctags PATH`` (default ``/usr/bin/ctags``, then ``ctags``
 on PATH), ``--workers N`` (parser processes of the parallel run), ``--edit-file REL``,
 ``--no-stages``, ``--keep``. Standard library and cogd only.
@@ -262,6 +267,69 @@ def run_incremental(repo: Path, work: Path, rel: str, edits: int, workers: int) 
     }
 
 
+def child_edits(repo: Path, db: Path, rel: str, edits: int, start: int) -> None:
+    """``--child-edits``: build ``db`` if missing (untimed), then time ``edits`` one-file saves of
+    ``rel`` (``Indexer.refresh(paths=[rel])``, parsing in this thread); prints one JSON line:
+    ``{"wall_ms": [...], "cpu_ms": [...]}`` (CPU: this thread's, ``time.thread_time``)."""
+    from cogd.index.indexer import Indexer
+
+    path = repo / rel
+    original = path.read_text(encoding="utf-8")
+    ix = Indexer(repo, db)
+    wall, cpu = [], []
+    try:
+        if not ix.conn.execute("SELECT 1 FROM files LIMIT 1").fetchone():
+            ix.refresh()
+        for i in range(start, start + edits):
+            path.write_text(original + f"\n\ndef _bench_probe_{i}():\n    return {i}\n", encoding="utf-8")
+            started, on_cpu = time.perf_counter(), time.thread_time()
+            result = ix.refresh(paths=[rel])
+            cpu.append((time.thread_time() - on_cpu) * 1000)
+            wall.append((time.perf_counter() - started) * 1000)
+            if result.parsed != 1:
+                raise SystemExit(f"edit {i} re-parsed {result.parsed} files, expected 1")
+    finally:
+        path.write_text(original, encoding="utf-8")
+        ix.close()
+    print(json.dumps({"wall_ms": wall, "cpu_ms": cpu}))
+
+
+def compare_saves(repo: Path, work: Path, rel: str, edits: int, baseline: Path | None) -> None:
+    """One-file saves of this cogd and of ``baseline`` (a checkout), alternating in rounds of 10
+    edits in child processes, each version on its own index of ``repo`` (built first, untimed).
+    Prints p50/p95 of wall and CPU time per version, with the load average of the rounds."""
+    versions = {"this": Path(__file__).resolve().parent.parent}
+    if baseline is not None:
+        versions["baseline"] = baseline.resolve()
+    times = {name: {"wall_ms": [], "cpu_ms": []} for name in versions}
+    loads = []
+    print(f"\none-file saves of {rel}, {edits} per version in rounds of 10, alternating: "
+          + ", ".join(f"{name} = {src}" for name, src in versions.items()))
+    done = 0
+    while done < edits:
+        n = min(10, edits - done)
+        order = list(versions) if (done // 10) % 2 == 0 else list(reversed(versions))
+        for name in order:
+            env = {**os.environ, "PYTHONPATH": str(versions[name])}
+            loads.append(load1())
+            proc = subprocess.run([sys.executable, __file__, "--child-edits", str(repo), str(work / f"saves-{name}.db"),
+                                   rel, str(n), str(done)], capture_output=True, text=True, env=env, check=True)
+            out = json.loads(proc.stdout.strip().splitlines()[-1])
+            if done == 0:  # the first save after opening warms the caches: dropped, like a warm-up
+                out = {k: v[1:] for k, v in out.items()}
+            for key in out:
+                times[name][key].extend(out[key])
+        done += n
+    print(f"  load average (1 min) before the rounds: min {min(loads):.1f}, max {max(loads):.1f}")
+    for name, series in times.items():
+        print(f"  {name:9s} wall p50 {percentile(series['wall_ms'], 50):6.1f} ms, p95 {percentile(series['wall_ms'], 95):6.1f} ms;"
+              f" CPU p50 {percentile(series['cpu_ms'], 50):6.1f} ms, p95 {percentile(series['cpu_ms'], 95):6.1f} ms"
+              f" ({len(series['wall_ms'])} saves)")
+    p95 = percentile(times["this"]["wall_ms"], 95)
+    print(f"  goal: one-file incremental p95 <= {GOAL_INCREMENTAL_P95_MS:.0f} ms: {p95:.1f} ms "
+          f"{'PASS' if p95 <= GOAL_INCREMENTAL_P95_MS else 'FAIL'}")
+
+
 class _Stages:
     """Exclusive CPU seconds (this thread) per named stage; stages nest."""
 
@@ -388,11 +456,22 @@ def main() -> None:
     parser.add_argument("--edit-file", default="collections/__init__.py")
     parser.add_argument("--no-stages", action="store_true")
     parser.add_argument("--keep", action="store_true")
+    parser.add_argument("--incremental-only", action="store_true", help="skip the full index rounds and the stages")
+    parser.add_argument("--baseline-src", type=Path, default=None,
+                        help="a checkout of another cogd version (its cogd/ package): the one-file saves are timed "
+                             "for it and for this one, alternating, each on its own copy of the index")
     parser.add_argument("--child-index", nargs=3, metavar=("REPO", "DB", "WORKERS"), help=argparse.SUPPRESS)
+    parser.add_argument("--child-edits", nargs=5, metavar=("REPO", "DB", "REL", "N", "START"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child_index:
         child_index(Path(args.child_index[0]), Path(args.child_index[1]), int(args.child_index[2]))
         return
+    if args.child_edits:
+        repo, db, rel, n, start = args.child_edits
+        child_edits(Path(repo), Path(db), rel, int(n), int(start))
+        return
+    if args.baseline_src is not None and not (args.baseline_src / "cogd" / "__init__.py").is_file():
+        parser.error(f"--baseline-src {args.baseline_src}: no cogd/ package there")
 
     from cogd import __version__
     from cogd.index.parsepool import worker_count
@@ -411,6 +490,9 @@ def main() -> None:
         print(f"tree: {sysconfig.get_paths()['stdlib']} -> {repo}, {len(listed)} files in git "
               f"(made in {time.perf_counter() - started:.1f} s)")
 
+        if args.incremental_only or args.baseline_src:
+            compare_saves(repo, work, args.edit_file, args.edits, args.baseline_src)
+            return
         print(f"\nfull index, {args.rounds} rounds (fresh index each run); parallel = {workers} parser processes")
         full = run_full(repo, work, ctags, args.rounds, workers)
         par, ser = full["parallel"], full["serial"]

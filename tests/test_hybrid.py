@@ -3,14 +3,18 @@ ledger's third list (query association). The corpus is conftest's ``small_index`
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
 from cogd.config import RankConfig, RetrieveConfig
 from cogd.fusion import MODES, RRF_K
 from cogd.index.vectors import DenseIndex
+from cogd.index import store
 from cogd.retrieve.feedback import Feedback
-from cogd.retrieve.hybrid import is_test_path, retrieve, select
+from cogd.retrieve.lexical import Hit
+from cogd.retrieve.hybrid import _structural, is_test_path, retrieve, select, similarity_matrix
 from cogd.usage.utility import UtilityModel
 
 QUERY = "normalise text"
@@ -92,6 +96,35 @@ def test_select_caps_each_file_and_drops_a_file_once_its_definition_is_in(conn):
 ])
 def test_is_test_path(path, expected):
     assert is_test_path(path) is expected
+
+
+def test_similarity_matrix_is_the_pairwise_definition(conn):
+    # Every hit of the index; a third of them with a vector: cosine where both have one, the
+    # structural similarity (same container 0.8, same file 0.5) wherever either has none.
+    ids = [r[0] for r in conn.execute("SELECT id FROM entities ORDER BY id")]
+    hits = [Hit(*row, 0.0) for row in store.entities_by_ids(conn, ids).values()]
+    # the corpus has no class: two methods of one (same container) and one of another, same file
+    hits += [replace(hits[-1], id=f"pkg/core.py::{c}.m{n}", path="pkg/core.py", parent_id=f"pkg/core.py::{c}")
+             for n, c in ((1, "Box"), (2, "Box"), (3, "Other"))]
+    assert len(hits) >= 6
+    rng = np.random.default_rng(7)
+    vectors = {h.id: (lambda v: v / np.linalg.norm(v))(rng.normal(size=4).astype(np.float32))
+               for h in hits[::3]}
+    sim = similarity_matrix(hits, vectors)
+    n = len(hits)
+    expected = np.zeros((n, n), dtype=np.float32)
+    for i in range(n):
+        for j in range(n):
+            a, b = hits[i], hits[j]
+            if a.id in vectors and b.id in vectors:
+                expected[i, j] = max(float(vectors[a.id] @ vectors[b.id]), 0.0)
+            elif i != j:
+                expected[i, j] = _structural(a, b)
+    assert np.allclose(sim, expected, atol=1e-6)
+    plain = similarity_matrix(hits, {})
+    assert np.array_equal(plain, np.array([[_structural(a, b) if a is not b else 0.0 for b in hits] for a in hits],
+                                          dtype=np.float32))
+    assert {round(float(x), 6) for x in np.unique(plain)} == {0.0, 0.5, 0.8}  # one container, one file, neither
 
 
 def test_past_prompts_bring_back_the_code_they_led_to(conn, tmp_path):

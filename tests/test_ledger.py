@@ -111,6 +111,23 @@ def test_each_item_keeps_its_ranking_signals_as_delivered(ledger):
     assert ledger.deliveries("s2")[0]["items"][0]["signals"] == {}
 
 
+def test_signals_of_one_delivery_mask_each_label_and_keep_index_ids(ledger):
+    # Every item quoting the same prompt label gets it masked; an expansion's label is made of
+    # entity ids (stored unmasked in entity_id already) and is kept as it was built.
+    secret = "AKIA" + "IOSFODNN7EXAMPLE"
+    pack_items = items(("pkg/a.py::f", "function", "pkg/a.py", 1, 3, 2.0, 50),
+                       ("pkg/a.py::g", "function", "pkg/a.py", 5, 9, 1.0, 40),
+                       ("pkg/b.py::h", "function", "pkg/b.py", 2, 4, 0.5, 30))
+    for item in pack_items:
+        item["signals"] = {"part": f"identifier `{secret}`", "rrf": 0.5,
+                           "expanded_from": "caller of pkg/a.py::f (calls/import)"}
+    ledger.record_delivery("s1", "prompt", "", "q", "x" * 120, pack_items, now=1.0)
+    stored = [i["signals"] for i in ledger.deliveries()[0]["items"]]
+    assert [s["expanded_from"] for s in stored] == ["caller of pkg/a.py::f (calls/import)"] * 3
+    assert all(s["part"].startswith("identifier `") and secret not in s["part"] for s in stored)
+    assert len({s["part"] for s in stored}) == 1
+
+
 def test_outcome_defaults_to_pending(ledger):
     ledger.record_delivery("s", "session_start", "startup", "", "t", items(("a.py::f", "function", "a.py", 1, 2, 1.0, 10)))
     assert [i["outcome"] for d in ledger.deliveries() for i in d["items"]] == ["pending"]

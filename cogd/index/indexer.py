@@ -70,6 +70,7 @@ log = logging.getLogger("cogd.index")
 # mtime tick; store mtime 0 so the next scan re-hashes it (git's "racy clean").
 RACY_WINDOW_NS = 2_000_000_000
 BATCH_FILES = 200  # files per transaction: readers see progress, writes stay short
+BULK_MIN_FILES = 200  # a first build of at least this many files defers its indexes (store.begin_bulk)
 WRITE_BATCH_FILES = 40  # parsed files written with one statement per table (see store.write_files)
 BINARY_SNIFF_BYTES = 8192
 MINIFIED_BY_LONGEST_LINE = {"javascript", "typescript", "tsx"}
@@ -368,22 +369,23 @@ class Indexer:
         return changed, {**(stored or {}), **{name: state.digest for name, state in states.items()}}
 
     def _resolve(
-        self, known: dict, parsed_paths: list[str], gone: list[str], names_before: set[tuple[str, str]],
+        self, known: dict, parsed_paths: list[str], gone: list[str], names_before: set[tuple[str, str, str]],
         everything: bool,
     ) -> None:
         """Bring reference edges in step with the files just written.
 
         When the set of files changed (an import may now find, or lose, its
-        target) everything is re-resolved; otherwise only the re-parsed files
-        and the files that mention a name whose definitions were added,
-        removed or re-identified.
+        target) everything is re-resolved; otherwise every reference of the
+        re-parsed files and, elsewhere, only the references to a name whose
+        definitions were added, removed, re-identified or changed kind
+        (:func:`cogd.index.resolve.resolve_saved`).
         """
         if everything or gone or any(p not in known for p in parsed_paths):
             resolve.resolve(self.conn, str(self.root), None)
         elif parsed_paths:
             names_after = resolve.entity_names(self.conn, parsed_paths)
-            affected = {name for name, _id in names_before ^ names_after}
-            resolve.resolve(self.conn, str(self.root), resolve.files_to_reresolve(self.conn, set(parsed_paths), affected))
+            affected = {name for name, _id, _kind in names_before ^ names_after}
+            resolve.resolve_saved(self.conn, str(self.root), set(parsed_paths), affected)
 
     def refresh(
         self, paths: Iterable[str] | None = None, progress: ProgressFn | None = None, *, full: bool = False
@@ -418,16 +420,24 @@ class Indexer:
         resolve_all = store.get_meta(self.conn, "resolve_pending") == "1"
         if to_parse or outside_new:
             store.set_meta(self.conn, "resolve_pending", "1")
-        run.now_ns = time.time_ns()
-        for path in outside_new:
-            self._record_outside(run, path)
-        self._parse_changed(run, to_parse)
+        # The first build of a whole tree: indexes built once at the end (store.begin_bulk).
+        bulk = paths is None and not known and len(to_parse) >= BULK_MIN_FILES
+        if bulk:
+            store.begin_bulk(self.conn)
+        try:
+            run.now_ns = time.time_ns()
+            for path in outside_new:
+                self._record_outside(run, path)
+            self._parse_changed(run, to_parse)
 
-        for path in gone:
-            store.delete_file(self.conn, path)
-        run.result.removed = len(gone)
-        self._resolve(known, run.parsed_paths, gone, run.names_before,
-                      everything=(full and paths is None) or resolve_all)
+            for path in gone:
+                store.delete_file(self.conn, path)
+            run.result.removed = len(gone)
+            self._resolve(known, run.parsed_paths, gone, run.names_before,
+                          everything=(full and paths is None) or resolve_all)
+        finally:
+            if bulk:
+                store.end_bulk(self.conn)
         store.set_meta(self.conn, "resolve_pending", "0")
         self._finish(run.result, paths is None, digests)
         run.result.duration_ms = (time.perf_counter() - started) * 1000
@@ -626,7 +636,7 @@ class _Run:
         self.full, self.relanguaged, self.progress = full, relanguaged, progress
         self.result = RefreshResult()
         self.parsed_paths: list[str] = []  # every path written, for the reference resolution
-        self.names_before: set[tuple[str, str]] = set()  # (name, id) defined in re-written files, before
+        self.names_before: set[tuple[str, str, str]] = set()  # (name, id, kind) defined in re-written files, before
         self.now_ns = 0  # when reading began, for the racy-clean window (see RACY_WINDOW_NS)
         self.written = 0  # parsed files written so far (a commit every BATCH_FILES)
         self.reported = 0  # files of the refresh done, as last reported to progress

@@ -16,8 +16,9 @@ trust a same-scope call more than a repository-wide guess:
 - ``inherits``: ``file``, ``import`` or ``global`` as for calls, restricted to
   class-like entities; else ``external`` with the base as written.
 
-Incremental use: after a refresh, only files whose references may now resolve
-differently are re-resolved (see :func:`files_to_reresolve`).
+Incremental use: after a save that keeps the file list, the saved files' references
+and, elsewhere, only the references to a name whose definitions changed are resolved
+again, and only the edges that differ are written (:func:`resolve_saved`).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ CALLABLE = ("function", "method", "class")
 CLASS_LIKE = ("class",)
 JS_EXTENSIONS = (".ts", ".tsx", ".js", ".jsx", ".mjs", ".cjs", ".d.ts")
 EDGE_BATCH = 20_000  # reference edges written per statement
+CROWDED_NAME = 16  # a name with more entities than this is read only in the files a save's references look in
 GO_MOD_MAX_BYTES = 1 << 20  # the module line comes first; a bigger go.mod is read up to here
 # Languages that can call each other's definitions by name; others resolve
 # only within their own language.
@@ -68,6 +70,9 @@ class Resolver:
         self._go_module: str | None | bool = False
         self._families: dict[str, str] = {}
         self._refs: dict[str, list[tuple[str, str, str, str, str]]] | None = None  # preloaded, by path
+        self._family_languages: dict[str, list[str]] = {}  # family → the tree's languages in it
+        self._partial: dict[str, set[str]] = {}  # crowded name → the files its definitions were read in
+        self._crowded_rows: dict[str, list[tuple]] = {}  # crowded name → (rowid, id, kind, path, parent, name)
 
     def preload(self) -> None:
         """Read every entity and reference once, for a pass over every file.
@@ -98,13 +103,43 @@ class Resolver:
         self._refs = store.all_refs(self.conn)
 
     # ---- name tables ------------------------------------------------------
-    def load_names(self, names: set[str]) -> None:
-        """Read the definitions of ``names`` (entity names) into the name table, once per name."""
-        missing = sorted(n for n in names if n not in self._by_name)
-        for name in missing:
+    def load_names(self, names: set[str], files: set[str] | None = None) -> None:
+        """Read the definitions of ``names`` (entity names) into the name table, once per name.
+
+        With ``files`` (the files a reference of the file being resolved can look in: the file
+        itself and what it imports), a crowded name (more than CROWDED_NAME entities, such as
+        ``__init__`` or ``get`` on a large tree) is read only in those files, more of them as
+        later files need; whether it has a single definition is asked of the index when a
+        reference gets that far (:meth:`_unique`). The answers are the same; a save then reads
+        a few rows per such name instead of thousands.
+        """
+        wanted = [n for n in names if n not in self._by_name or n in self._partial]
+        if files is None:
+            fresh = sorted(n for n in wanted if n not in self._partial)
+            crowded: list[str] = []
+        else:
+            counts = store.name_counts(self.conn, [n for n in wanted if n not in self._partial])
+            fresh = sorted(n for n in wanted if n not in self._partial and counts.get(n, 0) <= CROWDED_NAME)
+            crowded = sorted(n for n in wanted if n not in fresh)
+        for name in fresh:
             self._by_name[name] = []
-        for entity_id, kind, path, parent, name in store.entities_named(self.conn, missing):
+        for entity_id, kind, path, parent, name in store.entities_named(self.conn, fresh):
             self._by_name[name].append((entity_id, kind, path, parent))
+            self._parent[entity_id] = (kind, parent)
+        if not crowded or files is None:
+            return
+        need = {f for name in crowded for f in files - self._partial.get(name, set())}
+        if not need:
+            return
+        rows = store.entities_named_in_paths(self.conn, crowded, sorted(need))
+        for name in crowded:
+            seen = self._partial.setdefault(name, set())
+            listing = self._crowded_rows.setdefault(name, [])
+            listing.extend(r for r in rows if r[5] == name and r[3] not in seen)
+            listing.sort()  # rowid order, as the name index returns every definition
+            seen |= need
+            self._by_name[name] = [(entity_id, kind, path, parent) for _rowid, entity_id, kind, path, parent, _n in listing]
+        for _rowid, entity_id, kind, _path, parent, _name in rows:
             self._parent[entity_id] = (kind, parent)
 
     def _members_of(self, container: str) -> dict[str, str]:
@@ -293,19 +328,25 @@ class Resolver:
         family = self._family(from_path)
         key = (name, kinds, family)
         if key not in self._unique_cache:
-            matches = [e for e in self._by_name.get(name, []) if e[1] in kinds and self._family(e[2]) == family]
+            if name in self._partial:  # only some of its definitions are loaded: ask the index for two
+                languages = self._family_languages.get(family)
+                if languages is None:
+                    languages = self._family_languages[family] = sorted(
+                        {language for language in self.files.values() if FAMILY.get(language, language) == family})
+                matches = store.definitions_of(self.conn, name, kinds, languages, limit=2)
+            else:
+                matches = [e for e in self._by_name.get(name, []) if e[1] in kinds and self._family(e[2]) == family]
             self._unique_cache[key] = matches[0][0] if len(matches) == 1 else None
         return self._unique_cache[key]
 
-    def resolve_file(self, path: str) -> list[tuple[str, str, str, str, str]]:
-        """Edges (src, dst, kind, path, resolution) for the stored references of ``path``."""
-        refs = store.refs_of(self.conn, path) if self._refs is None else self._refs.get(path, [])
+    def _bindings(self, path: str, refs: list[tuple[str, str, str, str, str]],
+                  edges: dict[tuple[str, str, str], str]) -> tuple[dict[str, list[str]], set[str], list[str]]:
+        """What ``path``'s imports bind: ``(local name → target files, local names bound outside
+        the repository, the imported files)``; the ``imports`` edges go into ``edges``."""
         language = self.files.get(path, "")
-        # What this file's imports bind: local name → target files, and the files themselves.
         bound: dict[str, list[str]] = {}
         external: set[str] = set()  # local names bound to modules outside the repository
         imported_files: list[str] = []
-        edges: dict[tuple[str, str, str], str] = {}
         for src, kind, name, symbol, alias in refs:
             if kind != "imports":
                 continue
@@ -324,9 +365,13 @@ class Resolver:
                 bound.setdefault(local, []).extend(targets)
             elif local:
                 external.add(local)
+        return bound, external, imported_files
 
-        if self._refs is None:
-            self.load_names({name for _s, kind, name, _q, _a in refs if kind in ("calls", "inherits")})
+    def _resolve_refs(self, path: str, refs: list[tuple[str, str, str, str, str]], bound: dict[str, list[str]],
+                      external: set[str], imported_files: list[str], edges: dict[tuple[str, str, str], str]) -> None:
+        """The ``calls`` and ``inherits`` edges of ``refs`` (of ``path``) into ``edges``, in order
+        (the first reference to make an edge names how it was found)."""
+        language = self.files.get(path, "")
         for src, kind, name, qualifier, _alias in refs:
             if kind == "calls":
                 target, how = self._resolve_call(path, language, src, name, qualifier, bound, imported_files, external)
@@ -343,7 +388,54 @@ class Resolver:
                     target, how = qualifier or name, "external"
                 if target != src:
                     edges.setdefault((src, target, "inherits"), how)
+
+    def resolve_file(self, path: str) -> list[tuple[str, str, str, str, str]]:
+        """Edges (src, dst, kind, path, resolution) for the stored references of ``path``."""
+        refs = store.refs_of(self.conn, path) if self._refs is None else self._refs.get(path, [])
+        edges: dict[tuple[str, str, str], str] = {}
+        bound, external, imported_files = self._bindings(path, refs, edges)
+        if self._refs is None:
+            self.load_names({name for _s, kind, name, _q, _a in refs if kind in ("calls", "inherits")},
+                            {path, *imported_files})
+        self._resolve_refs(path, refs, bound, external, imported_files, edges)
         return [(s, d, k, path, how) for (s, d, k), how in edges.items()]
+
+    def resolve_names(self, path: str, names: set[str]) -> int:
+        """Re-resolve only the ``calls``/``inherits`` references of ``path`` to one of ``names``
+        (whose definitions changed elsewhere) and replace the edges they made. Returns how many
+        edge rows changed. No commit.
+
+        Exact without re-resolving the rest: the target of such a reference is always an
+        entity of the same name (a member, a definition in a file, the only one of its name)
+        or, for a base class found nowhere, its name as written; so the stored edges such
+        references made are the ones from their sources to an entity named in ``names``, to an
+        entity gone since (it was named in ``names``), or to their written base — no other
+        reference can have made the same edge.
+        """
+        refs = store.refs_of(self.conn, path)
+        edges: dict[tuple[str, str, str], str] = {}
+        bound, external, imported_files = self._bindings(path, refs, {})
+        chosen = [r for r in refs if r[1] in ("calls", "inherits") and r[2] in names]
+        if not chosen:
+            return 0
+        self.load_names({r[2] for r in chosen}, {path, *imported_files})
+        self._resolve_refs(path, chosen, bound, external, imported_files, edges)
+        sources = sorted({r[0] for r in chosen})
+        written_bases = {(r[0], r[3] or r[2]) for r in chosen if r[1] == "inherits"}
+        stored = store.reference_edges_from(self.conn, path, sources)
+        named = store.entity_name_of(self.conn, {dst for _s, dst, _k, _how in stored})
+        made = set()
+        for src, dst, kind, how in stored:
+            name = named.get(dst)
+            if (name in names or (name is None and how != "external")
+                    or (kind == "inherits" and how == "external" and (src, dst) in written_bases)):
+                made.add((src, dst, kind, path, how))
+        new = [(s, d, k, path, how) for (s, d, k), how in edges.items()]
+        gone = sorted(made - set(new))
+        self.conn.executemany("DELETE FROM edges WHERE src = ? AND dst = ? AND kind = ?", [e[:3] for e in gone])
+        fresh = [e for e in new if e not in made]
+        store.write_reference_edges(self.conn, fresh)
+        return len(gone) + len(fresh)
 
     def _resolve_call(
         self, path: str, language: str, src: str, name: str, qualifier: str,
@@ -423,21 +515,18 @@ def _auxiliary(path_or_id: str) -> bool:
     return bool(_AUXILIARY.search(path_or_id.split("::", 1)[0]))
 
 
-def entity_names(conn: sqlite3.Connection, paths: Iterable[str]) -> set[tuple[str, str]]:
-    """(name, id) of every non-file entity defined in ``paths``."""
-    return set(store.entities_in_paths(conn, sorted(set(paths)), ("name", "id")))
-
-
-def files_to_reresolve(conn: sqlite3.Connection, changed: set[str], affected_names: set[str]) -> set[str]:
-    """Changed files plus every file that references a name whose definitions changed."""
-    return set(changed) | store.paths_referencing(conn, affected_names)
+def entity_names(conn: sqlite3.Connection, paths: Iterable[str]) -> set[tuple[str, str, str]]:
+    """(name, id, kind) of every non-file entity defined in ``paths`` (a definition that changes
+    kind, a function becoming a class, resolves differently as a base)."""
+    return set(store.entities_in_paths(conn, sorted(set(paths)), ("name", "id", "kind")))
 
 
 def resolve(conn: sqlite3.Connection, root: str, paths: Iterable[str] | None = None) -> int:
     """Recompute reference edges for ``paths`` (None = every file). Returns the edge count written.
 
-    Deletes the files' previous ``imports``/``calls``/``inherits`` edges first;
-    ``contains`` edges are untouched. Does not commit.
+    The files' previous ``imports``/``calls``/``inherits`` edges are replaced (for ``paths``,
+    only those that differ are deleted and inserted); ``contains`` edges are untouched.
+    Does not commit.
     """
     resolver = Resolver(conn, root)
     targets = sorted(resolver.files) if paths is None else sorted(p for p in set(paths) if p in resolver.files)
@@ -447,9 +536,11 @@ def resolve(conn: sqlite3.Connection, root: str, paths: Iterable[str] | None = N
     written = 0
     batch: list[tuple[str, str, str, str, str]] = []
     for path in targets:
-        if paths is not None:
-            store.delete_reference_edges(conn, path)
         edges = resolver.resolve_file(path)
+        if paths is not None:  # a save: only the edges that changed are written
+            store.replace_reference_edges(conn, path, edges)
+            written += len(edges)
+            continue
         batch.extend(edges)  # a file's edges never collide with another file's (their src is its own entity)
         written += len(edges)
         if len(batch) >= EDGE_BATCH:
@@ -457,3 +548,18 @@ def resolve(conn: sqlite3.Connection, root: str, paths: Iterable[str] | None = N
             batch = []
     store.write_reference_edges(conn, batch)
     return written
+
+
+def resolve_saved(conn: sqlite3.Connection, root: str, changed: set[str], names: set[str]) -> int:
+    """After a save that kept the file list: every reference of the ``changed`` files, and in
+    the other files only the references to ``names`` (the names whose definitions were added,
+    removed or changed kind), resolved again. Returns the edge rows changed. Does not commit."""
+    resolver = Resolver(conn, root)
+    changed = {p for p in changed if p in resolver.files}
+    count = 0
+    for path in sorted(changed):
+        count += store.replace_reference_edges(conn, path, resolver.resolve_file(path))
+    if names:
+        for path in sorted(store.paths_referencing(conn, names) - changed):
+            count += resolver.resolve_names(path, names)
+    return count

@@ -142,6 +142,31 @@ def connect(path: Path, *, readonly: bool = False, check_same_thread: bool = Tru
     return conn
 
 
+# Indexes over columns a bulk load writes in no particular order: maintained row by row they
+# cost a b-tree insert each (most of a full build's writes); built once at the end, a sort.
+SECONDARY_INDEXES = tuple(re.findall(r"CREATE INDEX IF NOT EXISTS (\w+) ON", SCHEMA))
+BULK_CACHE_KIB = 65536
+
+
+def begin_bulk(conn: sqlite3.Connection) -> None:
+    """Before filling an empty index in one refresh: drop the secondary indexes and give the
+    writer a larger page cache. :func:`end_bulk` builds them again (so does :func:`connect`,
+    should the process die first). Readers meanwhile search by id, FTS and edges' key as
+    always; lookups by name or path scan, on a table still being filled. Commits."""
+    conn.commit()
+    for name in SECONDARY_INDEXES:
+        conn.execute(f"DROP INDEX IF EXISTS {name}")
+    conn.execute(f"PRAGMA cache_size=-{BULK_CACHE_KIB}")
+    conn.commit()
+
+
+def end_bulk(conn: sqlite3.Connection) -> None:
+    """After a bulk load (:func:`begin_bulk`): build the secondary indexes and restore the cache size. No commit."""
+    for statement in re.findall(r"CREATE INDEX IF NOT EXISTS [^;]+", SCHEMA):
+        conn.execute(statement)
+    conn.execute("PRAGMA cache_size=-2000")
+
+
 def close_writer(conn: sqlite3.Connection) -> None:
     """Fold the WAL into ``index.db`` (``PRAGMA wal_checkpoint(TRUNCATE)``) and close the connection.
 
@@ -257,16 +282,26 @@ def write_files(
 ) -> None:
     """Store ``(rows, size, mtime_ns, status)`` files (:func:`file_rows`), one ``executemany`` per table (no commit).
 
-    ``replaced``: the paths among them that may already be stored, whose rows
-    are deleted first (None: all of them). Each file's entities get the next
-    free rowids in order, and their FTS rows the same rowids, exactly as
-    writing the files one by one with :func:`write_file` would.
+    ``replaced``: the paths among them that may already be stored (None: all of them). A
+    stored file is rewritten in place (:func:`_rewrite_file`): only the rows that differ are
+    deleted, updated or inserted, so a save touches a few pages rather than every index entry
+    of the file. New entities get the next free rowids in order, and their FTS rows the same
+    rowids, exactly as writing the files one by one with :func:`write_file` would. The
+    ``imports``/``calls``/``inherits`` edges of a rewritten file stay until the reference
+    resolution that follows replaces them (:func:`cogd.index.resolve.resolve`).
     """
-    delete_files(conn, [rows.path for rows, *_rest in files] if replaced is None else replaced)
+    candidates = [rows.path for rows, *_rest in files] if replaced is None else list(replaced)
+    stored = _stored_entities(conn, candidates)
+    delete_files(conn, [path for path in candidates if path not in stored])  # stray rows without entities
     first = conn.execute("SELECT coalesce(max(rowid), 0) + 1 FROM entities").fetchone()[0]
     file_rows_, entity_rows, fts_rows, edge_rows, ref_rows = [], [], [], [], []
     for rows, size, mtime_ns, status in files:
         path = rows.path
+        if path in stored:
+            first = _rewrite_file(conn, rows, stored.pop(path), first)
+            conn.execute("UPDATE files SET language = ?, hash = ?, size = ?, mtime_ns = ?, status = ?, indexed_at = ? "
+                         "WHERE path = ?", (rows.language, rows.hash, size, mtime_ns, status, now, path))
+            continue
         file_rows_.append((path, rows.language, rows.hash, size, mtime_ns, status, now))
         # Explicit rowids let entities and their FTS rows go in as two batches
         # instead of one statement per entity (the FTS rowid must match).
@@ -278,14 +313,115 @@ def write_files(
     conn.executemany(
         "INSERT INTO files(path, language, hash, size, mtime_ns, status, indexed_at) VALUES (?,?,?,?,?,?,?)",
         file_rows_)
+    _insert_entities(conn, entity_rows, fts_rows)
+    conn.executemany("INSERT OR IGNORE INTO edges(src, dst, kind, path) VALUES (?,?,?,?)", edge_rows)
+    conn.executemany("INSERT INTO refs(path, src, kind, name, qualifier, alias, line) VALUES (?,?,?,?,?,?,?)",
+                     ref_rows)
+
+
+def _insert_entities(conn: sqlite3.Connection, entity_rows: list[tuple], fts_rows: list[tuple]) -> None:
     conn.executemany(
         f"INSERT INTO entities(rowid, {', '.join(ENTITY_COLUMNS)}) VALUES (?, {', '.join('?' * len(ENTITY_COLUMNS))})",
         entity_rows)
     conn.executemany("INSERT INTO entities_fts(rowid, path, name, signature, doc, body) VALUES (?,?,?,?,?,?)",
                      fts_rows)
-    conn.executemany("INSERT OR IGNORE INTO edges(src, dst, kind, path) VALUES (?,?,?,?)", edge_rows)
+
+
+def _stored_entities(conn: sqlite3.Connection, paths: Sequence[str]) -> dict[str, list[tuple]]:
+    """``{path: [(rowid, *ENTITY_COLUMNS), ...]}`` in rowid order, for the ``paths`` that have entities."""
+    found: dict[str, list[tuple]] = {}
+    for chunk in chunked(_distinct(paths)):
+        for row in conn.execute(f"SELECT rowid, {', '.join(ENTITY_COLUMNS)} FROM entities "
+                                f"WHERE path IN ({marks(len(chunk))}) ORDER BY rowid", chunk):
+            found.setdefault(row[4], []).append(tuple(row))
+    return found
+
+
+def _kept_prefix(old_keys: list, new_keys: list) -> int:
+    """How many leading rows of ``new_keys`` can keep their stored rows: the longest prefix whose
+    keys appear among ``old_keys`` in increasing stored order (so stored order stays file order)."""
+    position = {key: n for n, key in enumerate(old_keys)}
+    last, kept = -1, 0
+    for key in new_keys:
+        at = position.get(key)
+        if at is None or at <= last:
+            break
+        last, kept = at, kept + 1
+    return kept
+
+
+def _rewrite_file(conn: sqlite3.Connection, rows: FileRows, old: list[tuple], first: int) -> int:
+    """Bring one stored file's entities, FTS rows, ``contains`` edges and references to ``rows``,
+    writing only what differs. Returns the next free entity rowid.
+
+    Rows keep their place, so that the stored order of a file's entities and references is
+    the file's order, as a full rebuild writes them (resolution reads both in stored order):
+    the longest prefix of the new entities found in the same order among the stored ones
+    keeps its rowids (each updated in the columns that changed; its FTS row rewritten only
+    when its text changed); every other stored entity is deleted and every other new one
+    inserted with the next rowids. References likewise: the common prefix stays (its line
+    numbers updated), the rest is replaced.
+    """
+    path = rows.path
+    new_ids = [entity[0] for entity in rows.entities]
+    kept = _kept_prefix([row[1] for row in old], new_ids)
+    old_by_id = {row[1]: row for row in old}
+    keep = {new_ids[n]: n for n in range(kept)}
+    drop = [row[0] for row in old if row[1] not in keep]
+    if drop:
+        for chunk in chunked(drop):
+            conn.execute(f"DELETE FROM entities_fts WHERE rowid IN ({marks(len(chunk))})", chunk)
+            conn.execute(f"DELETE FROM entities WHERE rowid IN ({marks(len(chunk))})", chunk)
+    changed: dict[tuple[int, ...], list[tuple]] = {}
+    kept_rowids = [old_by_id[new_ids[n]][0] for n in range(kept)]
+    old_fts: dict[int, tuple] = {}
+    for chunk in chunked(kept_rowids):
+        old_fts.update((r[0], tuple(r)[1:]) for r in conn.execute(
+            f"SELECT rowid, path, name, signature, doc, body FROM entities_fts WHERE rowid IN ({marks(len(chunk))})",
+            chunk))
+    fts_again: list[tuple] = []
+    for n in range(kept):
+        entity, before = rows.entities[n], old_by_id[new_ids[n]]
+        rowid = before[0]
+        columns = tuple(i for i, value in enumerate(entity) if value != before[i + 1])
+        if columns:
+            changed.setdefault(columns, []).append((*(entity[i] for i in columns), rowid))
+        if old_fts.get(rowid) != tuple(rows.fts[n]):
+            fts_again.append((rowid, *rows.fts[n]))
+    for columns, values in changed.items():  # only the indexes of the changed columns are touched
+        conn.executemany(f"UPDATE entities SET {', '.join(f'{ENTITY_COLUMNS[i]} = ?' for i in columns)} "
+                         "WHERE rowid = ?", values)
+    if fts_again:
+        conn.executemany("DELETE FROM entities_fts WHERE rowid = ?", [(r[0],) for r in fts_again])
+        conn.executemany("INSERT INTO entities_fts(rowid, path, name, signature, doc, body) VALUES (?,?,?,?,?,?)",
+                         fts_again)
+    fresh = list(range(kept, len(rows.entities)))
+    _insert_entities(conn, [(rowid, *rows.entities[n]) for rowid, n in enumerate(fresh, first)],
+                     [(rowid, *rows.fts[n]) for rowid, n in enumerate(fresh, first)])
+    first += len(fresh)
+    # contains edges: a set (the table's key), so a plain difference
+    stored_edges = {tuple(r) for r in conn.execute("SELECT src, dst, kind FROM edges WHERE path = ? AND kind = 'contains'",
+                                                   (path,))}
+    wanted_edges = {tuple(edge) for edge in rows.edges}
+    conn.executemany("DELETE FROM edges WHERE src = ? AND dst = ? AND kind = ?", sorted(stored_edges - wanted_edges))
+    conn.executemany("INSERT OR IGNORE INTO edges(src, dst, kind, path) VALUES (?,?,?,?)",
+                     [(*edge, path) for edge in rows.edges if tuple(edge) not in stored_edges])
+    # references: the common prefix (by everything but the line) stays in place
+    stored_refs = [tuple(r) for r in conn.execute("SELECT rowid, src, kind, name, qualifier, alias, line FROM refs "
+                                                  "WHERE path = ? ORDER BY rowid", (path,))]
+    same = 0
+    for before, ref in zip(stored_refs, rows.refs):
+        if tuple(before[1:6]) != tuple(ref[:5]):
+            break
+        same += 1
+    conn.executemany("UPDATE refs SET line = ? WHERE rowid = ?",
+                     [(rows.refs[n][5], stored_refs[n][0]) for n in range(same) if stored_refs[n][6] != rows.refs[n][5]])
+    rest = [r[0] for r in stored_refs[same:]]
+    for chunk in chunked(rest):
+        conn.execute(f"DELETE FROM refs WHERE rowid IN ({marks(len(chunk))})", chunk)
     conn.executemany("INSERT INTO refs(path, src, kind, name, qualifier, alias, line) VALUES (?,?,?,?,?,?,?)",
-                     ref_rows)
+                     [(path, *ref) for ref in rows.refs[same:]])
+    return first
 
 
 def update_file_stat(conn: sqlite3.Connection, path: str, size: int, mtime_ns: int) -> None:
@@ -406,6 +542,41 @@ def entities_named(conn: sqlite3.Connection, names: Iterable[str]) -> list[tuple
             conn, f"SELECT id, kind, path, parent_id, name FROM entities WHERE name IN ({marks(len(chunk))}) "
             "AND kind != 'file'", chunk))
     return rows
+
+
+def name_counts(conn: sqlite3.Connection, names: Iterable[str]) -> dict[str, int]:
+    """``{name: number of entities of that name}`` for ``names`` (file entities included; one
+    pass over the name index per chunk, no table rows read)."""
+    found: dict[str, int] = {}
+    for chunk in chunked(_distinct(names)):
+        found.update((r[0], r[1]) for r in _query(
+            conn, f"SELECT name, count(*) FROM entities WHERE name IN ({marks(len(chunk))}) GROUP BY name", chunk))
+    return found
+
+
+def entities_named_in_paths(conn: sqlite3.Connection, names: Sequence[str],
+                            paths: Sequence[str]) -> list[tuple[int, str, str, str, str | None, str]]:
+    """``(rowid, id, kind, path, parent_id, name)`` of the non-file entities of ``paths`` whose
+    name is one of ``names``, in rowid order (chunked by paths)."""
+    rows: list[tuple[int, str, str, str, str | None, str]] = []
+    half = MAX_PARAMS // 2
+    for some_names in chunked(_distinct(names), half):
+        for chunk in chunked(_distinct(paths), half):
+            rows.extend(tuple(r) for r in _query(
+                conn, f"SELECT rowid, id, kind, path, parent_id, name FROM entities INDEXED BY entities_path "
+                      f"WHERE path IN ({marks(len(chunk))}) AND name IN ({marks(len(some_names))}) AND kind != 'file'",
+                (*chunk, *some_names)))
+    return sorted(rows)
+
+
+def definitions_of(conn: sqlite3.Connection, name: str, kinds: Sequence[str], languages: Sequence[str],
+                   limit: int) -> list[tuple[str, str, str, str | None]]:
+    """Up to ``limit`` ``(id, kind, path, parent_id)`` of the entities named ``name`` of one of
+    ``kinds`` in one of ``languages`` (read through the name index, stopping at ``limit``)."""
+    return [tuple(r) for r in _query(
+        conn, f"SELECT id, kind, path, parent_id FROM entities INDEXED BY entities_name WHERE name = ? "
+              f"AND kind IN ({marks(len(kinds))}) AND language IN ({marks(len(languages))}) LIMIT ?",
+        (name, *kinds, *languages, int(limit)))]
 
 
 def members(conn: sqlite3.Connection, parent_id: str) -> list[tuple[str, str]]:
@@ -674,6 +845,39 @@ def delete_reference_edges(conn: sqlite3.Connection, path: str | None = None) ->
         conn.execute("DELETE FROM edges WHERE kind != 'contains'")
     else:
         conn.execute("DELETE FROM edges WHERE path = ? AND kind != 'contains'", (path,))
+
+
+def replace_reference_edges(conn: sqlite3.Connection, path: str, edges: list[tuple[str, str, str, str, str]]) -> int:
+    """Make ``path``'s ``imports``/``calls``/``inherits`` edges exactly ``edges`` (``(src, dst, kind,
+    path, resolution)``), deleting and inserting only the ones that differ. Returns how many
+    rows changed. No commit."""
+    stored = {tuple(r) for r in conn.execute(
+        "SELECT src, dst, kind, path, resolution FROM edges WHERE path = ? AND kind != 'contains'", (path,))}
+    wanted = set(edges)
+    gone = sorted(stored - wanted)
+    conn.executemany("DELETE FROM edges WHERE src = ? AND dst = ? AND kind = ?", [e[:3] for e in gone])
+    new = [e for e in edges if e not in stored]
+    write_reference_edges(conn, new)
+    return len(gone) + len(new)
+
+
+def reference_edges_from(conn: sqlite3.Connection, path: str, sources: Sequence[str]) -> list[tuple[str, str, str, str]]:
+    """``(src, dst, kind, resolution)`` of ``path``'s ``calls``/``inherits`` edges from ``sources`` (chunked)."""
+    rows: list[tuple[str, str, str, str]] = []
+    for chunk in chunked(list(sources)):
+        rows.extend(tuple(r) for r in _query(
+            conn, f"SELECT src, dst, kind, resolution FROM edges WHERE path = ? AND kind IN ('calls', 'inherits') "
+                  f"AND src IN ({marks(len(chunk))})", (path, *chunk)))
+    return rows
+
+
+def entity_name_of(conn: sqlite3.Connection, ids: Iterable[str]) -> dict[str, str]:
+    """``{id: name}`` of the entities among ``ids`` (chunked; ids that are no entity are left out)."""
+    found: dict[str, str] = {}
+    for chunk in chunked(_distinct(ids)):
+        found.update((r[0], r[1]) for r in _query(conn, f"SELECT id, name FROM entities WHERE id IN ({marks(len(chunk))})",
+                                                  chunk))
+    return found
 
 
 def write_reference_edges(conn: sqlite3.Connection, edges: Iterable[tuple[str, str, str, str, str]]) -> None:

@@ -356,13 +356,20 @@ def similarity_matrix(hits: list[Hit], vectors: dict[str, np.ndarray]) -> np.nda
     if have:
         matrix = np.stack([vectors[hits[i].id] for i in have]).astype(np.float32)
         sim[np.ix_(have, have)] = np.maximum(matrix @ matrix.T, 0.0)
-    with_vector = set(have)
-    for i in range(n):
-        if i in with_vector:
-            continue
-        for j in range(n):
-            if j != i:
-                sim[i, j] = sim[j, i] = _structural(hits[i], hits[j])
+    if len(have) == n:
+        return sim
+    # _structural for every pair at once: equal codes of container (one with "::") and of path
+    codes: dict[str, int] = {}
+    path = np.array([codes.setdefault("p:" + h.path, len(codes)) for h in hits])
+    parent = np.array([codes.setdefault("c:" + h.parent_id, len(codes)) if h.parent_id and "::" in h.parent_id
+                       else -1 - i for i, h in enumerate(hits)])
+    structural = np.where(parent[:, None] == parent[None, :], np.float32(0.8),
+                          np.where(path[:, None] == path[None, :], np.float32(0.5), np.float32(0.0)))
+    np.fill_diagonal(structural, 0.0)
+    without = np.ones(n, dtype=bool)
+    without[have] = False
+    sim[without, :] = structural[without, :]
+    sim[:, without] = structural[:, without]
     return sim
 
 
