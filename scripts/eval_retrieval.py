@@ -601,6 +601,10 @@ def run_arm(arm: str, tasks: list[dict], args, budgets: list[int], git_dir: Path
         else:
             move_tree(git_dir, work, index_file, None, tasks[0]["parent"], result)
         result["config"] = write_config(work, arm, extra)
+        if args.from_index:
+            if tree:
+                raise EvalError("--from-index replays without --history")
+            return _replay_cached(arm, tasks, args, budgets, git_dir, work, index_file, result, arm_started, label)
         started_daemon = True  # from here on, always try to stop it
         proc = cogd(work, "start", timeout=120, check=False)
         if proc.returncode != 0:
@@ -628,6 +632,8 @@ def run_arm(arm: str, tasks: list[dict], args, budgets: list[int], git_dir: Path
                 timing["index"] = time.perf_counter() - t
             if history == "on":
                 timing["history_wait"], result["history_status"] = wait_history(work, task["parent"])
+            if args.save_index:
+                save_index(work, Path(args.save_index), task["commit"])
             embedding = None
             if wants_embeddings:
                 waited, embedding, timed_out = wait_embeddings(work, args.embed_timeout)
@@ -658,7 +664,7 @@ def run_arm(arm: str, tasks: list[dict], args, budgets: list[int], git_dir: Path
                         i["kind"] = c["kind"]
                         i["signals"] = c.get("signals")
             timing["total"] = time.perf_counter() - t_task
-            for name, packed in variant_packs(work, arm, task["query"]):
+            for name, packed in variant_packs(work, arm, task["query"], cached_index(args, task)):
                 result["variants"][name].append({
                     "commit": task["commit"],
                     "query_mentions_gold_file": task["query_mentions_gold_file"],
@@ -768,7 +774,69 @@ def _set_value(config, item: str) -> None:
     setattr(target, name, parsed)
 
 
-def variant_packs(work: Path, arm: str, query: str) -> list[tuple[str, list[dict]]]:
+def save_index(work: Path, into: Path, commit: str) -> None:
+    """A consistent copy of the tree's ``index.db`` (SQLite's online backup: the daemon may be
+    writing) as ``into/COMMIT.db``, for a later ``--from-index`` run."""
+    import sqlite3
+    from cogd.paths import Layout
+    into.mkdir(parents=True, exist_ok=True)
+    target = into / f"{commit}.db"
+    source = sqlite3.connect(f"file:{Layout(work).index_db}?mode=ro", uri=True)
+    try:
+        dest = sqlite3.connect(target)
+        try:
+            source.backup(dest)
+        finally:
+            dest.close()
+    finally:
+        source.close()
+
+
+def cached_index(args, task: dict) -> Path | None:
+    """The ``--from-index`` copy of ``task``'s index, or None (use the tree's own)."""
+    if not getattr(args, "from_index", None):
+        return None
+    path = Path(args.from_index) / f"{task['commit']}.db"
+    if not path.exists():
+        raise EvalError(f"--from-index: no saved index for {task['commit']} ({path})")
+    return path
+
+
+def _replay_cached(arm, tasks, args, budgets, git_dir, work, index_file, result, arm_started, label) -> dict:
+    """``--from-index``: move the tree through ``tasks`` and score the default configuration's
+    in-process pack (the record) and each variant's on the saved indexes. No daemon, no hook:
+    a ranking change is measured in minutes instead of a replay's hour."""
+    global VARIANTS
+    if arm != "bm25":
+        raise EvalError("--from-index scores the bm25 arm only")
+    wanted = VARIANTS
+    VARIANTS = [("default", [])] + list(wanted)
+    try:
+        previous = None
+        for n, task in enumerate(tasks):
+            if n and task["parent"] != previous:
+                move_tree(git_dir, work, index_file, previous, task["parent"], result)
+            previous = task["parent"]
+            packs = variant_packs(work, arm, task["query"], cached_index(args, task))
+            for name, packed in packs:
+                entry = {"commit": task["commit"], "query_mentions_gold_file": task["query_mentions_gold_file"],
+                         "query_mentions_gold_function": task["query_mentions_gold_function"],
+                         "items": [{"id": i["id"], "kind": i["kind"], "end": i["end"]} for i in packed],
+                         "metrics": score_task(task, packed, budgets)}
+                if name == "default":
+                    result["records"].append({**entry, "gold_files": task["gold_files"],
+                                              "gold_functions": task["gold_functions"], "query": task["query"][:300]})
+                else:
+                    result["variants"][name].append(entry)
+            if (n + 1) % 20 == 0 or n + 1 == len(tasks):
+                print(f"  [{label or arm}] {n + 1}/{len(tasks)} tasks (cached index), "
+                      f"{time.perf_counter() - arm_started:.0f} s", file=sys.stderr)
+    finally:
+        VARIANTS = wanted
+    return result
+
+
+def variant_packs(work: Path, arm: str, query: str, index_db: Path | None = None) -> list[tuple[str, list[dict]]]:
     """The prompt pack of ``query`` under each ``--variants`` configuration, built in this process.
 
     Reads the tree's ``index.db`` read-only and calls :func:`cogd.retrieve.pack.prompt_pack`
@@ -783,7 +851,7 @@ def variant_packs(work: Path, arm: str, query: str) -> list[tuple[str, list[dict
     from cogd.retrieve.pack import prompt_pack
 
     layout = Layout(work)
-    conn = store.connect(layout.index_db, readonly=True)
+    conn = store.connect(index_db or layout.index_db, readonly=True)
     out = []
     try:
         for name, settings in VARIANTS:
@@ -963,6 +1031,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="run each arm with history mining off and/or on: the scratch tree is then a git "
                              "repository whose HEAD is each task's parent (see run_arm)")
     parser.add_argument("--keep", action="store_true", help="keep the scratch trees (daemons are stopped anyway)")
+    parser.add_argument("--save-index", default=None, metavar="DIR",
+                        help="bm25 arm: keep a copy of each task's index.db in DIR (for --from-index)")
+    parser.add_argument("--from-index", default=None, metavar="DIR",
+                        help="bm25 arm: no daemon, no hook; score in-process packs on the index.db copies "
+                             "a --save-index run kept (the tree is still moved, for the packs' text)")
     parser.add_argument("--cogd-src", default=None, metavar="DIR",
                         help="put DIR first on cogd's PYTHONPATH (e.g. an exported older cogd/ to compare against)")
     args = parser.parse_args(argv)

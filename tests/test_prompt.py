@@ -205,3 +205,18 @@ def test_prose_windows_are_embedded_in_one_batch_and_cached(tmp_path):
     worker.encoder.encode = refuse
     assert np.array_equal(worker.query_vectors(windows), vectors)
     assert worker.query_vectors([]) is None
+
+
+def test_fences_inline_code_quotes_and_links_by_the_line_gated_scans():
+    text = ("Title with `a_b` and ``Foo.bar`` but not ```x```\n"
+            "  ```python\nx = 'it''s'\n````\nstill code\n  ```  \n"
+            "after \"it's here\" and 'single one' http://h.example/p/q.py www.w.org/r.py ftp://f/s.py\n"
+            "~~~\nunclosed tilde block\nfoo_bar()\n")
+    parts = analyze(text)
+    # the ```` line does not close a ``` fence; the tilde fence runs to the end of the text
+    assert parts.code == ["x = 'it''s'\n````\nstill code\n", "unclosed tilde block\nfoo_bar()\n"]
+    assert parts.identifiers == ["a_b", "Foo.bar", "foo_bar"]  # a call in a block is still a name
+    assert parts.literals == ["it's here", "single one"]
+    assert parts.paths == []  # every path was inside a link
+    js = analyze("at first (src/app.js:3:1)\nTypeError: boom\n    at Object.run (lib/run.js:10:5)\n")
+    assert [(f.path, f.line, f.function) for f in js.frames] == [("src/app.js", 3, "first"), ("lib/run.js", 10, "Object.run")]
