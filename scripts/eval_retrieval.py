@@ -811,6 +811,7 @@ def _replay_cached(arm, tasks, args, budgets, git_dir, work, index_file, result,
         raise EvalError("--from-index scores the bm25 arm only")
     wanted = VARIANTS
     VARIANTS = [("default", [])] + list(wanted)
+    result["cached"] = True
     try:
         previous = None
         for n, task in enumerate(tasks):
@@ -965,6 +966,9 @@ def report(results: list[dict], budgets: list[int], swe: bool = False) -> str:
         if not swe:
             out.extend(goal_lines(arm, tables[arm], tables.get("bm25") if arm != "bm25" else None))
         recs = res["records"]
+        if res.get("cached"):
+            out.append(f"arm {arm}: in-process packs on saved indexes (--from-index), {res['wall_s']:.1f} s")
+            continue
         totals = [r["timing"]["total"] for r in recs]
         hooks = [r["timing"]["hook"] for r in recs]
         idx = [r["timing"]["index"] for r in recs if "index" in r["timing"]]

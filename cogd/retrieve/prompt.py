@@ -535,3 +535,77 @@ def describe_frame(frame: Frame) -> str:
     where = frame.path.rsplit("/", 1)[-1] + (f":{frame.line}" if frame.line else "")
     return f"traceback frame {frame.number} ({where}{' in ' + frame.function if frame.function else ''})"
 
+
+
+# Issue templates: a heading line (markdown ``### Describe the bug`` or a bold line
+# ``**To Reproduce**``), and the sections whose heading says they hold the reporter's
+# environment; their words (bug, reproduce, expected, behavior, version, OS, Python …) are in
+# every report and name no code.
+_HEADING = re.compile(r"^[ \t]*(?:#{1,6}[ \t]+([^\n]*?)[ \t#]*|\*\*([^*\n]{1,80})\*\*:?)[ \t]*$", re.M)
+_ENV_HEADING = re.compile(r"\b(?:environment|versions?|system|platform|screenshots?|your project|installation)\b", re.I)
+# "- OS: Mac", "- Python version: 3.8.2", "pylint 2.8.3", "astroid 2.5.6": a name and a version.
+_ENV_LINE = re.compile(r"^[ \t]*(?:[-*][ \t]+)?(?:[\w .+-]{1,40}:[ \t]*[^\n]{0,80}|[\w.+-]{1,30}[ \t]+v?\d+\.\d+[\w.+-]*"
+                       r"(?:[ \t][^\n]{0,80})?)$")
+
+
+def strip_template(text: str) -> str:
+    """``text`` without its issue-template scaffolding, for choosing search terms.
+
+    Removed: heading lines (``### Bug description``, ``**Expected behavior**``) after the first
+    line (the title stays), and under a heading naming the reporter's environment (versions,
+    system, platform, screenshots, "your project", installation) every line up to the next
+    heading; elsewhere, a bulleted ``- Key: value`` line whose key ends in ``version``/``OS``,
+    a setup command (``$ pip install …``, ``git clone …``, ``cd docs``) and HTML tags.
+    Headings inside fenced code are code, not headings."""
+    if "\n" not in text:
+        return text
+    title, _, body = text.partition("\n")
+    out = [title]
+    dropping = fenced = False
+    for line in body.split("\n"):
+        if line.lstrip(" ").startswith(("```", "~~~")):
+            fenced = not fenced
+        heading = _HEADING.match(line) if not fenced and ("#" in line or "**" in line) else None
+        if heading:
+            words = heading.group(1) if heading.group(1) is not None else heading.group(2)
+            dropping = bool(_ENV_HEADING.search(words))
+            continue
+        if dropping:
+            continue
+        if ":" in line and _VERSION_KEY.match(line):
+            continue
+        if _SHELL_LINE.match(line):
+            continue
+        if "<" in line:
+            line = _HTML_TAG.sub(" ", line)
+        out.append(line)
+    return "\n".join(out)
+
+
+# A reproducer's setup commands (a shell prompt, or a line opening with a packaging, version
+# control or file tool) name tools, not this code; HTML tags are a screenshot's or a
+# details block's markup (``<img width="148" alt=… src=…>``).
+_SHELL_LINE = re.compile(r"^[ \t]*(?:\$[ \t]+)?(?:pip3?|git|cd|mkdir|cat|echo|ls|rm|cp|mv|touch|source|conda|"
+                         r"virtualenv|docker|apt(?:-get)?|brew|curl|wget|npm|yarn|poetry|tox|sudo)\b(?![:(=.])[^\n]*$")
+_HTML_TAG = re.compile(r"</?[A-Za-z][\w-]*(?:\s[^<>\n]*)?/?>")
+
+
+_VERSION_KEY = re.compile(r"^[ \t]*[-*][ \t]+[\w .+-]{0,30}\b(?:version|OS|platform)[ \t]*:", re.I)
+_NAMESPACED = re.compile(r"(?<![\w:/])([a-z][a-z0-9]{0,9}):([a-z][a-z0-9_]{2,40})(?![\w/]|:[a-z])")
+
+
+def compound_names(parts: PromptParts, text: str) -> list[str]:
+    """Code spellings of names a prompt writes in markup or option syntax, for identifier lookup:
+    a namespaced name ``py:method`` (a role or directive of a documentation domain, ``c:func``)
+    as ``PyMethod``; a hyphenated symbol ``ignore-paths`` as ``ignore_paths`` and ``IgnorePaths``.
+    Only the spellings the index defines count (:func:`cogd.retrieve.clues.resolve`), so a
+    guess that names nothing costs one lookup."""
+    out: dict[str, None] = {}
+    if ":" in text:
+        for m in _NAMESPACED.finditer(text):
+            out[m.group(1).capitalize() + "".join(w.capitalize() for w in m.group(2).split("_"))] = None
+    for symbol in parts.symbols[:20]:
+        words = symbol.lstrip("-").split("-")
+        out["_".join(words)] = None
+        out["".join(w.capitalize() for w in words)] = None
+    return [name for name in out if name not in parts.identifiers][:40]
