@@ -555,10 +555,13 @@ def strip_template(text: str) -> str:
     line (the title stays), and under a heading naming the reporter's environment (versions,
     system, platform, screenshots, "your project", installation) every line up to the next
     heading; elsewhere, a bulleted ``- Key: value`` line whose key ends in ``version``/``OS``,
-    a setup command (``$ pip install …``, ``git clone …``, ``cd docs``) and HTML tags.
-    Headings inside fenced code are code, not headings."""
+    a setup command (``git clone …``, ``cd docs``, ``pip install -e .``), screenshots'
+    ``<img>`` tags and ``<!-- -->`` comments (a template's instructions). An environment
+    section ends at its first line of prose or code. Headings inside fenced code are code."""
     if "\n" not in text:
         return text
+    if "<!--" in text:
+        text = _HTML_COMMENT.sub(" ", text)
     title, _, body = text.partition("\n")
     out = [title]
     dropping = fenced = False
@@ -571,23 +574,31 @@ def strip_template(text: str) -> str:
             dropping = bool(_ENV_HEADING.search(words))
             continue
         if dropping:
-            continue
+            # An environment section holds "key: value" and "name 1.2" lines; the first line of
+            # prose or code in it (a report pasted twice, a snippet) ends it.
+            if not line.strip() or _ENV_LINE.match(line) or len(line.split()) <= 3:
+                continue
+            dropping = False
         if ":" in line and _VERSION_KEY.match(line):
             continue
         if _SHELL_LINE.match(line):
             continue
-        if "<" in line:
-            line = _HTML_TAG.sub(" ", line)
+        if "<" in line and "<img" in line:
+            line = _IMG_TAG.sub(" ", line)
         out.append(line)
     return "\n".join(out)
 
 
-# A reproducer's setup commands (a shell prompt, or a line opening with a packaging, version
-# control or file tool) name tools, not this code; HTML tags are a screenshot's or a
-# details block's markup (``<img width="148" alt=… src=…>``).
-_SHELL_LINE = re.compile(r"^[ \t]*(?:\$[ \t]+)?(?:pip3?|git|cd|mkdir|cat|echo|ls|rm|cp|mv|touch|source|conda|"
-                         r"virtualenv|docker|apt(?:-get)?|brew|curl|wget|npm|yarn|poetry|tox|sudo)\b(?![:(=.])[^\n]*$")
-_HTML_TAG = re.compile(r"</?[A-Za-z][\w-]*(?:\s[^<>\n]*)?/?>")
+# A reproducer's setup commands name a checkout, a directory or an environment, never this
+# code (``git clone URL``, ``cd docs``, ``pip install -e .``, ``python -m venv env``); other
+# commands stay, since ``echo … > conf.py`` or ``pip install pkg==0.10`` may hold the clue.
+_SHELL_LINE = re.compile(r"^[ \t]*(?:\$[ \t]+)?(?:git[ \t]+(?:clone|checkout|pull|fetch)|cd|mkdir|"
+                         r"pip3?[ \t]+install[ \t]+(?:-[er]|\.|git\+)|python3?[ \t]+-m[ \t]+venv|source|"
+                         r"conda[ \t]+(?:create|activate)|virtualenv)\b[^\n]*$")
+# A screenshot (``<img width="148" alt=… src=…>``) and a template's instructions (``<!-- … -->``);
+# other HTML stays: a report about HTML output quotes the tags the code writes.
+_IMG_TAG = re.compile(r"<img\b[^<>]*>", re.I)
+_HTML_COMMENT = re.compile(r"<!--.*?(?:-->|\Z)", re.S)
 
 
 _VERSION_KEY = re.compile(r"^[ \t]*[-*][ \t]+[\w .+-]{0,30}\b(?:version|OS|platform)[ \t]*:", re.I)
