@@ -605,6 +605,11 @@ def run_arm(arm: str, tasks: list[dict], args, budgets: list[int], git_dir: Path
             if tree:
                 raise EvalError("--from-index replays without --history")
             return _replay_cached(arm, tasks, args, budgets, git_dir, work, index_file, result, arm_started, label)
+        kept_cache = embed_cache_file(args, label or arm)
+        if kept_cache is not None and kept_cache.exists():
+            from cogd.paths import Layout
+            Layout(work).index_dir.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(kept_cache, Layout(work).index_dir / "embed_cache.db")
         started_daemon = True  # from here on, always try to stop it
         proc = cogd(work, "start", timeout=120, check=False)
         if proc.returncode != 0:
@@ -700,6 +705,13 @@ def run_arm(arm: str, tasks: list[dict], args, budgets: list[int], git_dir: Path
                 cogd(work, "stop", timeout=60, check=False)
             except Exception as exc:  # noqa: BLE001
                 print(f"  [{arm}] cogd stop failed: {exc}", file=sys.stderr)
+        kept_cache = embed_cache_file(args, label or arm)
+        if kept_cache is not None and started_daemon:
+            from cogd.paths import Layout
+            cache = Layout(work).index_dir / "embed_cache.db"
+            if cache.exists():  # the daemon is stopped: its cache file is complete
+                kept_cache.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(cache, kept_cache)
         hook_log = work / ".cogd" / "logs" / "hook.log"
         if hook_log.exists():
             result["hook_log_tail"] = hook_log.read_text(encoding="utf-8", errors="replace").splitlines()[-10:]
@@ -772,6 +784,15 @@ def _set_value(config, item: str) -> None:
     else:
         parsed = value
     setattr(target, name, parsed)
+
+
+def embed_cache_file(args, label: str) -> Path | None:
+    """``--embed-cache DIR``: where this arm's embedding cache is kept between runs
+    (``DIR/<label>.embed_cache.db``; the cache is keyed by content, so a second run re-embeds
+    only what the first never saw), or None."""
+    if not getattr(args, "embed_cache", None):
+        return None
+    return Path(args.embed_cache) / (re.sub(r"[^\w.-]+", "_", label) + ".embed_cache.db")
 
 
 def save_index(work: Path, into: Path, commit: str) -> None:
@@ -1040,6 +1061,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--from-index", default=None, metavar="DIR",
                         help="bm25 arm: no daemon, no hook; score in-process packs on the index.db copies "
                              "a --save-index run kept (the tree is still moved, for the packs' text)")
+    parser.add_argument("--embed-cache", default=None, metavar="DIR",
+                        help="keep each arm's embedding cache in DIR between runs (copied in before the daemon "
+                             "starts, back after it stops)")
     parser.add_argument("--cogd-src", default=None, metavar="DIR",
                         help="put DIR first on cogd's PYTHONPATH (e.g. an exported older cogd/ to compare against)")
     args = parser.parse_args(argv)

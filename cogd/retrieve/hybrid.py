@@ -34,7 +34,7 @@ from cogd.config import RetrieveConfig
 from cogd.fusion import BM25, HYBRID, VECTOR, reciprocal_rank_fusion
 from cogd.index import store
 from cogd.index.vectors import DenseIndex
-from cogd.retrieve.clues import Clues, resolve
+from cogd.retrieve.clues import Clues, resolve, resolve_modules
 from cogd.retrieve.feedback import Feedback
 from cogd.retrieve.lexical import Hit, bm25_search, message_trigrams, phrase_search, query_terms, weighted_terms
 from cogd.retrieve.priors import names_vendored, vendored_name, vendored_root
@@ -274,6 +274,26 @@ def _fuse_learned(feedback: Feedback, text: str, config: RetrieveConfig, fused: 
                 sig[f"{source}_commits"] = list(commits[:3])  # labels, e.g. "1a2b3c4d subject"
 
 
+def _add_module_list(conn, parts: PromptParts, config: RetrieveConfig, found: Clues, tests_ok: bool,
+                     kinds: tuple[str, ...] | None, signals: dict[str, dict], lists: list) -> None:
+    """The files the prompt names as modules (:func:`cogd.retrieve.clues.resolve_modules`):
+    their file entities one more fusion list (``retrieve.module_weight``), and the files
+    among the clue files for the file-level ranking, after the frames' and paths'."""
+    prose = strip_template(parts.prose) if config.template_filter else parts.prose
+    modules = resolve_modules(conn, parts, prose, tests_ok=tests_ok)
+    ids = [p for p in modules.paths if p not in found.files]
+    if kinds:
+        rows = store.entities_by_ids(conn, ids)
+        ids = [i for i in ids if i in rows and rows[i][1] in kinds]
+    for rank, path in enumerate(ids, 1):
+        sig = signals.setdefault(path, {})
+        sig["module_rank"] = rank
+        if "part" not in sig or str(sig["part"]).startswith("prose window"):
+            sig["part"] = modules.labels.get(path, "module")
+    if ids:
+        lists.append(("module", config.module_weight, ids))
+
+
 def _add_compound_names(conn: sqlite3.Connection, parts: PromptParts, text: str, found: Clues, tests_ok: bool) -> None:
     """Append to ``found.identifiers`` the definitions of the code spellings of the prompt's
     markup and option names (:func:`cogd.retrieve.prompt.compound_names`), after its own identifiers."""
@@ -321,6 +341,7 @@ def retrieve(
     signals: dict[str, dict] = {}
     lists: list[tuple[str, float, list[str]]] = []
     parts = parts if parts is not None else analyze(text)
+    found = resolve(conn, parts, tests_ok=tests_wanted(text, parts, config.strict_test_prior))
     if mode in (BM25, HYBRID):
         # A long report's template headings and environment lines are in every report: not terms.
         searched = strip_template(text) if config.template_filter and is_long(parts) else text
@@ -332,12 +353,13 @@ def retrieve(
     if mode in (VECTOR, HYBRID) and query_vector is not None and dense is not None:
         lists.extend(_vector_lists(query_vector, dense, config, kinds, signals))
 
-    found = resolve(conn, parts, tests_ok=tests_wanted(text, parts, config.strict_test_prior))
     tests_ok = tests_wanted(text, parts, config.strict_test_prior, found.files)
     if config.compound_names:
         _add_compound_names(conn, parts, text, found, tests_ok)
     if clues is not None:
         clues.__dict__.update(found.__dict__)
+    if config.module_weight > 0 and is_long(parts):
+        _add_module_list(conn, parts, config, found, tests_ok, kinds, signals, lists)
     lists.extend(_clue_lists(conn, found, config, kinds, signals))
     lists.extend(_message_list(conn, parts, config, kinds, signals, tests_ok))
 
