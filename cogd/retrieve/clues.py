@@ -213,6 +213,10 @@ def resolve_modules(conn: sqlite3.Connection, parts: PromptParts, prose: str, *,
         printed.setdefault("/".join(comps) + "/__init__.py", name)
     resolved = resolve_paths(conn, list(printed)[: 2 * MAX_PATHS]) if printed else {}
     for candidate, path in resolved.items():
+        # a package's __init__.py must match with its directory: "pkg/__init__.py" is not pkg.reader
+        tail = "/".join(candidate.split("/")[-2:]) if candidate.endswith("/__init__.py") else candidate.rsplit("/", 1)[-1]
+        if not ("/" + path).endswith("/" + tail):
+            continue
         if len(path.split("/")) >= 2 and path not in clues.paths and (tests_ok or not _looks_like_test(path)):
             clues.paths.append(path)
             clues.label(path, f"module `{printed[candidate]}`")
