@@ -79,6 +79,18 @@ is also built in this process (cogd imported; the index read-only; no ledger fee
 each variant's settings and scored alike, so parts of the ranking are compared on one replay
 (the same scoring: with every setting at its default the variant equals the hook's pack).
 
+Saved indexes and caches
+------------------------
+``--save-index DIR`` (bm25 arm) keeps a copy of each task's ``index.db`` (SQLite's online
+backup) as ``DIR/COMMIT.db``; ``--from-index DIR`` then scores the same tasks without a daemon or
+a hook: the tree is still moved (the packs quote it), and the default configuration's pack and
+each ``--variants`` pack are built in process on the saved index (the record is the default
+pack, so it equals the hook's when nothing changed), turning an hour of replay into minutes
+while a ranking is tuned. ``--embed-cache DIR`` keeps each arm's embedding cache between runs
+(copied into the scratch tree before its daemon starts, back after it stops): the cache is
+keyed by content, so within a run it already spans every base commit, and across runs only
+texts the earlier run never saw are embedded.
+
 How to run
 ----------
     python scripts/eval_retrieval.py --git-dir /path/to/click.git [--arms bm25] [--limit 10]
@@ -948,7 +960,8 @@ def swe_report(results: list[dict], budgets: list[int]) -> str:
         arm_results = [r for r in results if r["mode"] == mode]
         groups = {r["arm"].split(" @ ", 1)[-1]: r["records"] for r in arm_results}
         groups = {"all": [rec for recs in groups.values() for rec in recs], **groups}
-        out.append(swe_table(f"\narm {mode} (real hook)", groups, budgets))
+        source = "in process, saved indexes" if any(r.get("cached") for r in arm_results) else "real hook"
+        out.append(swe_table(f"\narm {mode} ({source})", groups, budgets))
         for name, _ in VARIANTS:
             vgroups = {r["arm"].split(" @ ", 1)[-1]: r["variants"].get(name, []) for r in arm_results}
             if not any(vgroups.values()):
