@@ -320,3 +320,16 @@ def test_dotted_module_names_and_prose_words_name_files(indexed):
     assert keywords.signals.get("module_rank") == 2 or keywords.entity_id != "pkg/keywords.py"
     off = resolve_modules(conn, analyze("the keywords"), "the keywords", tests_ok=False)
     assert off.paths == ["pkg/keywords.py"]
+
+
+def test_the_projects_own_command_names_are_not_symbols(indexed):
+    from cogd.retrieve.hybrid import _top_level_names, retrieve
+
+    root, conn = indexed
+    assert _top_level_names(conn) == {"pkg", "tests", "docs"}
+    prompt = "Running `pkg-check` shows that `header-value` returns None for a card.\n\n" + LONG_PROSE
+    hits = retrieve(conn, prompt, RetrieveConfig(), mode="bm25")
+    labels = {h.signals.get("part") for h in hits}
+    assert "symbol `header-value`" in labels and not any("pkg-check" in str(label) for label in labels)
+    kept = retrieve(conn, prompt, RetrieveConfig(template_filter=False), mode="bm25")
+    assert "a hyphenated name" in {h.signals.get("part") for h in kept}

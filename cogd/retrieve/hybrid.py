@@ -36,7 +36,7 @@ from cogd.index import store
 from cogd.index.vectors import DenseIndex
 from cogd.retrieve.clues import Clues, resolve, resolve_modules
 from cogd.retrieve.feedback import Feedback
-from cogd.retrieve.lexical import Hit, bm25_search, message_trigrams, phrase_search, query_terms, weighted_terms
+from cogd.retrieve.lexical import MAX_QUERY_TERMS, SHORT_PROMPT_CHARS, Hit, bm25_search, message_trigrams, phrase_search, query_terms, weighted_terms
 from cogd.retrieve.priors import names_vendored, vendored_name, vendored_root
 from cogd.retrieve.prompt import PromptParts, analyze, compound_names, message_phrases, strip_template
 
@@ -345,7 +345,9 @@ def retrieve(
     if mode in (BM25, HYBRID):
         # A long report's template headings and environment lines are in every report: not terms.
         searched = strip_template(text) if config.template_filter and is_long(parts) else text
-        terms = weighted_terms(conn, searched, term_boosts(parts)) if config.idf_terms else None
+        # A short prompt keeps its terms exactly as before, whatever the long-prompt budget.
+        budget = config.long_prompt_terms if len(text) > SHORT_PROMPT_CHARS else MAX_QUERY_TERMS
+        terms = weighted_terms(conn, searched, term_boosts(parts), max_terms=budget) if config.idf_terms else None
         lexical = bm25_search(conn, searched, limit=config.candidates, kinds=kinds, terms=terms)
         for rank, hit in enumerate(lexical, 1):
             signals.setdefault(hit.id, {}).update(bm25_rank=rank, bm25=round(hit.score, 3))
