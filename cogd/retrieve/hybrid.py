@@ -274,6 +274,20 @@ def _fuse_learned(feedback: Feedback, text: str, config: RetrieveConfig, fused: 
                 sig[f"{source}_commits"] = list(commits[:3])  # labels, e.g. "1a2b3c4d subject"
 
 
+def _bm25_list(conn: sqlite3.Connection, text: str, parts: PromptParts, config: RetrieveConfig,
+               kinds: tuple[str, ...] | None, signals: dict[str, dict]) -> tuple[str, float, list[str]]:
+    """The BM25 list of the fusion: a long prompt's terms chosen by weight from its text without
+    the issue template's scaffolding (in every report, so no clue), a short one's as always."""
+    searched = strip_template(text) if config.template_filter and is_long(parts) else text
+    # A short prompt keeps its terms exactly as before, whatever the long-prompt budget.
+    budget = config.long_prompt_terms if len(text) > SHORT_PROMPT_CHARS else MAX_QUERY_TERMS
+    terms = weighted_terms(conn, searched, term_boosts(parts), max_terms=budget) if config.idf_terms else None
+    lexical = bm25_search(conn, searched, limit=config.candidates, kinds=kinds, terms=terms)
+    for rank, hit in enumerate(lexical, 1):
+        signals.setdefault(hit.id, {}).update(bm25_rank=rank, bm25=round(hit.score, 3))
+    return (BM25, config.bm25_weight, [h.id for h in lexical])
+
+
 def _add_module_list(conn, parts: PromptParts, config: RetrieveConfig, found: Clues, tests_ok: bool,
                      kinds: tuple[str, ...] | None, signals: dict[str, dict], lists: list) -> None:
     """The files the prompt names as modules (:func:`cogd.retrieve.clues.resolve_modules`):
@@ -343,15 +357,7 @@ def retrieve(
     parts = parts if parts is not None else analyze(text)
     found = resolve(conn, parts, tests_ok=tests_wanted(text, parts, config.strict_test_prior))
     if mode in (BM25, HYBRID):
-        # A long report's template headings and environment lines are in every report: not terms.
-        searched = strip_template(text) if config.template_filter and is_long(parts) else text
-        # A short prompt keeps its terms exactly as before, whatever the long-prompt budget.
-        budget = config.long_prompt_terms if len(text) > SHORT_PROMPT_CHARS else MAX_QUERY_TERMS
-        terms = weighted_terms(conn, searched, term_boosts(parts), max_terms=budget) if config.idf_terms else None
-        lexical = bm25_search(conn, searched, limit=config.candidates, kinds=kinds, terms=terms)
-        for rank, hit in enumerate(lexical, 1):
-            signals.setdefault(hit.id, {}).update(bm25_rank=rank, bm25=round(hit.score, 3))
-        lists.append((BM25, config.bm25_weight, [h.id for h in lexical]))
+        lists.append(_bm25_list(conn, text, parts, config, kinds, signals))
     if mode in (VECTOR, HYBRID) and query_vector is not None and dense is not None:
         lists.extend(_vector_lists(query_vector, dense, config, kinds, signals))
 
@@ -478,29 +484,11 @@ def module_words(hits: list[Hit], parts: PromptParts, weight: float, template_fi
     return out
 
 
-def select(
-    hits: list[Hit], config: RetrieveConfig, *, per_file_cap: int, prompt: str = "",
-    dense: DenseIndex | None = None, limit: int = 40, feedback: Feedback | None = None,
-    parts: PromptParts | None = None, clues: Clues | None = None, vendored: list[str] = (),
-    package_roots: dict[str, str] | None = None,
-) -> list[Hit]:
-    """Priors, feedback, file-level ranking, then MMR with a per-file cap: the order a pack shows items in.
-
-    Priors: kind; tests (:func:`tests_wanted`); examples and docs; vendored code
-    (``retrieve.vendor_prior``, unless the prompt names the vendored project; ``vendored``
-    are ``.gitattributes`` patterns, :func:`cogd.retrieve.priors.vendored_patterns`;
-    ``package_roots`` the directories with their own licence or metadata,
-    :func:`cogd.retrieve.priors.package_roots`, the marker named in ``--explain``).
-    With ``retrieve.file_rank_weight`` > 0 an entity gains that share of the top score times
-    its file's evidence (:func:`file_ranking`). Relevance is the resulting score scaled to
-    [0, 1]. A file entity is dropped once an entity inside it is selected (the narrower
-    item says the same with line numbers). Returns at most ``limit`` hits.
-    """
-    if not hits:
-        return []
-    parts = parts if parts is not None else analyze(prompt)
-    clue_files = clues.files if clues is not None else []
-    tests_ok = tests_wanted(prompt, parts, config.strict_test_prior, clue_files if clues is not None else None)
+def _apply_priors(hits: list[Hit], config: RetrieveConfig, prompt: str, parts: PromptParts, clue_files: list[str],
+                  resolved: bool, vendored: list[str], package_roots: dict[str, str] | None) -> None:
+    """Scale each hit's score by its priors (kind; vendored; tests; examples and docs), each
+    recorded in its ``signals`` (see :func:`select`)."""
+    tests_ok = tests_wanted(prompt, parts, config.strict_test_prior, clue_files if resolved else None)
     examples_strict = config.strict_test_prior and is_long(parts)
     if examples_strict:  # a bug report says "docs" without meaning doc/ examples: as a test then
         examples_ok = any(_EXAMPLE_PATH.search(p) for p in clue_files)
@@ -525,6 +513,31 @@ def select(
             prior *= config.test_prior if examples_strict else EXAMPLE_PRIOR
         hit.signals["prior"] = round(prior, 3)
         hit.score *= prior
+
+
+def select(
+    hits: list[Hit], config: RetrieveConfig, *, per_file_cap: int, prompt: str = "",
+    dense: DenseIndex | None = None, limit: int = 40, feedback: Feedback | None = None,
+    parts: PromptParts | None = None, clues: Clues | None = None, vendored: list[str] = (),
+    package_roots: dict[str, str] | None = None,
+) -> list[Hit]:
+    """Priors, feedback, file-level ranking, then MMR with a per-file cap: the order a pack shows items in.
+
+    Priors: kind; tests (:func:`tests_wanted`); examples and docs; vendored code
+    (``retrieve.vendor_prior``, unless the prompt names the vendored project; ``vendored``
+    are ``.gitattributes`` patterns, :func:`cogd.retrieve.priors.vendored_patterns`;
+    ``package_roots`` the directories with their own licence or metadata,
+    :func:`cogd.retrieve.priors.package_roots`, the marker named in ``--explain``).
+    With ``retrieve.file_rank_weight`` > 0 an entity gains that share of the top score times
+    its file's evidence (:func:`file_ranking`). Relevance is the resulting score scaled to
+    [0, 1]. A file entity is dropped once an entity inside it is selected (the narrower
+    item says the same with line numbers). Returns at most ``limit`` hits.
+    """
+    if not hits:
+        return []
+    parts = parts if parts is not None else analyze(prompt)
+    clue_files = clues.files if clues is not None else []
+    _apply_priors(hits, config, prompt, parts, clue_files, clues is not None, vendored, package_roots)
     if config.file_rank_weight > 0:
         named = (module_words(hits, parts, config.module_word_weight, config.template_filter)
                  if config.module_word_weight > 0 else None)
