@@ -51,6 +51,8 @@ REPO = {
     "docs/helpers.py": "def doc_header():\n    return 'header'\n",
     "tools/fixture/setup.py": "from setuptools import setup\nsetup(name='somethingelse')\n",
     "tools/fixture/fix.py": "def fixture_header():\n    return 'header'\n",
+    "manual/license.rst": "License\n=======\n\nThe project is under the MIT license.\n",  # a page, not a licence
+    "manual/conf.py": "project = 'acme'\n",
 }
 
 

@@ -75,6 +75,8 @@ def _matches(pattern: str, path: str) -> bool:
 
 
 _LICENCE = re.compile(r"(?:licen[cs]e|copying|unlicense)(?:[-._][\w.-]*)?", re.I)
+# A documentation page about the licence (docs/license.rst, docs/license.md), not a licence file.
+_LICENCE_PAGE = re.compile(r"(?:license|licence|copying)\.(?:rst|md|markdown|html?|adoc|txt\.rst)")
 _MANIFESTS = ("pyproject.toml", "setup.cfg", "setup.py", "package.json", "Cargo.toml")
 _DIST_DIR = re.compile(r"[^/]+\.(?:dist-info|egg-info)$")
 MARKER_MAX_BYTES = 64 << 10
@@ -133,7 +135,7 @@ def package_roots(root: Path, names: list[str]) -> dict[str, str]:
     * ``D`` holds distribution metadata (``PKG-INFO``, or a ``*.dist-info``/``*.egg-info``
       directory): an installed or unpacked distribution, vendored;
     * ``D`` holds a licence file (``LICENSE``, ``LICENCE``, ``COPYING``, ``UNLICENSE``, any
-      suffix) and a manifest (``pyproject.toml``, ``setup.cfg``, ``setup.py``, ``package.json``,
+      suffix; not a lower-case documentation page such as ``docs/license.rst``) and a manifest (``pyproject.toml``, ``setup.cfg``, ``setup.py``, ``package.json``,
       ``Cargo.toml``): vendored unless the manifest's package name is related to the root
       manifest's (same npm scope, or one name the other's prefix: ``acme`` / ``acme-core``) —
       a monorepo's own packages often carry their own licence and manifest;
@@ -149,7 +151,7 @@ def package_roots(root: Path, names: list[str]) -> dict[str, str]:
         folder, _, base = name.rpartition("/")
         if base == "PKG-INFO":
             dist.setdefault(folder, "has its own PKG-INFO")
-        elif _LICENCE.fullmatch(base):
+        elif _LICENCE.fullmatch(base) and not _LICENCE_PAGE.fullmatch(base):
             by_dir.setdefault(folder, {}).setdefault("licence", name)
         elif base in _MANIFESTS:
             by_dir.setdefault(folder, {}).setdefault("manifest", name)
