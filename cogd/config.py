@@ -97,6 +97,12 @@ class RetrieveConfig:
     vendor_prior: float = 0.3  # score × this for vendored third-party code the prompt does not name; 1 = off
     test_prior: float = 0.5  # score × this for tests when the prompt is not about tests
     file_rank_weight: float = 0.5  # file-level ranking: share of a file's aggregated evidence its entities gain
+    file_rank_agg: str = "decay"  # a file's evidence from its entities: decay (best + ½ next …), max or sum
+    long_prompt_terms: int = 48  # at most this many BM25 terms for a long prompt (chosen by weight)
+    template_filter: bool = True  # a long prompt's issue-template headings and environment lines leave its terms
+    compound_names: bool = True  # `py:method` → PyMethod, `ignore-paths` → ignore_paths, looked up as identifiers
+    module_word_weight: float = 0.5  # file evidence for candidate files under a directory or module a prose word names
+    module_weight: float = 1.0  # fusion weight of the files a dotted module name or a prose word names (long prompts)
 
 
 @dataclass

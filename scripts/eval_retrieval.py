@@ -79,6 +79,18 @@ is also built in this process (cogd imported; the index read-only; no ledger fee
 each variant's settings and scored alike, so parts of the ranking are compared on one replay
 (the same scoring: with every setting at its default the variant equals the hook's pack).
 
+Saved indexes and caches
+------------------------
+``--save-index DIR`` (bm25 arm) keeps a copy of each task's ``index.db`` (SQLite's online
+backup) as ``DIR/COMMIT.db``; ``--from-index DIR`` then scores the same tasks without a daemon or
+a hook: the tree is still moved (the packs quote it), and the default configuration's pack and
+each ``--variants`` pack are built in process on the saved index (the record is the default
+pack, so it equals the hook's when nothing changed), turning an hour of replay into minutes
+while a ranking is tuned. ``--embed-cache DIR`` keeps each arm's embedding cache between runs
+(copied into the scratch tree before its daemon starts, back after it stops): the cache is
+keyed by content, so within a run it already spans every base commit, and across runs only
+texts the earlier run never saw are embedded.
+
 How to run
 ----------
     python scripts/eval_retrieval.py --git-dir /path/to/click.git [--arms bm25] [--limit 10]
@@ -601,6 +613,15 @@ def run_arm(arm: str, tasks: list[dict], args, budgets: list[int], git_dir: Path
         else:
             move_tree(git_dir, work, index_file, None, tasks[0]["parent"], result)
         result["config"] = write_config(work, arm, extra)
+        if args.from_index:
+            if tree:
+                raise EvalError("--from-index replays without --history")
+            return _replay_cached(arm, tasks, args, budgets, git_dir, work, index_file, result, arm_started, label)
+        kept_cache = embed_cache_file(args, label or arm)
+        if kept_cache is not None and kept_cache.exists():
+            from cogd.paths import Layout
+            Layout(work).index_dir.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(kept_cache, Layout(work).index_dir / "embed_cache.db")
         started_daemon = True  # from here on, always try to stop it
         proc = cogd(work, "start", timeout=120, check=False)
         if proc.returncode != 0:
@@ -628,6 +649,8 @@ def run_arm(arm: str, tasks: list[dict], args, budgets: list[int], git_dir: Path
                 timing["index"] = time.perf_counter() - t
             if history == "on":
                 timing["history_wait"], result["history_status"] = wait_history(work, task["parent"])
+            if args.save_index:
+                save_index(work, Path(args.save_index), task["commit"])
             embedding = None
             if wants_embeddings:
                 waited, embedding, timed_out = wait_embeddings(work, args.embed_timeout)
@@ -658,7 +681,7 @@ def run_arm(arm: str, tasks: list[dict], args, budgets: list[int], git_dir: Path
                         i["kind"] = c["kind"]
                         i["signals"] = c.get("signals")
             timing["total"] = time.perf_counter() - t_task
-            for name, packed in variant_packs(work, arm, task["query"]):
+            for name, packed in variant_packs(work, arm, task["query"], cached_index(args, task)):
                 result["variants"][name].append({
                     "commit": task["commit"],
                     "query_mentions_gold_file": task["query_mentions_gold_file"],
@@ -694,6 +717,13 @@ def run_arm(arm: str, tasks: list[dict], args, budgets: list[int], git_dir: Path
                 cogd(work, "stop", timeout=60, check=False)
             except Exception as exc:  # noqa: BLE001
                 print(f"  [{arm}] cogd stop failed: {exc}", file=sys.stderr)
+        kept_cache = embed_cache_file(args, label or arm)
+        if kept_cache is not None and started_daemon:
+            from cogd.paths import Layout
+            cache = Layout(work).index_dir / "embed_cache.db"
+            if cache.exists():  # the daemon is stopped: its cache file is complete
+                kept_cache.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(cache, kept_cache)
         hook_log = work / ".cogd" / "logs" / "hook.log"
         if hook_log.exists():
             result["hook_log_tail"] = hook_log.read_text(encoding="utf-8", errors="replace").splitlines()[-10:]
@@ -768,7 +798,79 @@ def _set_value(config, item: str) -> None:
     setattr(target, name, parsed)
 
 
-def variant_packs(work: Path, arm: str, query: str) -> list[tuple[str, list[dict]]]:
+def embed_cache_file(args, label: str) -> Path | None:
+    """``--embed-cache DIR``: where this arm's embedding cache is kept between runs
+    (``DIR/<label>.embed_cache.db``; the cache is keyed by content, so a second run re-embeds
+    only what the first never saw), or None."""
+    if not getattr(args, "embed_cache", None):
+        return None
+    return Path(args.embed_cache) / (re.sub(r"[^\w.-]+", "_", label) + ".embed_cache.db")
+
+
+def save_index(work: Path, into: Path, commit: str) -> None:
+    """A consistent copy of the tree's ``index.db`` (SQLite's online backup: the daemon may be
+    writing) as ``into/COMMIT.db``, for a later ``--from-index`` run."""
+    import sqlite3
+    from cogd.paths import Layout
+    into.mkdir(parents=True, exist_ok=True)
+    target = into / f"{commit}.db"
+    source = sqlite3.connect(f"file:{Layout(work).index_db}?mode=ro", uri=True)
+    try:
+        dest = sqlite3.connect(target)
+        try:
+            source.backup(dest)
+        finally:
+            dest.close()
+    finally:
+        source.close()
+
+
+def cached_index(args, task: dict) -> Path | None:
+    """The ``--from-index`` copy of ``task``'s index, or None (use the tree's own)."""
+    if not getattr(args, "from_index", None):
+        return None
+    path = Path(args.from_index) / f"{task['commit']}.db"
+    if not path.exists():
+        raise EvalError(f"--from-index: no saved index for {task['commit']} ({path})")
+    return path
+
+
+def _replay_cached(arm, tasks, args, budgets, git_dir, work, index_file, result, arm_started, label) -> dict:
+    """``--from-index``: move the tree through ``tasks`` and score the default configuration's
+    in-process pack (the record) and each variant's on the saved indexes. No daemon, no hook:
+    a ranking change is measured in minutes instead of a replay's hour."""
+    global VARIANTS
+    if arm != "bm25":
+        raise EvalError("--from-index scores the bm25 arm only")
+    wanted = VARIANTS
+    VARIANTS = [("default", [])] + list(wanted)
+    result["cached"] = True
+    try:
+        previous = None
+        for n, task in enumerate(tasks):
+            if n and task["parent"] != previous:
+                move_tree(git_dir, work, index_file, previous, task["parent"], result)
+            previous = task["parent"]
+            packs = variant_packs(work, arm, task["query"], cached_index(args, task))
+            for name, packed in packs:
+                entry = {"commit": task["commit"], "query_mentions_gold_file": task["query_mentions_gold_file"],
+                         "query_mentions_gold_function": task["query_mentions_gold_function"],
+                         "items": [{"id": i["id"], "kind": i["kind"], "end": i["end"]} for i in packed],
+                         "metrics": score_task(task, packed, budgets)}
+                if name == "default":
+                    result["records"].append({**entry, "gold_files": task["gold_files"],
+                                              "gold_functions": task["gold_functions"], "query": task["query"][:300]})
+                else:
+                    result["variants"][name].append(entry)
+            if (n + 1) % 20 == 0 or n + 1 == len(tasks):
+                print(f"  [{label or arm}] {n + 1}/{len(tasks)} tasks (cached index), "
+                      f"{time.perf_counter() - arm_started:.0f} s", file=sys.stderr)
+    finally:
+        VARIANTS = wanted
+    return result
+
+
+def variant_packs(work: Path, arm: str, query: str, index_db: Path | None = None) -> list[tuple[str, list[dict]]]:
     """The prompt pack of ``query`` under each ``--variants`` configuration, built in this process.
 
     Reads the tree's ``index.db`` read-only and calls :func:`cogd.retrieve.pack.prompt_pack`
@@ -783,7 +885,7 @@ def variant_packs(work: Path, arm: str, query: str) -> list[tuple[str, list[dict
     from cogd.retrieve.pack import prompt_pack
 
     layout = Layout(work)
-    conn = store.connect(layout.index_db, readonly=True)
+    conn = store.connect(index_db or layout.index_db, readonly=True)
     out = []
     try:
         for name, settings in VARIANTS:
@@ -858,7 +960,8 @@ def swe_report(results: list[dict], budgets: list[int]) -> str:
         arm_results = [r for r in results if r["mode"] == mode]
         groups = {r["arm"].split(" @ ", 1)[-1]: r["records"] for r in arm_results}
         groups = {"all": [rec for recs in groups.values() for rec in recs], **groups}
-        out.append(swe_table(f"\narm {mode} (real hook)", groups, budgets))
+        source = "in process, saved indexes" if any(r.get("cached") for r in arm_results) else "real hook"
+        out.append(swe_table(f"\narm {mode} ({source})", groups, budgets))
         for name, _ in VARIANTS:
             vgroups = {r["arm"].split(" @ ", 1)[-1]: r["variants"].get(name, []) for r in arm_results}
             if not any(vgroups.values()):
@@ -897,6 +1000,9 @@ def report(results: list[dict], budgets: list[int], swe: bool = False) -> str:
         if not swe:
             out.extend(goal_lines(arm, tables[arm], tables.get("bm25") if arm != "bm25" else None))
         recs = res["records"]
+        if res.get("cached"):
+            out.append(f"arm {arm}: in-process packs on saved indexes (--from-index), {res['wall_s']:.1f} s")
+            continue
         totals = [r["timing"]["total"] for r in recs]
         hooks = [r["timing"]["hook"] for r in recs]
         idx = [r["timing"]["index"] for r in recs if "index" in r["timing"]]
@@ -963,6 +1069,14 @@ def main(argv: list[str] | None = None) -> int:
                         help="run each arm with history mining off and/or on: the scratch tree is then a git "
                              "repository whose HEAD is each task's parent (see run_arm)")
     parser.add_argument("--keep", action="store_true", help="keep the scratch trees (daemons are stopped anyway)")
+    parser.add_argument("--save-index", default=None, metavar="DIR",
+                        help="bm25 arm: keep a copy of each task's index.db in DIR (for --from-index)")
+    parser.add_argument("--from-index", default=None, metavar="DIR",
+                        help="bm25 arm: no daemon, no hook; score in-process packs on the index.db copies "
+                             "a --save-index run kept (the tree is still moved, for the packs' text)")
+    parser.add_argument("--embed-cache", default=None, metavar="DIR",
+                        help="keep each arm's embedding cache in DIR between runs (copied in before the daemon "
+                             "starts, back after it stops)")
     parser.add_argument("--cogd-src", default=None, metavar="DIR",
                         help="put DIR first on cogd's PYTHONPATH (e.g. an exported older cogd/ to compare against)")
     args = parser.parse_args(argv)

@@ -205,3 +205,91 @@ def test_prose_windows_are_embedded_in_one_batch_and_cached(tmp_path):
     worker.encoder.encode = refuse
     assert np.array_equal(worker.query_vectors(windows), vectors)
     assert worker.query_vectors([]) is None
+
+
+def test_fences_inline_code_quotes_and_links_by_the_line_gated_scans():
+    text = ("Title with `a_b` and ``Foo.bar`` but not ```x```\n"
+            "  ```python\nx = 'it''s'\n````\nstill code\n  ```  \n"
+            "after \"it's here\" and 'single one' http://h.example/p/q.py www.w.org/r.py ftp://f/s.py\n"
+            "~~~\nunclosed tilde block\nfoo_bar()\n")
+    parts = analyze(text)
+    # the ```` line does not close a ``` fence; the tilde fence runs to the end of the text
+    assert parts.code == ["x = 'it''s'\n````\nstill code\n", "unclosed tilde block\nfoo_bar()\n"]
+    assert parts.identifiers == ["a_b", "Foo.bar", "foo_bar"]  # a call in a block is still a name
+    assert parts.literals == ["it's here", "single one"]
+    assert parts.paths == []  # every path was inside a link
+    js = analyze("at first (src/app.js:3:1)\nTypeError: boom\n    at Object.run (lib/run.js:10:5)\n")
+    assert [(f.path, f.line, f.function) for f in js.frames] == [("src/app.js", 3, "first"), ("lib/run.js", 10, "Object.run")]
+
+
+ISSUE_FORM = '''`autodoc_typehints` drops the return type of `py:method`
+<!-- Please check the documentation first. -->
+### Describe the bug
+
+The `py:method` directive with `:property:` loses its return type.
+
+### How to Reproduce
+
+```
+# index.rst
+.. py:method:: Foo.bar
+```
+
+$ git clone https://github.com/someone/project
+$ cd project
+$ echo "rst_prolog = 'x'" >> docs/conf.py
+<img width="148" alt="screenshot" src="https://example.org/a.png">
+
+### Environment Information
+
+- OS: Mac
+Python version:        3.11.3
+Sphinx extensions:     sphinx.ext.autodoc
+The same happens with `--ignore-paths` in the linter.
+
+### Additional context
+- Sphinx version: 7.1
+'''
+
+
+def test_strip_template_keeps_the_report_and_drops_its_scaffolding():
+    from cogd.retrieve.prompt import strip_template
+
+    assert strip_template(ISSUE_FORM) == (
+        "`autodoc_typehints` drops the return type of `py:method`\n"
+        " \n\nThe `py:method` directive with `:property:` loses its return type.\n\n\n"
+        "```\n# index.rst\n.. py:method:: Foo.bar\n```\n\n"
+        "$ echo \"rst_prolog = 'x'\" >> docs/conf.py\n \n\n"
+        "The same happens with `--ignore-paths` in the linter.\n\n")
+    assert strip_template("one line, nothing to strip") == "one line, nothing to strip"
+
+
+def test_compound_names_spell_markup_and_options_as_code():
+    from cogd.retrieve.prompt import compound_names
+
+    parts = analyze(ISSUE_FORM)
+    assert compound_names(parts, ISSUE_FORM) == ["PyMethod", "ignore_paths", "IgnorePaths"]
+
+
+def _hit(entity_id: str, score: float):
+    from cogd.retrieve.lexical import Hit
+
+    path = entity_id.split("::", 1)[0]
+    return Hit(entity_id, "function", "", path, entity_id.rsplit("::", 1)[-1], "", 1, 2, "", "", None, score)
+
+
+def test_file_ranking_aggregations_and_module_words():
+    from cogd.retrieve.hybrid import file_ranking, module_words
+
+    hits = [_hit("sphinx/ext/autodoc/__init__.py::a", 4.0), _hit("sphinx/ext/autodoc/__init__.py::b", 2.0),
+            _hit("sphinx/util/inspect.py::c", 5.0), _hit("sphinx/ext/napoleon.py::d", 1.0),
+            _hit("sphinx/util/typing.py::e", 1.0)]
+    assert file_ranking(hits, []) == {"sphinx/ext/autodoc/__init__.py": 1.0, "sphinx/util/inspect.py": 1.0,
+                                      "sphinx/ext/napoleon.py": 0.2, "sphinx/util/typing.py": 0.2}
+    assert file_ranking(hits, [], "max")["sphinx/ext/autodoc/__init__.py"] == 0.8
+    assert file_ranking(hits, [], "sum")["sphinx/util/inspect.py"] == 5.0 / 6.0
+    parts = analyze("With autodoc and napoleon enabled, the sphinx util helpers drop the type")
+    # "sphinx" names every candidate file and "util" half of them: neither names any
+    assert module_words(hits, parts, 0.5) == {"sphinx/ext/autodoc/__init__.py": 0.5, "sphinx/ext/napoleon.py": 0.5}
+    named = file_ranking(hits, [], "decay", module_words(hits, parts, 0.5))
+    assert named["sphinx/ext/napoleon.py"] == (1.0 + 2.5) / 7.5 and named["sphinx/util/inspect.py"] == 5.0 / 7.5

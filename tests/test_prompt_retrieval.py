@@ -300,3 +300,36 @@ def test_a_long_prompt_leaves_no_transaction_open_on_a_readers_connection(tmp_pa
     finally:
         reader.close()
         indexer.close()
+
+
+def test_dotted_module_names_and_prose_words_name_files(indexed):
+    from cogd.retrieve.clues import resolve_modules
+
+    root, conn = indexed
+    prompt = ("Reading a header fails in `pkg.reader` when a card is missing\n\n"
+              "The keywords are looked up after the reader gave up; nothing about the tables.\n\n"
+              "```python\nimport pkg.conf\n```\n" + LONG_PROSE)
+    parts = analyze(prompt)
+    modules = resolve_modules(conn, parts, parts.prose, tests_ok=False)
+    # pkg.conf is only in the code block; "tables" names a vendored-by-attribute file, still a module word
+    assert modules.paths == ["pkg/reader.py", "pkg/keywords.py", "pkg/generated/tables.py"]
+    assert modules.labels == {"pkg/reader.py": "module `pkg.reader`", "pkg/keywords.py": "module word `keywords`",
+                              "pkg/generated/tables.py": "module word `tables`"}
+    items = pack(indexed, prompt).items
+    keywords = next(i for i in items if i.entity_id.startswith("pkg/keywords.py"))
+    assert keywords.signals.get("module_rank") == 2 or keywords.entity_id != "pkg/keywords.py"
+    off = resolve_modules(conn, analyze("the keywords"), "the keywords", tests_ok=False)
+    assert off.paths == ["pkg/keywords.py"]
+
+
+def test_the_projects_own_command_names_are_not_symbols(indexed):
+    from cogd.retrieve.hybrid import _top_level_names, retrieve
+
+    root, conn = indexed
+    assert _top_level_names(conn) == {"pkg", "tests", "docs"}
+    prompt = "Running `pkg-check` shows that `header-value` returns None for a card.\n\n" + LONG_PROSE
+    hits = retrieve(conn, prompt, RetrieveConfig(), mode="bm25")
+    labels = {h.signals.get("part") for h in hits}
+    assert "symbol `header-value`" in labels and not any("pkg-check" in str(label) for label in labels)
+    kept = retrieve(conn, prompt, RetrieveConfig(template_filter=False), mode="bm25")
+    assert "a hyphenated name" in {h.signals.get("part") for h in kept}

@@ -363,6 +363,15 @@ def scan_source_files(root: Path) -> SourceListing:
     return listing
 
 
+def list_tree_names(root: Path) -> list[str]:
+    """Every file name of the work tree the ignore rules leave in, in any language or none
+    (licence and metadata files included), sorted; ``.cogd/`` left out. From git when the tree
+    is a repository, else from the walk (see the module docstring)."""
+    names = _git_files(root)
+    names = _walk_files(root) if names is None else _apply_cogdignore(root, names)
+    return [n for n in names if not n.startswith(COGD_DIR + "/")]
+
+
 def list_source_files(root: Path) -> list[str]:
     """Repo-relative POSIX paths of the files :func:`scan_source_files` would index (sorted).
 

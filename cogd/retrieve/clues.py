@@ -19,6 +19,7 @@ get_writer)", "path `conf.py`", "identifier `Foo.bar`").
 
 from __future__ import annotations
 
+import re
 import sqlite3
 from dataclasses import dataclass, field
 
@@ -173,3 +174,82 @@ def resolve(conn: sqlite3.Connection, parts: PromptParts, *, tests_ok: bool) -> 
                 clues.identifiers.append(entity_id)
                 clues.label(entity_id, f"identifier `{name}`")
     return clues
+
+
+MAX_MODULE_FILES = 12  # module clues per prompt
+_MODULE_WORD = re.compile(r"[A-Za-z][a-z0-9_]{3,}")
+_SUFFIXES = ("", "s", "es", "d", "ed", "ing", "er", "ers")
+MODULE_WORD_MAX_DF = 0.02  # a word in more than this share of entities is too common to name a module ...
+MODULE_WORD_MIN_DF = 5  # ... but a small tree's words may always be in this many
+
+
+def resolve_modules(conn: sqlite3.Connection, parts: PromptParts, prose: str, *, tests_ok: bool) -> Clues:
+    """Files a prompt names as modules rather than as paths, best first (``paths`` of the
+    returned :class:`Clues`, each labelled):
+
+    * a dotted name of at least two parts in the prose (``sphinx.ext.autodoc``,
+      ``astropy.units.format.cds``, a format name ``ascii.rst``; not in a code block, where a
+      configuration's list of extensions names what is loaded) read as a module path —
+      ``a/b.py`` or ``a/b/__init__.py``, matched at the deepest suffix that exists
+      (:func:`resolve_paths`);
+    * a word of the prose (``toctree``, ``mocked``) that is the file name of at most
+      ``MAX_CANDIDATE_FILES`` indexed files, up to a plural or verb ending (``mock.py``), and
+      is in at most ``MODULE_WORD_MAX_DF`` of the entities (``config``, ``types`` name nothing).
+
+    Tests are left out unless the prompt is about tests. Raises sqlite3.Error when the index
+    is unreadable."""
+    from cogd.retrieve.lexical import document_frequencies  # lexical imports nothing from here
+
+    clues = Clues()
+    # Only names the prose spells: a pasted conf.py's extension list names what is loaded, not what is wrong.
+    dotted = [i for i in parts.identifiers if "." in i and not i.startswith(("self.", "cls.")) and i in prose]
+    dotted += [p for p in parts.paths if "/" not in p and "\\" not in p and "." in p and p in prose]
+    printed: dict[str, str] = {}
+    for name in dict.fromkeys(dotted):
+        comps = [c for c in name.split(".") if c]
+        if len(comps) < 2 or not all(c.isidentifier() for c in comps):
+            continue
+        printed.setdefault("/".join(comps) + ".py", name)
+        printed.setdefault("/".join(comps) + "/__init__.py", name)
+    resolved = resolve_paths(conn, list(printed)[: 2 * MAX_PATHS]) if printed else {}
+    for candidate, path in resolved.items():
+        # a package's __init__.py must match with its directory: "pkg/__init__.py" is not pkg.reader
+        tail = "/".join(candidate.split("/")[-2:]) if candidate.endswith("/__init__.py") else candidate.rsplit("/", 1)[-1]
+        if not ("/" + path).endswith("/" + tail):
+            continue
+        if len(path.split("/")) >= 2 and path not in clues.paths and (tests_ok or not _looks_like_test(path)):
+            clues.paths.append(path)
+            clues.label(path, f"module `{printed[candidate]}`")
+    words = list(dict.fromkeys(w.lower() for w in _MODULE_WORD.findall(prose[:20_000])))[:200]
+    if words:
+        stems: dict[str, list[str]] = {}
+        for (path,) in conn.execute("SELECT path FROM files WHERE status = 'ok'"):
+            base = path.rsplit("/", 1)[-1]
+            stem = base.split(".", 1)[0].lower()
+            if len(stem) >= 4 and (tests_ok or not _looks_like_test(path)):
+                stems.setdefault(stem, []).append(path)
+        named: dict[str, list[str]] = {}
+        for word in words:
+            for suffix in _SUFFIXES:
+                if suffix and not word.endswith(suffix):
+                    continue
+                stem = word[: len(word) - len(suffix)] if suffix else word
+                if stem in stems and 0 < len(stems[stem]) <= MAX_CANDIDATE_FILES:
+                    named.setdefault(word, stems[stem])
+                    break
+        if named:
+            df, total = document_frequencies(conn, list(named))
+            for word, paths in named.items():
+                if df.get(word, 0) > max(MODULE_WORD_MAX_DF * total, MODULE_WORD_MIN_DF):
+                    continue
+                for path in paths:
+                    if path not in clues.paths:
+                        clues.paths.append(path)
+                        clues.label(path, f"module word `{word}`")
+    del clues.paths[MAX_MODULE_FILES:]
+    return clues
+
+
+def _looks_like_test(path: str) -> bool:
+    base = path.rsplit("/", 1)[-1]
+    return base.startswith("test_") or base.endswith("_test.py") or "/tests/" in "/" + path or "/test/" in "/" + path

@@ -34,11 +34,11 @@ from cogd.config import RetrieveConfig
 from cogd.fusion import BM25, HYBRID, VECTOR, reciprocal_rank_fusion
 from cogd.index import store
 from cogd.index.vectors import DenseIndex
-from cogd.retrieve.clues import Clues, resolve
+from cogd.retrieve.clues import Clues, resolve, resolve_modules
 from cogd.retrieve.feedback import Feedback
-from cogd.retrieve.lexical import Hit, bm25_search, message_trigrams, phrase_search, query_terms, weighted_terms
-from cogd.retrieve.priors import names_vendored, vendored_name
-from cogd.retrieve.prompt import PromptParts, analyze, message_phrases
+from cogd.retrieve.lexical import MAX_QUERY_TERMS, SHORT_PROMPT_CHARS, Hit, bm25_search, message_trigrams, phrase_search, query_terms, weighted_terms
+from cogd.retrieve.priors import names_vendored, vendored_name, vendored_root
+from cogd.retrieve.prompt import PromptParts, analyze, compound_names, message_phrases, strip_template
 
 KIND_PRIOR = {"file": 0.7, "module": 0.8, "class": 0.9, "function": 1.0, "method": 1.0, "constant": 0.8}
 EXAMPLE_PRIOR = 0.7  # examples, demos, docs, benchmarks and scripts use the code but implement none of it
@@ -185,6 +185,14 @@ def _vector_lists(query_vector: np.ndarray, dense: DenseIndex, config: RetrieveC
     return lists
 
 
+def _top_level_names(conn: sqlite3.Connection) -> set[str]:
+    """Lower-cased names of the tree's top-level directories that hold indexed files (the
+    project's packages: ``sphinx``, ``pylint``), one query."""
+    rows = conn.execute("SELECT DISTINCT substr(path, 1, instr(path, '/') - 1) FROM files "
+                        "WHERE status = 'ok' AND instr(path, '/') > 0").fetchall()
+    return {r[0].lower() for r in rows if r[0]}
+
+
 def _message_list(conn: sqlite3.Connection, parts: PromptParts, config: RetrieveConfig,
                   kinds: tuple[str, ...] | None, signals: dict[str, dict],
                   tests_ok: bool) -> list[tuple[str, float, list[str]]]:
@@ -196,12 +204,17 @@ def _message_list(conn: sqlite3.Connection, parts: PromptParts, config: Retrieve
     if config.message_weight <= 0:
         return []
     phrases: list[str] = []
+    symbols = parts.symbols
+    if config.template_filter and symbols:
+        # ``sphinx-build``, ``pylint-config``: the project's own commands, run in every report.
+        own = _top_level_names(conn)
+        symbols = [s for s in symbols if s.lstrip("-").split("-", 1)[0] not in own]
     for message in parts.messages[:12]:
         phrases.extend(message_phrases(message))
     printed = [s.replace("-", " ") for s in parts.printed_symbols[:12]]  # the tokenizer splits on "-"
     wanted = (
-        ("symbol", [s.lstrip("-").replace("-", " ") for s in parts.symbols[:12]],
-         f"symbol `{parts.symbols[0]}`" if len(parts.symbols) == 1 else "a hyphenated name"),
+        ("symbol", [s.lstrip("-").replace("-", " ") for s in symbols[:12]],
+         f"symbol `{symbols[0]}`" if len(symbols) == 1 else "a hyphenated name"),
         ("message", printed + message_trigrams(phrases),
          f"error message “{parts.messages[0][:60]}”" if len(parts.messages) == 1 else "a printed message"),
     )
@@ -261,6 +274,53 @@ def _fuse_learned(feedback: Feedback, text: str, config: RetrieveConfig, fused: 
                 sig[f"{source}_commits"] = list(commits[:3])  # labels, e.g. "1a2b3c4d subject"
 
 
+def _bm25_list(conn: sqlite3.Connection, text: str, parts: PromptParts, config: RetrieveConfig,
+               kinds: tuple[str, ...] | None, signals: dict[str, dict]) -> tuple[str, float, list[str]]:
+    """The BM25 list of the fusion: a long prompt's terms chosen by weight from its text without
+    the issue template's scaffolding (in every report, so no clue), a short one's as always."""
+    searched = strip_template(text) if config.template_filter and is_long(parts) else text
+    # A short prompt keeps its terms exactly as before, whatever the long-prompt budget.
+    budget = config.long_prompt_terms if len(text) > SHORT_PROMPT_CHARS else MAX_QUERY_TERMS
+    terms = weighted_terms(conn, searched, term_boosts(parts), max_terms=budget) if config.idf_terms else None
+    lexical = bm25_search(conn, searched, limit=config.candidates, kinds=kinds, terms=terms)
+    for rank, hit in enumerate(lexical, 1):
+        signals.setdefault(hit.id, {}).update(bm25_rank=rank, bm25=round(hit.score, 3))
+    return (BM25, config.bm25_weight, [h.id for h in lexical])
+
+
+def _add_module_list(conn, parts: PromptParts, config: RetrieveConfig, found: Clues, tests_ok: bool,
+                     kinds: tuple[str, ...] | None, signals: dict[str, dict], lists: list) -> None:
+    """The files the prompt names as modules (:func:`cogd.retrieve.clues.resolve_modules`):
+    their file entities one more fusion list (``retrieve.module_weight``), and the files
+    among the clue files for the file-level ranking, after the frames' and paths'."""
+    prose = strip_template(parts.prose) if config.template_filter else parts.prose
+    modules = resolve_modules(conn, parts, prose, tests_ok=tests_ok)
+    ids = [p for p in modules.paths if p not in found.files]
+    if kinds:
+        rows = store.entities_by_ids(conn, ids)
+        ids = [i for i in ids if i in rows and rows[i][1] in kinds]
+    for rank, path in enumerate(ids, 1):
+        sig = signals.setdefault(path, {})
+        sig["module_rank"] = rank
+        if "part" not in sig or str(sig["part"]).startswith("prose window"):
+            sig["part"] = modules.labels.get(path, "module")
+    if ids:
+        lists.append(("module", config.module_weight, ids))
+
+
+def _add_compound_names(conn: sqlite3.Connection, parts: PromptParts, text: str, found: Clues, tests_ok: bool) -> None:
+    """Append to ``found.identifiers`` the definitions of the code spellings of the prompt's
+    markup and option names (:func:`cogd.retrieve.prompt.compound_names`), after its own identifiers."""
+    names = compound_names(parts, text)
+    if not names:
+        return
+    extra = resolve(conn, PromptParts(identifiers=names), tests_ok=tests_ok)
+    for entity_id in extra.identifiers:
+        if entity_id not in found.identifiers:
+            found.identifiers.append(entity_id)
+            found.label(entity_id, extra.labels[entity_id] + " (spelled as markup or an option in the prompt)")
+
+
 def retrieve(
     conn: sqlite3.Connection,
     text: str,
@@ -295,19 +355,19 @@ def retrieve(
     signals: dict[str, dict] = {}
     lists: list[tuple[str, float, list[str]]] = []
     parts = parts if parts is not None else analyze(text)
+    found = resolve(conn, parts, tests_ok=tests_wanted(text, parts, config.strict_test_prior))
     if mode in (BM25, HYBRID):
-        terms = weighted_terms(conn, text, term_boosts(parts)) if config.idf_terms else None
-        lexical = bm25_search(conn, text, limit=config.candidates, kinds=kinds, terms=terms)
-        for rank, hit in enumerate(lexical, 1):
-            signals.setdefault(hit.id, {}).update(bm25_rank=rank, bm25=round(hit.score, 3))
-        lists.append((BM25, config.bm25_weight, [h.id for h in lexical]))
+        lists.append(_bm25_list(conn, text, parts, config, kinds, signals))
     if mode in (VECTOR, HYBRID) and query_vector is not None and dense is not None:
         lists.extend(_vector_lists(query_vector, dense, config, kinds, signals))
 
-    found = resolve(conn, parts, tests_ok=tests_wanted(text, parts, config.strict_test_prior))
     tests_ok = tests_wanted(text, parts, config.strict_test_prior, found.files)
+    if config.compound_names:
+        _add_compound_names(conn, parts, text, found, tests_ok)
     if clues is not None:
         clues.__dict__.update(found.__dict__)
+    if config.module_weight > 0 and is_long(parts):
+        _add_module_list(conn, parts, config, found, tests_ok, kinds, signals, lists)
     lists.extend(_clue_lists(conn, found, config, kinds, signals))
     lists.extend(_message_list(conn, parts, config, kinds, signals, tests_ok))
 
@@ -373,44 +433,69 @@ def similarity_matrix(hits: list[Hit], vectors: dict[str, np.ndarray]) -> np.nda
     return sim
 
 
-def file_ranking(hits: list[Hit], clue_files: list[str]) -> dict[str, float]:
+def file_ranking(hits: list[Hit], clue_files: list[str], agg: str = "decay",
+                 named_files: dict[str, float] | None = None) -> dict[str, float]:
     """Each file's aggregated evidence, in [0, 1]: its entities' scores as a decaying sum
-    (best + ½ second + ¼ third …, so one strong definition counts more than many weak
-    ones), plus half the best file's evidence for a file a frame or path named; scaled
-    by the best file's."""
+    (``agg="decay"``: best + ½ second + ¼ third …, so one strong definition counts more than
+    many weak ones; ``"max"`` the best alone; ``"sum"`` all), plus half the best file's evidence
+    for a file a frame or path named, plus ``named_files[path]`` times the best file's for a
+    file under a directory or module the prose names; scaled by the best file's."""
     by_file: dict[str, list[float]] = {}
     for hit in hits:
         by_file.setdefault(hit.path, []).append(hit.score)
-    evidence = {path: sum(s * 0.5 ** i for i, s in enumerate(sorted(scores, reverse=True)))
-                for path, scores in by_file.items()}
+    if agg == "max":
+        evidence = {path: max(scores) for path, scores in by_file.items()}
+    elif agg == "sum":
+        evidence = {path: sum(scores) for path, scores in by_file.items()}
+    else:
+        evidence = {path: sum(s * 0.5 ** i for i, s in enumerate(sorted(scores, reverse=True)))
+                    for path, scores in by_file.items()}
     top = max(evidence.values(), default=0.0) or 1.0
     for path in clue_files:
         if path in evidence:
             evidence[path] += 0.5 * top
+    for path, share in (named_files or {}).items():
+        if path in evidence:
+            evidence[path] += share * top
     top = max(evidence.values(), default=0.0) or 1.0
     return {path: value / top for path, value in evidence.items()}
 
 
-def select(
-    hits: list[Hit], config: RetrieveConfig, *, per_file_cap: int, prompt: str = "",
-    dense: DenseIndex | None = None, limit: int = 40, feedback: Feedback | None = None,
-    parts: PromptParts | None = None, clues: Clues | None = None, vendored: list[str] = (),
-) -> list[Hit]:
-    """Priors, feedback, file-level ranking, then MMR with a per-file cap: the order a pack shows items in.
+_PROSE_WORD = re.compile(r"[A-Za-z][A-Za-z0-9_]{3,}")
 
-    Priors: kind; tests (:func:`tests_wanted`); examples and docs; vendored code
-    (``retrieve.vendor_prior``, unless the prompt names the vendored project; ``vendored``
-    are ``.gitattributes`` patterns, :func:`cogd.retrieve.priors.vendored_patterns`).
-    With ``retrieve.file_rank_weight`` > 0 an entity gains that share of the top score times
-    its file's evidence (:func:`file_ranking`). Relevance is the resulting score scaled to
-    [0, 1]. A file entity is dropped once an entity inside it is selected (the narrower
-    item says the same with line numbers). Returns at most ``limit`` hits.
-    """
-    if not hits:
-        return []
-    parts = parts if parts is not None else analyze(prompt)
-    clue_files = clues.files if clues is not None else []
-    tests_ok = tests_wanted(prompt, parts, config.strict_test_prior, clue_files if clues is not None else None)
+
+def module_words(hits: list[Hit], parts: PromptParts, weight: float, template_filter: bool = True) -> dict[str, float]:
+    """Files among ``hits`` whose directory or module name is a word of the prompt's prose or
+    identifiers (``autodoc`` → ``sphinx/ext/autodoc/…``, ``pyreverse`` → ``pylint/pyreverse/…``,
+    ``napoleon`` → ``sphinx/ext/napoleon.py``), each with ``weight`` (:func:`file_ranking`
+    adds that share of the best file's evidence). A name shared by more than a quarter of the
+    candidate files (``util``, ``config``…) names none of them."""
+    prose = strip_template(parts.prose[:20_000]) if template_filter else parts.prose[:20_000]
+    words = {w.lower() for w in _PROSE_WORD.findall(prose)}
+    words.update(i.rsplit(".", 1)[-1].lower() for i in parts.identifiers)
+    if not words:
+        return {}
+    files = {h.path for h in hits}
+    named: dict[str, set[str]] = {}
+    for path in files:
+        pieces = path.split("/")
+        stem = pieces[-1].rsplit(".", 1)[0]
+        for piece in set(pieces[:-1]) | {stem}:
+            if piece.lower() in words and piece not in ("__init__", "src", "lib"):
+                named.setdefault(piece, set()).add(path)
+    out: dict[str, float] = {}
+    for piece, paths in named.items():
+        if len(paths) <= max(len(files) // 4, 1):
+            for path in paths:
+                out[path] = weight
+    return out
+
+
+def _apply_priors(hits: list[Hit], config: RetrieveConfig, prompt: str, parts: PromptParts, clue_files: list[str],
+                  resolved: bool, vendored: list[str], package_roots: dict[str, str] | None) -> None:
+    """Scale each hit's score by its priors (kind; vendored; tests; examples and docs), each
+    recorded in its ``signals`` (see :func:`select`)."""
+    tests_ok = tests_wanted(prompt, parts, config.strict_test_prior, clue_files if resolved else None)
     examples_strict = config.strict_test_prior and is_long(parts)
     if examples_strict:  # a bug report says "docs" without meaning doc/ examples: as a test then
         examples_ok = any(_EXAMPLE_PATH.search(p) for p in clue_files)
@@ -420,9 +505,14 @@ def select(
     for hit in hits:
         prior = KIND_PRIOR.get(hit.kind, 1.0)
         vendor = vendored_name(hit.path, vendored) if config.vendor_prior != 1.0 else None
+        marker = None
+        if vendor is None and package_roots and config.vendor_prior != 1.0:
+            found = vendored_root(hit.path, package_roots)
+            if found:
+                vendor, marker = found[0].rsplit("/", 1)[-1], found[1]
         if vendor and not names_vendored(prompt_lower, vendor, clue_files, hit.path):
             prior *= config.vendor_prior
-            hit.signals["vendored"] = vendor
+            hit.signals["vendored"] = marker or vendor
         elif not tests_ok and is_test_path(hit.path):
             prior *= config.test_prior
             hit.signals["test_prior"] = True
@@ -430,8 +520,35 @@ def select(
             prior *= config.test_prior if examples_strict else EXAMPLE_PRIOR
         hit.signals["prior"] = round(prior, 3)
         hit.score *= prior
+
+
+def select(
+    hits: list[Hit], config: RetrieveConfig, *, per_file_cap: int, prompt: str = "",
+    dense: DenseIndex | None = None, limit: int = 40, feedback: Feedback | None = None,
+    parts: PromptParts | None = None, clues: Clues | None = None, vendored: list[str] = (),
+    package_roots: dict[str, str] | None = None,
+) -> list[Hit]:
+    """Priors, feedback, file-level ranking, then MMR with a per-file cap: the order a pack shows items in.
+
+    Priors: kind; tests (:func:`tests_wanted`); examples and docs; vendored code
+    (``retrieve.vendor_prior``, unless the prompt names the vendored project; ``vendored``
+    are ``.gitattributes`` patterns, :func:`cogd.retrieve.priors.vendored_patterns`;
+    ``package_roots`` the directories with their own licence or metadata,
+    :func:`cogd.retrieve.priors.package_roots`, the marker named in ``--explain``).
+    With ``retrieve.file_rank_weight`` > 0 an entity gains that share of the top score times
+    its file's evidence (:func:`file_ranking`). Relevance is the resulting score scaled to
+    [0, 1]. A file entity is dropped once an entity inside it is selected (the narrower
+    item says the same with line numbers). Returns at most ``limit`` hits.
+    """
+    if not hits:
+        return []
+    parts = parts if parts is not None else analyze(prompt)
+    clue_files = clues.files if clues is not None else []
+    _apply_priors(hits, config, prompt, parts, clue_files, clues is not None, vendored, package_roots)
     if config.file_rank_weight > 0:
-        ranking = file_ranking(hits, clue_files)
+        named = (module_words(hits, parts, config.module_word_weight, config.template_filter)
+                 if config.module_word_weight > 0 else None)
+        ranking = file_ranking(hits, clue_files, config.file_rank_agg, named)
         order_of = {path: n for n, path in enumerate(sorted(ranking, key=ranking.get, reverse=True), 1)}
         best = max(h.score for h in hits)
         for hit in hits:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 import sqlite3
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -25,7 +26,7 @@ from cogd.retrieve.feedback import Feedback
 from cogd.retrieve.clues import Clues
 from cogd.retrieve.hybrid import is_test_path, retrieve, select
 from cogd.retrieve.lexical import Hit, query_terms
-from cogd.retrieve.priors import vendored_patterns
+from cogd.retrieve.priors import cached_package_roots, vendored_patterns
 from cogd.retrieve.prompt import analyze
 from cogd.retrieve.repomap import RankedGraph, map_entities
 
@@ -287,7 +288,7 @@ def prompt_pack(
                     feedback=feedback, parts=parts, clues=clues)
     ranked = select(hits, retrieve_config, per_file_cap=config.per_file_cap, prompt=prompt, dense=dense,
                     limit=config.max_items + config.max_pointers, feedback=feedback, parts=parts, clues=clues,
-                    vendored=vendored_patterns(root))
+                    vendored=vendored_patterns(root), package_roots=_package_roots(conn, root, retrieve_config))
     # Embeddings are named only when some vector could have ranked an item: a query vector is
     # computed as soon as the model loads, long before the entities have theirs.
     vectors = query_vector is not None and dense is not None and len(dense) > 0
@@ -302,6 +303,25 @@ def prompt_pack(
         ranked = pins + [h for h in ranked if h.id not in pinned_ids]
         header += "(the first items are this session's working set, re-added after compaction)\n"
     return assemble(conn, root, header, ranked, config, preface=preface)
+
+
+PACKAGE_ROOTS_TTL_S = 600
+
+
+def _package_roots(conn: sqlite3.Connection, root: Path, config: RetrieveConfig) -> dict[str, str]:
+    """The tree's vendored package directories (:func:`cogd.retrieve.priors.package_roots`),
+    listed again when the number of indexed files changes (a copied package brings files) and
+    at most every ``PACKAGE_ROOTS_TTL_S`` otherwise (a licence file alone is not indexed), so
+    a save between two prompts costs no listing; {} when the vendored prior is off or the
+    tree cannot be listed."""
+    if config.vendor_prior == 1.0:
+        return {}
+    try:
+        count = conn.execute("SELECT count(*) FROM files").fetchone()[0]
+        freshness = (count, int(time.time() // PACKAGE_ROOTS_TTL_S))
+        return cached_package_roots(root, freshness)
+    except (OSError, sqlite3.Error, ValueError):
+        return {}
 
 
 def _hits_by_ids(conn: sqlite3.Connection, entity_ids: list[str], score: float) -> list[Hit]:
