@@ -105,6 +105,13 @@ def test_an_error_quoting_hostile_text_shows_it_visibly(hostile):
     proc = cogd(root, "--root", str(missing), "status", check=False)
     assert proc.returncode == 1
     assert f"{root.parent}/gone⟨U+001B⟩]52;c;ZXZpbA==⟨U+0007⟩⟨U+202E⟩ is not a directory" in proc.stderr
+    # The other commands that quote the repository: doctor's findings, the daemon's log lines.
+    assert "config" in cogd(root, "doctor", check=False).stdout
+    # a log line quoting a hostile file name, as the daemon's warnings about a file do
+    with open(root / ".cogd" / "logs" / "daemon.log", "a", encoding="utf-8") as log:
+        log.write(f"2026-01-01 00:00:00,000 1 WARNING cogd.test: skipped {CLEARING}: {OSC52}\n")
+    # (click.echo drops a CSI such as CLEAR itself when its output is not a terminal)
+    assert "skipped pkg/cleared.py: ⟨U+001B⟩]52;c;ZXZpbA==⟨U+0007⟩" in cogd(root, "logs", "-n", "5").stdout
 
 
 def test_memory_commands_show_hostile_text_visibly_and_export_stays_exact(hostile):
