@@ -185,10 +185,13 @@ def read_pty(argv, cwd, timeout=120.0) -> bytes:
 
 def test_on_a_real_terminal_nothing_of_the_repository_is_interpreted(hostile):
     root, _ = hostile
-    out = read_pty([COGD, "show", "pkg/evil.py::frobnicate_widget"], root).decode("utf-8")
-    out = out.replace("\r\n", "\n")  # the terminal's own line discipline
-    assert_clean(SGR.sub("", out), "cogd show on a pty")
-    assert "⟨U+001B⟩]52;c;ZXZpbA==⟨U+0007⟩" in out and "⟨U+202E⟩desrever" in out
+    for args in (["show", "pkg/evil.py::frobnicate_widget"], ["context", "frobnicate the widget"]):
+        # show prints through rich, context's pack through click.echo (which keeps a CSI on a terminal)
+        out = read_pty([COGD, *args], root).decode("utf-8")
+        out = out.replace("\r\n", "\n")  # the terminal's own line discipline
+        assert_clean(SGR.sub("", out), f"cogd {args[0]} on a pty")
+        assert "⟨U+001B⟩]52;c;ZXZpbA==⟨U+0007⟩" in out and "⟨U+202E⟩desrever" in out, args
+        assert "⟨U+001B⟩[2J" in out, args
 
 
 def test_cogd_up_prints_its_sample_pack_visibly(hostile):
