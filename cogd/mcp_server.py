@@ -12,7 +12,8 @@ Tools (input schemas come from the signatures below; results are JSON objects):
     entities ranked by BM25 and/or embeddings: ``{"mode", "hits": [...]}``.
 ``get_context(prompt, session_id?)``
     the context pack a prompt hook would inject, recorded as a delivery in the
-    ledger (session ``session_id``, default this server's own ``mcp-…`` id).
+    ledger (session ``session_id``, default this server's own ``mcp-…`` id; client
+    ``mcp:NAME``, NAME the client's own from MCP's initialize, see :func:`client_label`).
 ``get_entity(id, body_chars?)``
     one entity with its edges both ways, its body (trimmed) and delivery counts.
 ``get_callers(id, limit?)`` / ``get_callees(id, limit?)``
@@ -34,13 +35,14 @@ search results) [not_found]``.
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import uuid
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import anyio
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import Field
 
@@ -58,6 +60,10 @@ CALL_TIMEOUT_S = 60.0
 START_TIMEOUT_S = 60.0
 FIRST_INDEX_WAIT_S = 60.0  # a daemon this server started: wait this long for its first index
 BODY_CHARS_DEFAULT = 4000
+CLIENT_NAME_CHARS = 32  # of the client's own name, in the ledger's client label
+# What a client's name may hold in the ledger: it is the client's word, shown by `cogd stats` and
+# the viewer; anything else (controls, markup, quotes) becomes "_".
+_NAME_UNSAFE = re.compile(r"[^A-Za-z0-9._+@/ -]+")
 
 INSTRUCTIONS = """\
 cogd indexes this repository's code (tree-sitter entities, call edges, embeddings).
@@ -123,6 +129,21 @@ class DaemonLink:
         return await anyio.to_thread.run_sync(self.call, method, params)
 
 
+def client_label(ctx: Context | None) -> str:
+    """The ledger's client for a delivery through this server: ``mcp:NAME``, NAME the
+    ``clientInfo.name`` the client sent in MCP's initialize request (or the request envelope of
+    the newer protocol), with anything outside letters, digits and ``._+@/ -`` replaced by ``_``
+    and cut to :data:`CLIENT_NAME_CHARS`; plain ``mcp`` when the client sent no name or the SDK's
+    placeholder ``mcp``. Never raises: a request without a context is ``mcp``."""
+    try:
+        params = ctx.request_context.session.client_params if ctx is not None else None
+        name = params.client_info.name if params is not None and params.client_info is not None else ""
+    except (AttributeError, ValueError):  # no request context: not inside a request
+        name = ""
+    name = _NAME_UNSAFE.sub("_", name if isinstance(name, str) else "")[:CLIENT_NAME_CHARS].strip(" _")
+    return f"mcp:{name}" if name and name != "mcp" else "mcp"
+
+
 def _entity_summary(row: dict) -> dict:
     keep = ("id", "kind", "path", "start_line", "end_line", "signature", "resolution", "distance", "via")
     return {k: row[k] for k in keep if k in row}
@@ -162,13 +183,14 @@ def _add_search_tools(server: MCPServer, link: DaemonLink, own_session: str) -> 
     async def get_context(
         prompt: Annotated[str, Field(min_length=1, max_length=100_000, description="the task or question")],
         session_id: Annotated[str | None, Field(max_length=200, description="ledger session id (default: this MCP session)")] = None,
+        ctx: Context | None = None,
     ) -> dict[str, Any]:
         """The ranked context pack for a task, as the prompt hook injects it; recorded as a delivery.
 
         Example: {"prompt": "the date in an email header is parsed wrong"}.
         """
         pack = await link.acall("context.prompt", {"prompt": prompt, "session_id": session_id or own_session,
-                                                   "record": True})
+                                                   "record": True, "client": client_label(ctx)})
         items = [{"id": i["entity_id"], "kind": i["kind"], "path": i["path"], "start_line": i["start_line"],
                   "end_line": i["end_line"], "rank": i["rank"], "pointer": i.get("pointer", False)}
                  for i in pack.get("items", [])]

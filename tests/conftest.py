@@ -351,10 +351,17 @@ class Daemon:
         return json.loads(run_cogd(self.root, "status", "--json").stdout)
 
     def stop(self) -> None:
-        """``cogd stop``, then stop any daemon still running for this root (one a hook
-        started a moment before, whose pid file ``cogd stop`` could not read yet)."""
+        """What ``cogd stop`` does (:func:`cogd.rpc.control.stop`: SIGTERM, then wait until the
+        lock is free), in this process: a teardown need not pay for a CLI's start-up (tests of
+        ``cogd stop`` itself run the command). Then stop any daemon still running for this root
+        (one a hook started a moment before, whose pid file could not be read yet)."""
+        from cogd.paths import Layout
+        from cogd.rpc import control
+
         try:
-            run_cogd(self.root, "stop", check=False)
+            control.stop(Layout(self.root))
+        except Exception:  # an unsafe or missing .cogd/run: found by /proc below all the same
+            pass
         finally:
             stop_daemons(self.root)
 

@@ -188,8 +188,12 @@ def endless_listener(tmp_path):
     thread.start()
     yield root, sent
     stop.set()
+    # close() alone does not wake a thread blocked in accept() on Linux (the join then waited its
+    # whole 10 s); shutdown() does, with an OSError the loop returns on.
+    server.shutdown(socket.SHUT_RDWR)
     server.close()
     thread.join(timeout=10)
+    assert not thread.is_alive()
 
 
 @pytest.mark.parametrize("event", ["prompt-submit", "post-tool-use", "session-end"])

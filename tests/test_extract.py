@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from cogd.index.extract import content_hash, extract, line_count
+from cogd.index.extract import MAX_SIGNATURE_CHARS, content_hash, cut_signature, extract, line_count
 from cogd.index.languages import LANGUAGES, grammar, language_for_path
 
 
@@ -179,6 +179,40 @@ def test_python_names_signatures_docs():
     assert e["pkg/tables.py::Outer.fetch"].doc == "Fetch it."
     assert e["pkg/tables.py::plain~2"].qualname == "plain"
     assert e["pkg/tables.py::plain~3"].name == "plain"
+
+
+def test_a_signature_over_the_limit_is_cut_visibly():
+    params = ", ".join(f"parameter_number_{i}: int = {i}" for i in range(12))
+    source = src(f"""
+        def many({params}) -> dict:
+            return {{}}
+
+        def fits(a):
+            return a
+    """)
+    e = by_id(extract("pkg/wide.py", source, "python"))
+    whole = f"def many({params}) -> dict"
+    assert len(whole) > MAX_SIGNATURE_CHARS
+    cut = e["pkg/wide.py::many"].signature
+    assert cut.endswith("…") and len(cut) <= MAX_SIGNATURE_CHARS
+    assert whole.startswith(cut[:-1]) and len(cut) >= MAX_SIGNATURE_CHARS - 2  # only a trailing space may go
+    assert e["pkg/wide.py::fits"].signature == "def fits(a)"
+
+
+def test_cut_signature_keeps_exact_fits_and_whole_characters():
+    exact = "x" * MAX_SIGNATURE_CHARS
+    assert cut_signature(exact) == exact
+    assert cut_signature(exact + "y") == "x" * (MAX_SIGNATURE_CHARS - 1) + "…"
+    # "é" as e + COMBINING ACUTE ACCENT across the cut: both go, not the accent alone
+    accented = "a" * 238 + "e\u0301" + "tail"
+    assert cut_signature(accented) == "a" * 238 + "…"
+    # a woman technologist (woman, ZWJ, laptop) across the cut: the whole sequence goes
+    emoji = "b" * 237 + "\U0001f469\u200d\U0001f4bb" + "tail"
+    assert cut_signature(emoji) == "b" * 237 + "…"
+    # a thumbs up with its skin tone modifier across the cut
+    toned = "c" * 238 + "\U0001f44d\U0001f3fd" + "tail"
+    assert cut_signature(toned) == "c" * 238 + "…"
+    assert cut_signature("def f(a, " + "z" * 300, limit=10) == "def f(a,…"  # the space before the cut goes
 
 
 def test_python_contains_edges_follow_parents():

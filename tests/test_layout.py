@@ -26,7 +26,7 @@ PROTOCOL = REPO / "docs" / "protocol.md"
 # ``cogd`` alone is the package's ``__init__`` only. docs/architecture.md lists the same.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("foundation", ("cogd", "cogd.errors", "cogd.faults", "cogd.safepath", "cogd.committed",
-                    "cogd.config", "cogd.paths", "cogd.rpc", "cogd.recovery", "cogd.fusion", "cogd.inlist", "cogd.ages",
+                    "cogd.config", "cogd.paths", "cogd.rpc", "cogd.recovery", "cogd.fusion", "cogd.inlist", "cogd.ages", "cogd.visible",
                     "cogd.clients")),
     ("secrets", ("cogd.secrets",)),
     ("index", ("cogd.index",)),

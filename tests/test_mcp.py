@@ -13,6 +13,7 @@ import sqlite3
 
 import pytest
 from mcp import Client, StdioServerParameters
+from mcp.types import Implementation
 
 from cogd.index import store
 from cogd.cli.install import SettingsError, install_mcp_server
@@ -33,11 +34,12 @@ def repo(tmp_path_factory):
     Daemon(root).stop()
 
 
-def _session(root, calls):
-    """Run ``calls(client)`` against a fresh ``cogd mcp`` process in ``root``; returns its result."""
+def _session(root, calls, client_info=None):
+    """Run ``calls(client)`` against a fresh ``cogd mcp`` process in ``root``; returns its result.
+    ``client_info``: the Implementation the client introduces itself with (default: the SDK's)."""
     async def main():
         params = StdioServerParameters(command=COGD, args=["mcp"], cwd=str(root))
-        async with Client(params, read_timeout_seconds=WAIT_S) as client:
+        async with Client(params, read_timeout_seconds=WAIT_S, client_info=client_info) as client:
             return await calls(client)
     return asyncio.run(main())
 
@@ -112,6 +114,24 @@ def test_get_context_records_a_delivery(repo):
     with sqlite3.connect(db) as conn:
         row = conn.execute("SELECT session_id, item_count FROM deliveries WHERE id = ?", (pack["delivery_id"],)).fetchone()
     assert row == ("mcp-test", len(pack["items"]))
+
+
+def test_a_delivery_names_the_mcp_client(repo):
+    """The ledger's client of an MCP delivery is the name the client gave in the handshake,
+    made safe and bounded; a client that gave the SDK's placeholder is plain ``mcp``."""
+    async def calls(client):
+        return await client.call_tool("get_context", {"prompt": "decoding JSON with an object hook"})
+
+    names = {"Evil\x1b]52;c;eA==\x07 [bold]Agent\u202e/2 " + "x" * 80: "mcp:Evil_52_c_eA_ _bold_Agent_/2 xxx",
+             "mcp": "mcp"}  # a session costs seconds: the hostile name covers the plain one too
+    for name, label in names.items():
+        result = _session(repo, calls, Implementation(name=name, version="1.0"))
+        assert not result.is_error, result.content
+        with sqlite3.connect(repo / ".cogd" / "state.db") as conn:
+            row = conn.execute("SELECT client FROM deliveries WHERE id = ?",
+                               (result.structured_content["delivery_id"],)).fetchone()
+        assert row == (label,), name
+    assert len("mcp:Evil_52_c_eA_ _bold_Agent_/2 xxx") == len("mcp:") + 32  # cut to CLIENT_NAME_CHARS
 
 
 def test_errors_are_tool_errors(repo):

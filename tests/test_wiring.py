@@ -142,8 +142,13 @@ class FakeDaemon:
             conn.sendall(self.answer)
 
     def close(self) -> None:
+        try:  # wakes an accept() still waiting (close() alone does not, on Linux)
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
         self.sock.close()
         self.thread.join(5)
+        assert not self.thread.is_alive()
 
 
 @pytest.fixture

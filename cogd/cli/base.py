@@ -18,16 +18,18 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import click
-from rich.console import Console
 
 from cogd.config import load_config
 from cogd.errors import CogdError
 from cogd.paths import Layout, find_root
 from cogd.rpc import control
 from cogd.rpc.client import DaemonUnavailable, RemoteError, call as rpc_call
+from cogd.cli.terminal import VisibleConsole, visible_streams
 
-console = Console(highlight=False)
-err = Console(stderr=True, highlight=False)
+# What a command prints shows the repository's text, never lets it act on the terminal
+# (cogd.cli.terminal): these consoles, and the streams while the group runs.
+console = VisibleConsole(highlight=False)
+err = VisibleConsole(stderr=True, highlight=False)
 
 ULID = re.compile(r"^[0-9A-HJKMNP-TV-Z]{26}$")  # a memory id; code ids hold "::" or a path
 
@@ -54,6 +56,12 @@ def edge_message(exc: BaseException) -> str | None:
 class CogdGroup(click.Group):
     """The ``cogd`` group: every command's errors are mapped to a message here, once
     (:func:`edge_message`), so no command translates exceptions itself."""
+
+    def main(self, *args, **kwargs):
+        """click's ``main`` with ``sys.stdout``/``sys.stderr`` showing control and bidirectional
+        characters visibly (:func:`cogd.cli.terminal.visible_streams`), error messages included."""
+        with visible_streams():
+            return super().main(*args, **kwargs)
 
     def invoke(self, ctx: click.Context):
         try:

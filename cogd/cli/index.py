@@ -7,6 +7,7 @@ import json
 import time
 
 import click
+from rich.markup import escape
 from rich.table import Table
 
 from cogd.ages import format_age
@@ -73,9 +74,9 @@ def search(ctx: click.Context, query: str, kind: str | None, limit: int, mode: s
     table = Table("score", "kind", "id", "lines")
     table.columns[2].overflow = "fold"  # ids stay whole: they are meant to be copied
     for hit in hits:
-        table.add_row(f"{hit['score']:.4f}", hit["kind"], hit["id"], f"{hit['start_line']}-{hit['end_line']}")
+        table.add_row(f"{hit['score']:.4f}", hit["kind"], escape(hit["id"]), f"{hit['start_line']}-{hit['end_line']}")
         if explain:
-            table.add_row("", "", f"[dim]{_explain(hit['signals'])}[/]", "")
+            table.add_row("", "", f"[dim]{escape(_explain(hit['signals']))}[/]", "")
     console.print(table)
 
 
@@ -99,8 +100,8 @@ def show(ctx: click.Context, entity_id: str, as_json: bool) -> None:
         click.echo(json.dumps(flat, indent=2))
         return
     e = result["entity"]
-    console.print(f"[bold]{e['id']}[/]  {e['kind']}{' ' + e['subkind'] if e['subkind'] else ''}")
-    console.print(f"{e['path']}:{e['start_line']}-{e['end_line']}  ({e['language']}, hash {e['hash']})")
+    console.print(f"[bold]{escape(e['id'])}[/]  {e['kind']}{' ' + e['subkind'] if e['subkind'] else ''}")
+    console.print(f"{e['path']}:{e['start_line']}-{e['end_line']}  ({e['language']}, hash {e['hash']})", markup=False)
     if e["signature"]:
         console.print(e["signature"], markup=False)
     if e["doc"]:
@@ -190,7 +191,7 @@ def _print_by_client(by_client: dict, title: str = "hit rate by client") -> None
     table = Table("client", "deliveries", "hits", "misses", "pending", "hit rate", *(["tool uses"] if uses else []),
                   title=title)
     for client, row in by_client.items():
-        table.add_row(client or "(unknown)", str(row["deliveries"]), str(row["hits"]), str(row["misses"]),
+        table.add_row(escape(client or "(unknown)"), str(row["deliveries"]), str(row["hits"]), str(row["misses"]),
                       str(row["pending"]), f"{row['hit_rate']:.1%}", *([str(row.get("tool_uses", 0))] if uses else []))
     if not by_client:
         table.add_row("(none yet)", "0", "0", "0", "0", "-", *(["0"] if uses else []))
@@ -240,8 +241,8 @@ def models(ctx: click.Context, as_json: bool) -> None:
     for column in table.columns[1:]:
         column.overflow = "fold"
     for m in found:
-        table.add_row("*" if m.get("active") else "", str(m.get("name", "")), str(m.get("id", "")),
-                      str(m.get("dim", "")), str(m.get("path", "")))
+        table.add_row("*" if m.get("active") else "", escape(str(m.get("name", ""))), escape(str(m.get("id", ""))),
+                      str(m.get("dim", "")), escape(str(m.get("path", ""))))
     console.print(table)
     if not config.embed.enabled:
         console.print("embeddings are disabled ([embed] enabled = false): retrieval is lexical")

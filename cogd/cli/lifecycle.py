@@ -6,6 +6,7 @@ import sys
 import time
 
 import click
+from rich.markup import escape
 
 from cogd import safepath
 from cogd.cli.base import RemoteBackend, console, layout_from, not_up
@@ -32,7 +33,7 @@ def up(ctx: click.Context, no_hooks: bool, local_hooks: bool, wait_embed: float 
     running in the background.
     """
     layout = layout_from(ctx)
-    console.print(f"[bold]cogd[/] for [cyan]{layout.root}[/]")
+    console.print(f"[bold]cogd[/] for [cyan]{escape(str(layout.root))}[/]")
     from cogd.cli.snapshot import pull_before_up  # [snapshot] uri: start from the team's index
 
     pull_before_up(layout)

@@ -78,7 +78,7 @@ def list_(ctx, status: str | None, type_: str | None, limit: int | None, as_json
     table.columns[0].min_width = 26
     for m in memories:
         status_text = m["status"] + (f" ({rough_age(m['updated_at'])})" if m["status"] == "stale" else "")
-        table.add_row(m["id"], m["type"], status_text, date(m["updated_at"]), m["title"])
+        table.add_row(m["id"], m["type"], status_text, date(m["updated_at"]), escape(m["title"]))
     console.print(table)
 
 
@@ -276,7 +276,9 @@ def events(ctx, entity: str | None, limit: int | None, as_json: bool) -> None:
 def export(ctx, path: str) -> None:
     """Write every memory (but pruned ones) as JSON lines to PATH (default: stdout)."""
     memories = run(ctx, "memory.export")["memories"]
-    lines = "".join(json.dumps(m, ensure_ascii=False) + "\n" for m in memories)
+    # To stdout (a terminal, or a pipe into `cogd memory import`), every character outside
+    # ASCII is a \u escape: the lines stay exact while nothing raw reaches a terminal.
+    lines = "".join(json.dumps(m, ensure_ascii=path == "-") + "\n" for m in memories)
     if path == "-":
         click.echo(lines, nl=False)
     else:

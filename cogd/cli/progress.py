@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 
 import click
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
@@ -208,7 +209,7 @@ class Stages:
         """A new stage called ``name`` (the one before should be finished)."""
         self._name, self._started, self._line = name, time.monotonic(), ""
         if self._progress is not None:
-            self._task = self._progress.add_task(name, total=None, count="", note=note)
+            self._task = self._progress.add_task(name, total=None, count="", note=escape(note))
         elif not self.quiet:
             self.console.print(f"{name}: {note or 'started'}", markup=False, highlight=False, soft_wrap=True)
             self._line_at = self._started
@@ -217,7 +218,7 @@ class Stages:
         """The current stage has ``done`` of ``total`` (items of its own unit) done."""
         count = f"{done:,}/{total:,}" if total else ""
         if self._progress is not None:
-            self._progress.update(self._task, total=total or None, completed=done if total else 0, count=count, note=note)
+            self._progress.update(self._task, total=total or None, completed=done if total else 0, count=count, note=escape(note))
             return
         line = " ".join(x for x in (count, note) if x)
         now = time.monotonic()

@@ -99,7 +99,7 @@ def status(ctx: click.Context, as_json: bool) -> None:
         ("last error", result.get("last_error") or "-"),
         *_resolved_rows(result.get("last_resolved")),
     ):
-        table.add_row(f"[bold]{key}[/]", str(value))
+        table.add_row(f"[bold]{key}[/]", escape(str(value)))
     console.print(table)
     _print_recovery(result)
     print_memory_status(result)  # counts, and refused hand edits / broken files with their fix

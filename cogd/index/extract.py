@@ -10,6 +10,7 @@ matches how changes are attributed: ``path::Class.method`` is the finest unit).
 from __future__ import annotations
 
 import re
+import unicodedata
 from dataclasses import dataclass, field
 
 import tree_sitter
@@ -69,7 +70,7 @@ _PRELUDES = {"attribute_item"}
 # Bodies of grammars that do not name the field (Kotlin).
 _BODY_TYPES = {"class_body", "enum_class_body", "function_body"}
 
-MAX_SIGNATURE_CHARS = 240
+MAX_SIGNATURE_CHARS = 240  # a longer signature is cut, and ends with "…" (cut_signature)
 MAX_DOC_CHARS = 2000
 MAX_BODY_CHARS = 16_000  # text kept for FTS and excerpts of one entity
 
@@ -240,7 +241,33 @@ def _signature(node: tree_sitter.Node, body: tree_sitter.Node | None, src: bytes
     if body is not None and node.child_by_field_name("body") is None:
         end = min(end, body.start_byte)  # arrow function held in a declarator
     text = " ".join(_text(src, start, end).split()).rstrip("{:= ").rstrip()
-    return text[:MAX_SIGNATURE_CHARS]
+    return cut_signature(text)
+
+
+# Characters that belong to the one before them: a cut between the two would part a letter from
+# its accent or an emoji from its modifier. Combining marks (categories Mn, Mc, Me) and these:
+# the zero width joiner, the variation selectors, the skin-tone modifiers.
+_JOINING = re.compile("[\u200d\ufe00-\ufe0f\U0001f3fb-\U0001f3ff\U000e0100-\U000e01ef]")
+
+
+def _joins_previous(char: str) -> bool:
+    return unicodedata.category(char) in ("Mn", "Mc", "Me") or _JOINING.match(char) is not None
+
+
+def cut_signature(text: str, limit: int = MAX_SIGNATURE_CHARS) -> str:
+    """``text`` as it is when it has at most ``limit`` characters; else its head and ``"…"``,
+    ``limit`` characters at most in all, so a cut signature says it was cut.
+
+    The cut falls between whole characters as a reader sees them: never between a character and
+    a combining mark, variation selector or skin-tone modifier after it, nor right after a zero
+    width joiner; trailing spaces of the head go. ``limit``: at least 2.
+    """
+    if len(text) <= limit:
+        return text
+    end = limit - 1  # room for the ellipsis
+    while end > 1 and (_joins_previous(text[end]) or text[end - 1] == "\u200d"):
+        end -= 1
+    return text[:end].rstrip() + "…"
 
 
 @dataclass

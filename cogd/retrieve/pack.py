@@ -29,6 +29,7 @@ from cogd.retrieve.lexical import Hit, query_terms
 from cogd.retrieve.priors import cached_package_roots, vendored_patterns
 from cogd.retrieve.prompt import analyze
 from cogd.retrieve.repomap import RankedGraph, map_entities
+from cogd.visible import visible
 
 EXCERPT_READ_BYTES = 16 << 20  # indexed files are far smaller (index.max_file_bytes); a bound all the same
 
@@ -165,8 +166,9 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 def _safe(text: str) -> str:
-    """Control characters (a newline in a file name) would break the markdown: show them as ?."""
-    return _CONTROL.sub("?", text)
+    """Control characters (a newline in a file name) would break the markdown: show them as ?;
+    other hidden characters (C1, bidirectional, zero-width) as :func:`cogd.visible.visible` shows them."""
+    return visible(_CONTROL.sub("?", text))
 
 
 def _render_item(n: int, hit: Hit, excerpt: str, language: str) -> str:
@@ -182,7 +184,9 @@ def _render_item(n: int, hit: Hit, excerpt: str, language: str) -> str:
     if excerpt:
         fence = "```"
         lines.append(f"{fence}{language}\n{excerpt}\n{fence}")
-    return "\n".join(lines) + "\n"
+    # The repository's text (signature, doc, excerpt) with its hidden characters shown: what the
+    # agent reads is what a person reviewing the pack sees (docs/architecture.md, "Untrusted text").
+    return visible("\n".join(lines) + "\n")
 
 
 Preface = tuple[str, list[PackItem]]  # rendered rules/memories and their items (cogd.retrieve.memories)
@@ -192,7 +196,7 @@ def _add_preface(parts: list[str], items: list[PackItem], preface: Preface | Non
     """Append a rendered preface and its items (ranked first); returns the characters added."""
     if not preface or not preface[0]:
         return 0
-    text = preface[0].rstrip() + "\n\n"
+    text = visible(preface[0].rstrip()) + "\n\n"  # memory text, shown as in _render_item
     parts.append(text)
     for item in preface[1]:
         item.rank = len(items) + 1
@@ -240,7 +244,7 @@ def assemble(
         used += len(block)
         items.append(PackItem(hit.id, hit.kind, hit.path, hit.start_line, hit.end_line, hit.score, len(items) + 1,
                               len(block), signals=hit.signals))
-    for section in sections or []:
+    for section in map(visible, sections or []):
         if used + len(section) + 1 <= budget - reserve:
             parts.append("\n" + section)
             used += len(section) + 1

@@ -161,11 +161,11 @@ def build_app(source: Source, token: str, hosts: set[str]) -> Guard:
 
     routes = [
         Route("/", page(lambda q: pages.overview(source))),
-        Route("/sessions", page(lambda q: pages.sessions(source))),
+        Route("/sessions", page(lambda q: pages.sessions(source, q.get("page", "")))),
         Route("/session", page(lambda q: pages.session(source, q.get("id", ""), q.get("explain", "")))),
         Route("/code", page(lambda q: pages.code(source, q.get("sort", ""), q.get("order", "")))),
         Route("/entity", page(lambda q: pages.entity(source, q.get("id", "")))),
-        Route("/memory", page(lambda q: pages.memory(source, q.get("type", ""), q.get("status", "")))),
+        Route("/memory", page(lambda q: pages.memory(source, q.get("type", ""), q.get("status", ""), q.get("page", "")))),
         Route("/memory/item", page(lambda q: pages.memory_item(source, q.get("id", "")))),
         Route("/ask", page(lambda q: pages.ask(source, q.get("q", "")))),
         Route("/static/{name}", static_file),

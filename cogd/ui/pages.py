@@ -18,10 +18,28 @@ from cogd.ui.source import Source
 CHARS_PER_TOKEN = 4  # tokens per pack are estimated as characters / 4, as scripts/replay_sessions.py does
 SESSION_CHART_LIMIT = 30  # the hit rate per session chart shows the latest this many sessions
 FILE_CHART_LIMIT = 15
+PAGE_ROWS = 50  # rows per page of the long lists (sessions, memories)
 
 #: Columns of the code page's table a visitor may sort by, with their default direction.
 FILE_SORTS = {"path": "asc", "entities": "desc", "retrieval_count": "desc", "used_count": "desc",
               "ignored_count": "desc", "utility": "desc"}
+
+
+def paginate(rows: list, page: str, per: int = PAGE_ROWS) -> tuple[list, dict]:
+    """One page of ``rows`` and where it is: ``(rows on it, {"page", "pages", "total", "first",
+    "last"})``, pages counted from 1, ``first``/``last`` the 1-based positions of the rows shown
+    (0 and 0 when there are none).
+
+    ``page``: the query parameter as typed (untrusted): not a positive number is page 1, a page
+    past the last is the last (an address kept from when there were more rows still shows some).
+    """
+    pages = max(1, -(-len(rows) // per))
+    number = int(page) if page.isascii() and page.isdigit() and len(page) < 10 else 1
+    number = min(max(number, 1), pages)
+    start = (number - 1) * per
+    shown = rows[start:start + per]
+    return shown, {"page": number, "pages": pages, "total": len(rows),
+                   "first": start + 1 if shown else 0, "last": start + len(shown)}
 
 
 def overview(source: Source) -> tuple[str, dict]:
@@ -49,9 +67,10 @@ def tokens_per_pack(day: dict) -> int:
     return round(day["chars"] / CHARS_PER_TOKEN / day["deliveries"]) if day["deliveries"] else 0
 
 
-def sessions(source: Source) -> tuple[str, dict]:
+def sessions(source: Source, page: str = "1") -> tuple[str, dict]:
     """Every session with a delivery, latest first, with its outcome counts."""
-    return "sessions.html", {"sessions": source.call("usage.sessions", {"limit": 1000})["sessions"]}
+    shown, pager = paginate(source.call("usage.sessions", {"limit": 1000})["sessions"], page)
+    return "sessions.html", {"sessions": shown, "pager": pager}
 
 
 def session(source: Source, session_id: str, explain: str = "") -> tuple[str, dict]:
@@ -123,9 +142,10 @@ def entity(source: Source, entity_id: str) -> tuple[str, dict]:
     return "entity.html", {**found, "callers": callers, "callees": callees}
 
 
-def memory(source: Source, type_: str, status: str) -> tuple[str, dict]:
+def memory(source: Source, type_: str, status: str, page: str = "1") -> tuple[str, dict]:
     """Memories by type and status (a count table), the list filtered by ``type_``/``status``
-    (empty: all), and the tombstones: rejected and pruned memories with the reason of their rejection."""
+    (empty: all) a page at a time (:func:`paginate`), and the tombstones: rejected and pruned
+    memories with the reason of their rejection."""
     everything = source.call("memory.list")["memories"]
     counts = Counter((m["type"], m["status"]) for m in everything)
     types = sorted({m["type"] for m in everything})
@@ -140,7 +160,8 @@ def memory(source: Source, type_: str, status: str) -> tuple[str, dict]:
             erased.append(event)
     tombstones = [{**m, "reason": reasons.get(m["id"], ("", None, False))}
                   for m in everything if m["status"] in ("rejected", "pruned")]
-    return "memory.html", {"memories": shown, "counts": counts, "types": types, "statuses": statuses,
+    shown, pager = paginate(shown, page)
+    return "memory.html", {"memories": shown, "pager": pager, "counts": counts, "types": types, "statuses": statuses,
                            "type": type_, "status": status, "tombstones": tombstones, "erased": erased,
                            "candidates": counts_of(counts, "candidate")}
 

@@ -301,7 +301,8 @@ class Ledger:
     ) -> int:
         """Store one delivered pack; ``items`` are ``PackItem.as_dict()`` shapes. Returns the delivery id.
 
-        ``client``: the agent it went to (a :data:`cogd.clients.CLIENTS` name; '' when unknown).
+        ``client``: the agent it went to (a :data:`cogd.clients.CLIENTS` name, ``mcp:NAME`` or
+        ``mcp`` through the MCP server (:func:`cogd.mcp_server.client_label`); '' when unknown).
 
         First closes the session's open deliveries this one replaces (their
         pending items become misses, see the module docstring); ``source``
