@@ -109,6 +109,7 @@ import uuid
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _replay_cv  # noqa: E402
 from _replay_tree import (  # noqa: E402
     BIN, PROJECT, Daemon, ReplayError, ScratchTree, clean_env, file_of, gold_form, render_config, run, snapshot,
 )
@@ -122,8 +123,11 @@ READ_MAX_LINES = 2000  # Claude Code's Read returns at most this many lines with
 ARMS: dict[str, dict[str, str]] = {
     "off": {"utility_weight": "0", "working_set_weight": "0", "recency_weight": "0", "association_weight": "0"},
     "on": {},
-    "recency": {"utility_weight": "0", "working_set_weight": "0", "association_weight": "0"},
+    "recency": {"utility_weight": "0", "working_set_weight": "0", "association_weight": "0", "recency_weight": "0.3"},
 }
+# --candidate keys and their short names in an arm's name (u0.5_a0.5_r0_k10)
+CANDIDATE_KEYS = {"utility_weight": "u", "association_weight": "a", "recency_weight": "r", "working_set_weight": "w",
+                  "evidence_k": "k"}
 # Seconds after the session's start at which each event happens (on the injected clock).
 T_PROMPT, T_STEP, T_END, T_GAP = 3, 20, 30, 60
 STOPWORDS = set("""
@@ -452,11 +456,11 @@ def summarise(records: list[dict]) -> dict:
 
 # ---------------------------------------------------------------- one arm
 
-def write_config(tree: Path, arm: str, mode: str, extra: list[str]) -> str:
+def write_config(tree: Path, arm: str, mode: str, extra: list[str], rank: dict[str, str] | None = None) -> str:
     sections: dict[str, dict[str, str]] = {
         "retrieve": {"mode": json.dumps(mode)},
         "usage": {"trust_client_clock": "true"},
-        "rank": dict(ARMS[arm]),
+        "rank": dict(ARMS[arm] if rank is None else rank),
         "daemon": {"idle_exit_s": "0"},
         "hook": {"deadline_ms": str(HOOK_DEADLINE_MS)},
     }
@@ -490,7 +494,7 @@ def run_arm(arm: str, tasks: list[dict], args, shared_cache: Path | None) -> dic
     try:
         t = time.perf_counter()
         tree.move(tasks[0]["parent"])
-        result["config"] = write_config(tree.root, arm, args.mode, args.set)
+        result["config"] = write_config(tree.root, arm, args.mode, args.set, args.arm_ranks.get(arm))
         if shared_cache is not None and shared_cache.is_file():
             (tree.root / ".cogd" / "index").mkdir(parents=True, exist_ok=True)
             shutil.copy2(shared_cache, tree.root / ".cogd" / "index" / "embed_cache.db")
@@ -573,6 +577,13 @@ def replay_task(n: int, task: dict, tree: ScratchTree, transcripts: Path, state_
     text = session.prompt(task["query"], t0 + T_PROMPT)
     # Prequential: the pack as delivered, read before the session's own tool uses.
     delivery = prompt_delivery(state_db, session_id)
+    waited = 0.0
+    while delivery is None and text.strip() and waited < args.outcome_wait * 5:
+        # the daemon records a pack once the hook's acknowledgement reaches it, which on a loaded
+        # machine can be after the hook has exited: without this wait the pack scored as empty
+        time.sleep(0.05)
+        waited += 0.05
+        delivery = prompt_delivery(state_db, session_id)
     items = delivery["items"] if delivery else []
     metrics = score_pack(task, items)
     clock_honoured = None if delivery is None else abs(delivery["created_at"] - (t0 + T_PROMPT)) < 1.0
@@ -720,6 +731,7 @@ def report(results: list[dict], block: int) -> tuple[str, dict]:
             f"gold spans found {sum(r['agent']['spans_found'] for r in recs)}/"
             f"{sum(r['agent']['spans_wanted'] for r in recs)}"
             + (f"; embedding coverage at prompt time min {min(cov):.3f}" if cov else "")
+            + f"; lost packs (printed, no delivery found): {sum(_replay_cv.lost(r) for r in recs)}"
             + f"; {hooks}; git dir unchanged: {res['git_dir_unchanged']}{same}")
     return "\n".join(out), summary
 
@@ -730,6 +742,80 @@ def select_tasks(rows: list[dict], last: int, offset: int, limit: int) -> list[d
     tasks = rows[-last:] if last else rows
     tasks = tasks[offset:]
     return tasks[:limit] if limit else tasks
+
+
+def parse_candidate(spec: str) -> tuple[str, dict[str, str]]:
+    """``"utility_weight=0.5,evidence_k=10"`` → (arm name ``u0.5_k10``, ``[rank]`` values).
+
+    Only :data:`CANDIDATE_KEYS` may be set (finite numbers ≥ 0); the rest of ``[rank]``
+    is cogd's defaults. Raises ValueError on a bad spec.
+    """
+    rank: dict[str, str] = {}
+    for part in (x.strip() for x in spec.split(",") if x.strip()):
+        key, sep, value = part.partition("=")
+        key = key.strip()
+        if not sep or key not in CANDIDATE_KEYS:
+            raise ValueError(f"candidate {spec!r}: {part!r} is not KEY=VALUE with KEY one of {', '.join(CANDIDATE_KEYS)}")
+        number = float(value)
+        if not (number >= 0 and number != float("inf")):
+            raise ValueError(f"candidate {spec!r}: {key} must be a finite number >= 0")
+        rank[key] = repr(number) if number != int(number) else str(int(number))
+    if not rank:
+        raise ValueError(f"candidate {spec!r} sets nothing")
+    name = "_".join(f"{CANDIDATE_KEYS[k]}{v}" for k, v in sorted(rank.items(), key=lambda kv: list(CANDIDATE_KEYS).index(kv[0])))
+    return name, rank
+
+
+def cv_section(results: list[dict], tasks: list[dict]) -> tuple[str, dict]:
+    """The cross-validation tables (:mod:`_replay_cv`) over the arms that ran; needs arm ``off``.
+
+    Arms pooled from several runs (:func:`load_results`) carry ``baseline``: the name of their
+    run's off arm, against which they are chosen and judged.
+    """
+    done = [r for r in results if r["records"] and not r["error"]]
+    arms = {r["arm"]: r["records"] for r in done}
+    if "off" not in arms:
+        return "cross-validation skipped: the off arm did not complete", {}
+    baselines = {r["arm"]: arms[r.get("baseline", "off")] for r in done if r.get("baseline", "off") in arms}
+    commits = {r["commit"] for r in arms["off"]}
+    folds = {t["commit"]: int(t["fold"]) for t in tasks if t["commit"] in commits and t.get("fold") is not None}
+    # ties go to off; the other runs' off arms are baselines only, not candidates
+    ordered = {"off": arms["off"], **{k: v for k, v in arms.items() if k != "off" and not k.startswith("off@")}}
+    out = ["", "## Cross-validation over the tasks' folds (prequential replay; choice on 4 folds, judged on the 5th)",
+           f"candidates: {', '.join(ordered)}; objective: mean fn R + fn MRR minus the run's off, over the training "
+           f"folds' sessions; noise: paired bootstrap ({_replay_cv.BOOTSTRAP_RESAMPLES} resamples) 95% interval of "
+           "the mean Δ over the held-out fold's tasks — a fold loses when the whole interval is below 0", ""]
+    summary = {}
+    fixed_arms = ["on"]
+    for rule in _replay_cv.RULES:
+        chosen = _replay_cv.cross_validate(ordered, folds, baselines=baselines, rule=rule)
+        out += _replay_cv.render(chosen, f"per-fold choice (rule {rule}) vs off")
+        summary[f"chosen_{rule}"] = chosen
+        fixed_arms.append(chosen["all_folds_choice"])
+    for fixed in dict.fromkeys(fixed_arms):
+        if fixed in ordered and fixed != "off" and fixed not in summary:
+            summary[fixed] = _replay_cv.cross_validate(ordered, folds, fixed=fixed, baselines=baselines)
+            out += _replay_cv.render(summary[fixed], f"arm {fixed} on every fold vs off")
+    return "\n".join(out), summary
+
+
+def load_results(paths: list[str]) -> tuple[list[dict], dict]:
+    """Arms of earlier ``--out`` files and the first file's header.
+
+    The first file naming an arm wins; the off arm of the n-th file (n ≥ 2) is renamed
+    ``off@n`` and named as the ``baseline`` of that file's other arms.
+    """
+    results, seen, header = [], set(), {}
+    for n, path in enumerate(paths, 1):
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        header = header or data
+        base = "off" if n == 1 else f"off@{n}"
+        for arm in data.get("arms", []):
+            arm = dict(arm, arm=base if arm["arm"] == "off" else arm["arm"], baseline=base)
+            if arm["arm"] not in seen:
+                seen.add(arm["arm"])
+                results.append(arm)
+    return results, header
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -759,14 +845,41 @@ def main(argv: list[str] | None = None) -> int:
                              "the objects through alternates, so cogd sees git history and recency)")
     parser.add_argument("--out", default=None, help="write per-session records and tables as JSON here")
     parser.add_argument("--keep", action="store_true", help="keep the scratch trees (daemons are stopped anyway)")
+    parser.add_argument("--candidate", action="append", default=[], metavar="KEY=V,KEY=V",
+                        help="one more arm with these [rank] values (keys: " + ", ".join(CANDIDATE_KEYS)
+                             + "); repeatable. Its name is the short form, e.g. u0.5_a0.5_r0_k10")
+    parser.add_argument("--cv", action="store_true",
+                        help="cross-validate the choice among the arms over the tasks' fold field (0-4): choose on "
+                             "four folds, judge against off on the fifth, per fold; needs arm off")
+    parser.add_argument("--cv-from", action="append", default=[], metavar="OUT.json",
+                        help="do not replay: report (with --cv) over the arms of earlier --out files (repeatable)")
     args = parser.parse_args(argv)
+    args.arm_ranks = {}
+    for spec in args.candidate:
+        try:
+            name, rank = parse_candidate(spec)
+        except ValueError as exc:
+            parser.error(str(exc))
+        args.arm_ranks[name] = rank
+    if args.cv_from:
+        rows = [json.loads(line) for line in Path(args.tasks).read_text(encoding="utf-8").splitlines() if line.strip()]
+        results, header = load_results(args.cv_from)
+        text, summary = report(results, args.block)
+        cv_text, cv_summary = cv_section(results, rows)
+        print(text + "\n" + cv_text)
+        if args.out:
+            Path(args.out).write_text(json.dumps({"from": args.cv_from, "summary": summary, "cv": cv_summary,
+                                                  "report": text + "\n" + cv_text}, indent=1, default=str),
+                                      encoding="utf-8")
+        return 0
     if not args.git_dir:
         parser.error("--git-dir is required (no default mirror found)")
     args.git_dir = Path(args.git_dir).resolve()
     if not (args.git_dir / "objects").is_dir():
         parser.error(f"{args.git_dir} is not a git directory (no objects/)")
     arms = [a.strip() for a in args.arms.split(",") if a.strip()]
-    unknown = [a for a in arms if a not in ARMS]
+    arms += [name for name in args.arm_ranks if name not in arms]
+    unknown = [a for a in arms if a not in ARMS and a not in args.arm_ranks]
     if unknown:
         parser.error(f"unknown arms {unknown}; choose from {', '.join(ARMS)}")
     for tool in ("cogd", "cogd-hook"):
@@ -791,12 +904,18 @@ def main(argv: list[str] | None = None) -> int:
         for arm in arms:
             print(f"arm {arm} …", file=sys.stderr)
             results.append(run_arm(arm, tasks, args, args.cache_copy if args.share_cache else None))
+            if args.out:  # after every arm: a long sweep that dies keeps what ran
+                Path(args.out + ".partial").write_text(json.dumps({"arms": results}, default=str), encoding="utf-8")
             if results[-1].get("interrupted"):
                 print("interrupted: no further arms; reporting what ran", file=sys.stderr)
                 break
     finally:
         shutil.rmtree(cache_dir, ignore_errors=True)
     text, summary = report(results, args.block)
+    cv_summary = None
+    if args.cv:
+        cv_text, cv_summary = cv_section(results, tasks)
+        text += "\n" + cv_text
     wall = time.perf_counter() - started
     text = (f"replay: {len(tasks)} sessions ({tasks[0]['commit'][:10]}..{tasks[-1]['commit'][:10]}), "
             f"mode {args.mode}, seed {args.seed}, wall {wall:.0f} s\n") + text
@@ -804,7 +923,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.out:
         payload = {"tasks": args.tasks, "last": args.last, "offset": args.offset, "limit": args.limit,
                    "mode": args.mode, "seed": args.seed, "block": args.block, "sets": args.set, "wall_s": wall,
-                   "summary": summary, "arms": results, "report": text}
+                   "summary": summary, "cv": cv_summary, "arms": results, "report": text}
         Path(args.out).write_text(json.dumps(payload, indent=1, default=str), encoding="utf-8")
     return 1 if any(r["error"] for r in results) else 0
 

@@ -147,14 +147,15 @@ def test_past_prompts_bring_back_the_code_they_led_to(conn, tmp_path):
             return ledger.associated(match_expression(query_terms(text)))
 
         assert [e for e, _ in associations(query)] == ["pkg/lonely.py::lonely_footer"]
-        feedback = Feedback(RankConfig(), UtilityModel(), associations=associations)
+        # evidence_k = 0: the mechanism without shrinkage (tests/test_evidence.py covers the shrinkage)
+        feedback = Feedback(RankConfig(evidence_k=0), UtilityModel(), associations=associations)
         hits = [h for h in retrieve(conn, query, config, mode="bm25", feedback=feedback)]
         ids = [h.id for h in hits]
         assert ids[0] == "pkg/lonely.py::lonely_footer"
         footer = hits[ids.index("pkg/lonely.py::lonely_footer")]
         assert footer.signals["association_rank"] == 1
         assert footer.signals["rrf"] == round(RankConfig().association_weight / (RRF_K + 1), 5)
-        off = Feedback(RankConfig(association_weight=0), UtilityModel(), associations=associations)
+        off = Feedback(RankConfig(association_weight=0, evidence_k=0), UtilityModel(), associations=associations)
         assert all("association_rank" not in h.signals for h in retrieve(conn, query, config, mode="bm25", feedback=off))
     finally:
         ledger.close()

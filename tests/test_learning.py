@@ -17,7 +17,11 @@ import pytest
 from conftest import HOOK_DEADLINE_MS, STDLIB, WAIT_S, git, payload, run_cogd, run_hook, running_daemon, wait_for
 
 PROMPT = "the date in an email header is parsed wrong"
-CONFIG = "[embed]\nenabled = false\n[usage]\ntrust_client_clock = true\n"
+# evidence_k = 0 and weights of 0.5: one session's evidence at a full, visible weight, so a single
+# replayed session shows the mechanism end to end (the shipped shrinkage and weights, which need
+# several sessions, are tests/test_evidence.py's)
+CONFIG = ("[embed]\nenabled = false\n[usage]\ntrust_client_clock = true\n"
+          "[rank]\nevidence_k = 0\nutility_weight = 0.5\nassociation_weight = 0.5\n")
 
 
 @pytest.fixture(scope="module")
@@ -125,6 +129,11 @@ def test_an_edited_item_is_a_hit_and_ranks_higher_next_time(repo, clock):
     assert stats["hits"] >= 1 and stats["misses"] >= len(before) - 1
     assert stats["hit_rate"] == pytest.approx(stats["hits"] / (stats["hits"] + stats["misses"]), abs=1e-4)
     assert stats["deliveries"] >= 1
+    # evidence behind each learned source: for utility this session and the session-start test's (its
+    # startup pack closed as misses at "clear"), for association this session; this module's
+    # evidence_k = 0 applies the weights in full
+    assert stats["learned"] == {"utility": {"sessions": 2, "weight": 0.5, "effective_weight": 0.5},
+                                "association": {"sessions": 1, "weight": 0.5, "effective_weight": 0.5}}
 
     second_session = "learn-2"
     hook(repo, clock, "prompt-submit", payload("user_prompt_submit.json", repo, session_id=second_session, prompt=PROMPT))

@@ -94,7 +94,8 @@ def _feedback(parts: Parts, session_id: str | None) -> Feedback:
         return parts.ledger.associated(match_expression(query_terms(text)), limit=parts.config.retrieve.candidates)
 
     history, co_changed = _history_sources(parts)
-    return Feedback(parts.config.rank, parts.utility, touches, parts.recent.get(), associations, history, co_changed)
+    return Feedback(parts.config.rank, parts.utility, touches, parts.recent.get(), associations, history, co_changed,
+                    evidence=parts.ledger.evidence_sessions())
 
 
 def _history_sources(parts: Parts) -> tuple:

@@ -15,6 +15,7 @@ from cogd.daemon.parts import Handler, Parts, bind
 from cogd.errors import not_found
 from cogd.index import store
 from cogd.index.boundary import tree_relpath
+from cogd.retrieve.feedback import LEARNED_SOURCES, Feedback
 from cogd.retrieve.hybrid import retrieve
 from cogd.usage.touches import Touch
 from cogd.fusion import MODES
@@ -124,7 +125,20 @@ def stats(parts: Parts, params: dict) -> dict:
         "ledger": totals,
         "by_client": parts.ledger.by_client(),
         **{key: totals[key] for key in ("deliveries", "hits", "misses", "hit_rate")},
+        "learned": learned(parts),
     }
+
+
+def learned(parts: Parts) -> dict[str, dict]:
+    """Per learned source: the sessions of evidence behind it, its configured and its applied weight.
+
+    ``{"utility": {"sessions": n, "weight": w, "effective_weight": w·n/(n+k)}, ...}``
+    (:mod:`cogd.evidence`, :meth:`cogd.retrieve.feedback.Feedback.weight`).
+    """
+    feedback = Feedback(parts.config.rank, evidence=parts.ledger.evidence_sessions())
+    return {source: {"sessions": int(feedback.evidence.get(source, 0)),
+                     "weight": getattr(parts.config.rank, f"{source}_weight"),
+                     "effective_weight": round(feedback.weight(source), 4)} for source in LEARNED_SOURCES}
 
 
 HANDLERS = {"index.touch": touch, "index.refresh": refresh, "search": search, "entity.get": entity_get,

@@ -19,8 +19,13 @@ The learned association list (fused in retrieval, step 2) has two sources, one m
 (:meth:`Feedback.association_lists`): ``session`` (the ledger: code edited after similar
 prompts) and ``history`` (:mod:`cogd.history`: code changed by commits with similar
 messages, each item carrying the number of independent commits behind it). Each item's
-weight comes from one place, :meth:`Feedback.source_weight`, which is where an evidence-based
-shrinkage of a source's weight belongs.
+weight comes from one place, :meth:`Feedback.source_weight`.
+
+Learned sources — ``utility`` and ``association``, what earlier sessions taught — are shrunk
+towards no effect by the evidence behind them (:mod:`cogd.evidence`): the weight applied is
+``w · n / (n + rank.evidence_k)`` with ``n`` the number of earlier sessions that gave that
+source evidence (``evidence``). A repository with no past ranks as with feedback off.
+:meth:`Feedback.weight` is the one place a source's weight is read, shrunk or not.
 """
 
 from __future__ import annotations
@@ -30,12 +35,17 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from cogd.config import RankConfig
+from cogd.evidence import shrunk_weight
 from cogd.retrieve.lexical import Hit
 from cogd.usage.outcomes import ACTION_CLASS
 from cogd.usage.touches import Touch
 from cogd.usage.utility import UtilityModel
 
 RECENCY_HALF_POSITION = 5  # the recency bonus halves at this position in the list
+# Sources learned from earlier sessions → the [rank] key holding their prior strength k (in
+# sessions). Recency (git's order) and the working set (this session's own touches) are not
+# learned across sessions and keep their weight as configured.
+LEARNED_SOURCES = {"utility": "evidence_k", "association": "evidence_k"}
 
 
 @dataclass
@@ -52,6 +62,8 @@ class Feedback:
     history: Callable[[str], list] | None = None
     # current seed ids → [(seed, partner, confidence, support)]: definitions changed with them
     co_changed: Callable[[list[str]], list[tuple[str, str, float, int]]] | None = None
+    # learned source → independent earlier sessions behind it (cogd.usage.ledger.Ledger.evidence_sessions)
+    evidence: dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self._ranges: dict[str, list[tuple[int, int]]] = {}
@@ -66,18 +78,32 @@ class Feedback:
                 self._ranges.setdefault(touch.path, []).append((1, 1 << 30))
         self._recent = {path: i for i, path in enumerate(self.recent_paths)}
 
+    def weight(self, source: str) -> float:
+        """``rank.<source>_weight``, shrunk by its evidence when ``source`` is learned (:data:`LEARNED_SOURCES`).
+
+        ``w · n / (n + k)`` (:func:`cogd.evidence.shrunk_weight`) with ``n`` =
+        ``evidence[source]`` (0 when unknown) and ``k`` the source's prior-strength key;
+        0 for a repository with no evidence yet (unless ``k`` = 0: shrinkage off).
+        """
+        base = getattr(self.config, f"{source}_weight")
+        prior_key = LEARNED_SOURCES.get(source)
+        if prior_key is None:
+            return base
+        return shrunk_weight(base, self.evidence.get(source, 0.0), getattr(self.config, prior_key))
+
     @property
     def learns_associations(self) -> bool:
-        return self.associations is not None and self.config.association_weight > 0
+        return self.associations is not None and self.weight("association") > 0
 
     def source_weight(self, source: str, evidence: int | None = None) -> float:
         """The fusion weight of one item of a learned association source: ``rank.association_weight``
         for ``session``, ``rank.history_association_weight`` for ``history``. ``evidence``: the
         independent sessions or commits behind the item (None when the source does not count
-        them); unused today, it is the argument an evidence-based shrinkage needs."""
-        if source == "history":
+        them). ``session`` is shrunk by the sessions behind the whole source (:meth:`weight`);
+        ``evidence`` is unused today."""
+        if source == "history":  # its own evidence (commits) is not shrunk here yet: see LEARNED_SOURCES
             return self.config.history_association_weight
-        return self.config.association_weight
+        return self.weight("association")
 
     def association_lists(self, text: str, limit: int) -> list[tuple[str, list[tuple[str, int | None, list[str]]]]]:
         """``[(source, [(entity_id, evidence, commits)] best first)]`` for the sources that are on,
@@ -97,8 +123,7 @@ class Feedback:
 
     @property
     def enabled(self) -> bool:
-        c = self.config
-        return c.utility_weight > 0 or c.working_set_weight > 0 or c.recency_weight > 0
+        return self.weight("utility") > 0 or self.config.working_set_weight > 0 or self.config.recency_weight > 0
 
     def working_set_factor(self, hit: Hit) -> float:
         """``1 + w`` for touched lines, ``1 + w/2`` for a touched file, else 1."""
@@ -122,10 +147,11 @@ class Feedback:
         if not self.enabled:
             return
         base = self.utility.base_rate() if self.utility is not None else 0.0
+        utility_weight = self.weight("utility")
         for hit in hits:
             factor = 1.0
-            if self.utility is not None and self.config.utility_weight > 0:
-                u_factor, value = self.utility.factor(hit.id, hit.path, self.config.utility_weight, base)
+            if self.utility is not None and utility_weight > 0:
+                u_factor, value = self.utility.factor(hit.id, hit.path, utility_weight, base)
                 if abs(u_factor - 1.0) > 1e-9:
                     hit.signals["utility"] = round(value, 4)
                     hit.signals["utility_x"] = round(u_factor, 3)

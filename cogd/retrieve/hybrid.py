@@ -345,7 +345,7 @@ def retrieve(
     ``mode``: ``bm25``, ``vector`` or ``hybrid`` (default ``config.mode``);
     without a query vector or a dense index the vector source is empty and
     hybrid degrades to BM25. With ``feedback``, the ledger adds a third list
-    to the fusion (``rank.association_weight``): the code earlier sessions
+    to the fusion (``rank.association_weight``, shrunk by its evidence): the code earlier sessions
     edited after prompts like this one (BM25 over those prompts). Each hit's ``score`` is the fused score after
     expansion; ``signals`` holds the parts. Raises sqlite3.Error on a broken index.
     """

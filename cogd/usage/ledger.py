@@ -250,6 +250,25 @@ class Ledger:
         self.pointer_miss_weight = pointer_miss_weight
         self.utility = utility or UtilityModel()
         self.utility.load(self._conn.execute("SELECT entity_id, path, successes, failures FROM entity_utility"))
+        self._evidence = self._load_evidence()
+
+    def _load_evidence(self) -> dict[str, set[str]]:
+        """Learned source → the sessions that gave it evidence (kept in step by the writers below).
+
+        ``utility``: sessions with a resolved delivery item (a weighted hit or a miss);
+        ``association``: sessions whose prompt was linked to an edited definition.
+        """
+        utility = {r[0] for r in self._conn.execute(
+            "SELECT DISTINCT d.session_id FROM delivery_items i JOIN deliveries d ON d.id = i.delivery_id "
+            "WHERE i.outcome = 'miss' OR (i.outcome = 'hit' AND i.hit_weight > 0)")}
+        association = {r[0] for r in self._conn.execute(
+            "SELECT DISTINCT d.session_id FROM association_keys a JOIN deliveries d ON d.id = a.delivery_id")}
+        return {"utility": utility, "association": association}
+
+    def evidence_sessions(self) -> dict[str, int]:
+        """``{learned source: independent sessions behind it}`` — the ``n`` of :mod:`cogd.evidence`'s shrinkage."""
+        with self._lock:
+            return {source: len(sessions) for source, sessions in self._evidence.items()}
 
     def _migrate(self) -> None:
         for table, column, declaration in MIGRATIONS:
@@ -376,6 +395,8 @@ class Ledger:
         )
         for entity_id, path, weight in missed:
             self.utility.add(entity_id, path, 0.0, weight)
+        if missed:
+            self._evidence["utility"].add(mask(session_id))
         return len(missed)
 
     def retract_delivery(self, delivery_id: int) -> bool:
@@ -470,6 +491,8 @@ class Ledger:
                     "last_hit_at = ? WHERE entity_id = ?",
                     (hit.weight, now, hit.entity_id))
                 self.utility.add(hit.entity_id, paths_by_key[hit.key], hit.weight, 0.0)
+            if hit.weight > 0:
+                self._evidence["utility"].add(mask(session_id))
             result.append({"delivery_id": hit.key[0], "rank": hit.key[1], "entity_id": hit.entity_id,
                            "weight": hit.weight, "action": hit.action, "level": hit.level})
         return result
@@ -527,6 +550,8 @@ class Ledger:
                     self._conn.execute("INSERT INTO associations(entity_id, path, query) VALUES (?,?,?)",
                                        (entity_id, path, row[1]))
                     stored += 1
+            if stored:
+                self._evidence["association"].add(mask(session_id))
         return stored
 
     def associated(self, match: str, limit: int = 20) -> list[tuple[str, float]]:

@@ -1,0 +1,210 @@
+"""Evidence-weighted shrinkage of the learned feedback sources (cogd/evidence.py, cogd/retrieve/feedback.py).
+
+The estimator's exact values; a fresh ledger ranks exactly as feedback off; evidence growing
+session by session (a real SQLite ledger, a real index of the standard library's ``json`` and
+``email`` packages) raises a definition the sessions kept editing, never lowers it; the new
+``[rank]`` key is validated.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from conftest import copy_stdlib
+from cogd.config import ConfigError, PackConfig, RankConfig, RetrieveConfig, load_config
+from cogd.evidence import credibility, shrunk_weight
+from cogd.fusion import RRF_K
+from cogd.retrieve.feedback import LEARNED_SOURCES, Feedback
+from cogd.retrieve.lexical import match_expression, query_terms
+from cogd.retrieve.pack import prompt_pack
+from cogd.usage.ledger import Ledger
+from cogd.usage.touches import Touch
+
+OFF = RankConfig(utility_weight=0, working_set_weight=0, recency_weight=0, association_weight=0)
+PROMPTS = ("the date in an email header is parsed wrong", "decode a JSON document with a custom object hook",
+           "encoded words in a header are not folded")
+# What the sessions ask (other words than the code's) and what the agent then edits each time.
+ASKED = "the timestamp on incoming mail comes out in the wrong zone"
+
+
+# ---------------------------------------------------------------- the estimator
+
+def test_credibility_is_n_over_n_plus_k():
+    assert credibility(0, 10) == 0.0
+    assert credibility(10, 10) == 0.5
+    assert credibility(90, 10) == 0.9
+    assert credibility(1, 3) == 0.25
+    assert credibility(5, 0) == 1.0 and credibility(0, 0) == 1.0  # k = 0: shrinkage off
+    assert shrunk_weight(0.5, 10, 10) == 0.25
+    assert shrunk_weight(0.8, 3, 1) == pytest.approx(0.6, abs=1e-12)
+    assert shrunk_weight(0.0, 100, 10) == 0.0
+    assert shrunk_weight(1.0, 0, 10) == 0.0
+
+
+@pytest.mark.parametrize("args", [(-1, 10), (1, -0.5), (math.nan, 1), (1, math.inf), (math.inf, 1)])
+def test_credibility_refuses_what_is_not_a_count(args):
+    with pytest.raises(ValueError):
+        credibility(*args)
+    with pytest.raises(ValueError):
+        shrunk_weight(0.5, *args)
+
+
+def test_shrunk_weight_refuses_a_bad_weight():
+    for weight in (-0.1, math.nan, math.inf):
+        with pytest.raises(ValueError):
+            shrunk_weight(weight, 1, 1)
+
+
+def test_feedback_shrinks_only_the_learned_sources():
+    config = RankConfig(utility_weight=0.5, association_weight=1.0, recency_weight=0.3, working_set_weight=0.5,
+                        evidence_k=10)
+    fresh = Feedback(config)
+    assert (fresh.weight("utility"), fresh.weight("association")) == (0.0, 0.0)
+    assert (fresh.weight("recency"), fresh.weight("working_set")) == (0.3, 0.5)  # not learned across sessions
+    grown = Feedback(config, evidence={"utility": 30, "association": 10})
+    assert (grown.weight("utility"), grown.weight("association")) == (0.375, 0.5)
+    raw = Feedback(RankConfig(utility_weight=0.5, association_weight=1.0, evidence_k=0))
+    assert (raw.weight("utility"), raw.weight("association")) == (0.5, 1.0)  # k = 0: as configured
+    assert set(LEARNED_SOURCES) == {"utility", "association"}
+
+
+# ---------------------------------------------------------------- config
+
+@pytest.mark.parametrize("value, message", [("-1", "non-negative"), ("nan", "finite"), ("inf", "finite"),
+                                            ('"ten"', "non-negative number")])
+def test_evidence_k_is_validated(tmp_path, value, message):
+    path = tmp_path / "config.toml"
+    path.write_text(f"[rank]\nevidence_k = {value}\n")
+    with pytest.raises(ConfigError, match=message):
+        load_config(path)
+
+
+def test_evidence_k_is_read(tmp_path):
+    path = tmp_path / "config.toml"
+    path.write_text("[rank]\nevidence_k = 4\nassociation_weight = 0.75\n")
+    rank = load_config(path).rank
+    assert (rank.evidence_k, rank.association_weight) == (4.0, 0.75)
+    assert RankConfig().evidence_k > 0  # shipped on: a new repository starts as feedback off
+
+
+# ---------------------------------------------------------------- on a real index and ledger
+
+@pytest.fixture(scope="module")
+def stdlib_index(tmp_path_factory):
+    from cogd.index.indexer import Indexer  # tree-sitter: only here
+
+    base = tmp_path_factory.mktemp("evidence")
+    root = copy_stdlib(base / "repo", ("json", "email"))
+    indexer = Indexer(root, base / "index.db")
+    indexer.refresh()
+    yield root, indexer.conn
+    indexer.close()
+
+
+def feedback_of(ledger: Ledger, config: RankConfig, session: str | None = None,
+                recent: list[str] | None = None) -> Feedback:
+    """The request's feedback as the daemon builds it (cogd/daemon/context_methods.py); ``recent``:
+    the recently changed files (git's order), none by default."""
+    def associations(text):
+        return ledger.associated(match_expression(query_terms(text)), limit=RetrieveConfig().candidates)
+
+    touches = ledger.session_touches(session) if session else []
+    return Feedback(config, ledger.utility, touches, recent or [], associations, evidence=ledger.evidence_sessions())
+
+
+def ranked(stdlib_index, prompt: str, feedback: Feedback) -> list[tuple[str, float]]:
+    root, conn = stdlib_index
+    pack = prompt_pack(conn, root, prompt, PackConfig(), RetrieveConfig(), mode="bm25", feedback=feedback)
+    return [(i.entity_id, i.score) for i in pack.items]
+
+
+def test_a_fresh_ledger_ranks_exactly_as_feedback_off(stdlib_index, tmp_path):
+    root, conn = stdlib_index
+    # a freshly cloned repository: every file is in its one commit, so every file is "recent"
+    recent = [r[0] for r in conn.execute("SELECT path FROM files ORDER BY path")]
+    ledger = Ledger(tmp_path / "state.db")
+    try:
+        assert ledger.evidence_sessions() == {"utility": 0, "association": 0}
+        for prompt in PROMPTS:
+            off = ranked(stdlib_index, prompt, feedback_of(ledger, OFF, recent=recent))
+            assert len(off) >= 5
+            assert ranked(stdlib_index, prompt, feedback_of(ledger, RankConfig(), recent=recent)) == off
+        # what the defaults hold back: the same fresh ledger without shrinkage is still off (no
+        # evidence at all), but recency at its old 0.3 would already reorder the packs
+        moved = RankConfig(recency_weight=0.3)
+        assert any(ranked(stdlib_index, p, feedback_of(ledger, moved, recent=recent))
+                   != ranked(stdlib_index, p, feedback_of(ledger, OFF, recent=recent)) for p in PROMPTS)
+    finally:
+        ledger.close()
+
+
+def session(ledger: Ledger, stdlib_index, n: int, target: tuple[str, str, int, int]) -> None:
+    """One earlier session: the prompt ASKED gets its pack, the agent edits ``target``, the session ends."""
+    root, conn = stdlib_index
+    sid = f"s{n}"
+    now = 1_700_000_000.0 + 100 * n
+    pack = prompt_pack(conn, root, ASKED, PackConfig(), RetrieveConfig(), mode="bm25",
+                       feedback=feedback_of(ledger, RankConfig(), sid))
+    ledger.record_delivery(sid, "prompt", "", ASKED, pack.text, [i.as_dict() for i in pack.items], now=now)
+    entity_id, path, start, end = target
+    ledger.record_tool_use(sid, "Edit", f"t{n}", [Touch(path, "edit", start, end)], now=now + 5)
+    assert ledger.associate(sid, [(entity_id, path)], now=now + 5) == 1
+    ledger.end_session(sid, "other", now=now + 10)
+
+
+def test_evidence_growing_raises_what_sessions_kept_editing(stdlib_index, tmp_path):
+    root, conn = stdlib_index
+    ledger = Ledger(tmp_path / "state.db")
+    try:
+        off = [e for e, _ in ranked(stdlib_index, ASKED, feedback_of(ledger, OFF))]
+        # the sessions' target: a definition the plain ranking puts low in the pack
+        target_id = off[-1]
+        row = conn.execute("SELECT path, start_line, end_line FROM entities WHERE id = ?", (target_id,)).fetchone()
+        target = (target_id, row[0], row[1], row[2])
+        k = RankConfig().evidence_k
+        positions, association_weights = [off.index(target_id)], []
+        for n in range(1, 9):
+            session(ledger, stdlib_index, n, target)
+            evidence = ledger.evidence_sessions()
+            assert evidence == {"utility": n, "association": n}  # one independent session each time
+            feedback = feedback_of(ledger, RankConfig())
+            assert feedback.weight("association") == pytest.approx(RankConfig().association_weight * n / (n + k))
+            association_weights.append(feedback.weight("association"))
+            root_, conn_ = stdlib_index
+            hits = [h for h in prompt_pack(conn_, root_, ASKED, PackConfig(), RetrieveConfig(), mode="bm25",
+                                           feedback=feedback).items]
+            ids = [h.entity_id for h in hits]
+            assert target_id in ids
+            positions.append(ids.index(target_id))
+            item = hits[ids.index(target_id)]
+            assert item.signals["association_rank"] == 1
+        assert association_weights == sorted(association_weights) and len(set(association_weights)) == 8
+        assert positions == sorted(positions, reverse=True)  # never lower than the session before
+        assert positions[-1] < positions[0]  # and it did rise
+        # the first session's evidence counted 1/(1 + k) of the association weight, not all of it
+        assert association_weights[0] == pytest.approx(RankConfig().association_weight / (1 + k))
+    finally:
+        ledger.close()
+
+
+def test_one_session_moves_the_fusion_by_the_shrunk_weight_only(stdlib_index, tmp_path):
+    root, conn = stdlib_index
+    ledger = Ledger(tmp_path / "state.db")
+    try:
+        off = [e for e, _ in ranked(stdlib_index, ASKED, feedback_of(ledger, OFF))]
+        target_id = off[-1]
+        row = conn.execute("SELECT path, start_line, end_line FROM entities WHERE id = ?", (target_id,)).fetchone()
+        session(ledger, stdlib_index, 1, (target_id, row[0], row[1], row[2]))
+        config = RankConfig(utility_weight=0, recency_weight=0, working_set_weight=0)
+        shrunk = [h for h in prompt_pack(conn, root, ASKED, PackConfig(), RetrieveConfig(), mode="bm25",
+                                         feedback=feedback_of(ledger, config)).items if h.entity_id == target_id]
+        plain = [h for h in prompt_pack(conn, root, ASKED, PackConfig(), RetrieveConfig(), mode="bm25",
+                                        feedback=feedback_of(ledger, OFF)).items if h.entity_id == target_id]
+        w = config.association_weight / (1 + config.evidence_k)
+        # the association list ranks the target first: RRF adds w / (k_rrf + 1) to its fused score (plain:
+        # the target came by expansion alone, no list of its own)
+        assert shrunk[0].signals["rrf"] == pytest.approx(plain[0].signals.get("rrf", 0.0) + w / (RRF_K + 1), abs=2e-5)
+    finally:
+        ledger.close()
