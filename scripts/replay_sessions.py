@@ -121,9 +121,13 @@ HOOK_DEADLINE_MS = 60_000  # measured, not dropped: the shipped deadline is 1,50
 SESSION_NAMESPACE = uuid.UUID("6c0f3e52-8a1b-4d2e-9f00-c0dd0e5e55e5")
 READ_MAX_LINES = 2000  # Claude Code's Read returns at most this many lines without a limit
 ARMS: dict[str, dict[str, str]] = {
-    "off": {"utility_weight": "0", "working_set_weight": "0", "recency_weight": "0", "association_weight": "0"},
+    "off": {"utility_weight": "0", "working_set_weight": "0", "recency_weight": "0", "association_weight": "0",
+            "history_association_weight": "0", "co_change_weight": "0"},
     "on": {},
-    "recency": {"utility_weight": "0", "working_set_weight": "0", "association_weight": "0", "recency_weight": "0.3"},
+    "recency": {"utility_weight": "0", "working_set_weight": "0", "association_weight": "0", "recency_weight": "0.3",
+                "history_association_weight": "0", "co_change_weight": "0"},
+    # what the repository's own history gives with no session feedback at all
+    "history": {"utility_weight": "0", "working_set_weight": "0", "recency_weight": "0", "association_weight": "0"},
 }
 # --candidate keys and their short names in an arm's name (u0.5_a0.5_r0_k10)
 CANDIDATE_KEYS = {"utility_weight": "u", "association_weight": "a", "recency_weight": "r", "working_set_weight": "w",
