@@ -108,11 +108,11 @@ class Variant:
 
     def encoder(self):
         from cogd.config import EmbedConfig
-        from cogd.embed.encoder import Encoder
+        from cogd.embed.encoder import load_encoder
         from cogd.embed.model import resolve_model
 
-        return Encoder(resolve_model(EmbedConfig(model=self.model)), threads=self.threads,
-                       max_tokens=self.cap, batch_size=self.batch, batch_tokens=self.batch_tokens)
+        return load_encoder(resolve_model(EmbedConfig(model=self.model)), threads=self.threads,
+                            max_tokens=self.cap, batch_size=self.batch, batch_tokens=self.batch_tokens)
 
 
 def load() -> str:

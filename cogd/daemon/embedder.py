@@ -46,7 +46,8 @@ from cogd.index import store
 from cogd.inlist import chunked
 from cogd import faults
 from cogd.daemon import embed_order
-from cogd.index.vectors import DenseIndex, VectorStore, open_vectors
+from cogd.index.vector_proc import IDLE_S as VECTOR_CHILD_IDLE_S, ChildVectorStore
+from cogd.index.vectors import DenseIndex
 
 log = logging.getLogger(__name__)
 
@@ -218,17 +219,20 @@ class EmbeddingWorker:
         return np.stack([found[t] for t in texts])
 
     # ---- the thread -------------------------------------------------------------
-    def _load(self) -> VectorStore:
+    def _load(self) -> ChildVectorStore:
         from cogd.embed.cache import EmbeddingCache
-        from cogd.embed.encoder import Encoder
+        from cogd.embed.encoder import load_encoder
         from cogd.embed.model import resolve_model
 
         info = resolve_model(self.config, self.index_dir.parent.parent)  # model_dir may be relative to the root
-        self.encoder = Encoder(info, background_threads(self.config.threads), self.config.max_tokens,
+        self.encoder = load_encoder(info, background_threads(self.config.threads), self.config.max_tokens,
                                self.config.batch_size, batch_tokens=self.config.batch_tokens)
         self.model_id = info.id
         self._cache = EmbeddingCache(self.index_dir / "embed_cache.db")
-        vectors, (ids, kinds, _paths, matrix) = open_vectors(self.index_dir / "vectors", info.dim, info.id)
+        # The table is written by a child process (cogd.index.vector_proc): LanceDB and Arrow
+        # never load into the daemon.
+        vectors = ChildVectorStore(self.index_dir / "vectors", info.dim, info.id)
+        ids, kinds, _paths, matrix = vectors.open()
         dense = DenseIndex(info.dim)
         dense.replace(ids, kinds, matrix)
         self.dense = dense
@@ -252,7 +256,12 @@ class EmbeddingWorker:
         try:
             while True:
                 with self._cond:
-                    self._cond.wait_for(lambda: self._pending or self._stopping)
+                    while not (self._pending or self._stopping):
+                        idle = vectors.idle_for()
+                        if idle is not None and idle >= VECTOR_CHILD_IDLE_S:
+                            vectors.release()  # a quiet daemon keeps no LanceDB process
+                            idle = None
+                        self._cond.wait(None if idle is None else max(0.05, VECTOR_CHILD_IDLE_S - idle))
                     if self._stopping:
                         return
                     self._pending = False
@@ -271,6 +280,7 @@ class EmbeddingWorker:
                     log.exception("embedding pass failed")
                 self.state = "idle"
         finally:
+            vectors.close()
             self.state = "stopped"
 
     def _hold_for_tests(self) -> None:
@@ -311,7 +321,7 @@ class EmbeddingWorker:
     def _count_yield(self) -> None:
         self.yields += 1
 
-    def _pass(self, conn, vectors: VectorStore) -> None:
+    def _pass(self, conn, vectors: ChildVectorStore) -> None:
         assert self.encoder is not None and self.dense is not None
         model = self.model_id
         entities = store.entity_states(conn)
@@ -321,6 +331,7 @@ class EmbeddingWorker:
             vectors.delete(gone)
             self.dense.remove(gone)
         pending = [i for i, (h, _k, _p) in entities.items() if stored.get(i) != (model, h)]
+        self.dense.make_room(len(pending))  # one allocation, not a doubling per step
         pending, front = self._ordered(conn, entities, pending)
         self.total = len(entities)
         self.done = self.total - len(pending)
@@ -328,6 +339,7 @@ class EmbeddingWorker:
         self.front_done = self.front_total - sum(1 for i in pending if i in front)
         self.counted = self.ever_counted = True
         if not pending:
+            vectors.flush()  # a pass that only deleted: the table is told now (table deletes wait for a write)
             return
         log.info("embedding %d of %d entities (front: %d of %d)", len(pending), self.total,
                  self.front_total - self.front_done, self.front_total)
@@ -339,7 +351,7 @@ class EmbeddingWorker:
             vectors.upsert(unwritten)  # however the pass ends, what it embedded is stored
         vectors.compact()
 
-    def _embed_chunks(self, conn, vectors: VectorStore, pending: list[str], front: set[str], started: float,
+    def _embed_chunks(self, conn, vectors: ChildVectorStore, pending: list[str], front: set[str], started: float,
                       embedded_at_start: int, unwritten: list[dict]) -> None:
         """The chunks of :meth:`_pass`: encode (through the cache), update the KNN index, and
         write the table every WRITE_ROWS rows (the rest stays in ``unwritten`` for the caller)."""
