@@ -46,6 +46,7 @@ from cogd.index import store
 from cogd.inlist import chunked
 from cogd import faults
 from cogd.daemon import embed_order
+from cogd.daemon.first_tier import FirstTier
 from cogd.index.vector_proc import IDLE_S as VECTOR_CHILD_IDLE_S, ChildVectorStore
 from cogd.index.vectors import DenseIndex
 
@@ -112,6 +113,8 @@ class EmbeddingWorker:
         self.counted = False  # the current pass has listed the entities (total and done are its counts)
         # The front (cogd.daemon.embed_order): embedded first; its coverage is shown on its own.
         self.front = embed_order.Front()
+        # The static first tier (cogd.daemon.first_tier): serves searches while a big pass runs.
+        self.first_tier = FirstTier(config)
         self.front_total = 0
         self.front_done = 0
         self.ever_counted = False  # some pass has: coverage means something
@@ -169,6 +172,7 @@ class EmbeddingWorker:
             "computed": self.embedded,  # vectors the model computed since start (the rest came from the cache)
             "yields": self.yields,
             "light_batches": self.light_batches,  # batches run on one thread because a request was in flight  # waits between batches while requests were answered (cogd.daemon.scheduling)
+            "first_tier": self.first_tier.status(),  # static vectors answering searches meanwhile (cogd.daemon.first_tier)
         }
 
     def front_status(self) -> dict:
@@ -198,6 +202,18 @@ class EmbeddingWorker:
                 self._query_cache.pop(next(iter(self._query_cache)))
             self._query_cache[key] = vector
         return vector
+
+    def search_pair(self, texts: str | list[str]) -> tuple[np.ndarray | None, DenseIndex | None]:
+        """``(query vector(s), KNN index)`` of one model for a code search: the static first tier's
+        while it is active (cogd.daemon.first_tier), else the transformer's. ``texts``: one query
+        (vector of shape (dim,)) or a long prompt's windows (shape (n, dim)). The two come from one
+        tier read once, so a search never compares a query of one model with vectors of another."""
+        vector, dense = self.first_tier.pair(texts)
+        if dense is not None:
+            return vector, dense
+        if isinstance(texts, str):
+            return self.query_vector(texts), self.dense
+        return self.query_vectors(texts), self.dense
 
     def query_vectors(self, texts: list[str]) -> np.ndarray | None:
         """The embeddings of several query texts (e.g. a long prompt's prose windows) as one
@@ -338,7 +354,14 @@ class EmbeddingWorker:
         self.front_total = len(front)
         self.front_done = self.front_total - sum(1 for i in pending if i in front)
         self.counted = self.ever_counted = True
+        if self.first_tier.wanted(len(pending)):
+            try:
+                self.first_tier.sync(conn, entities)
+            except Exception as exc:  # a missing or broken static model: the pass goes on without it
+                self.first_tier.error = f"{exc.__class__.__name__}: {exc}"
+                log.exception("first tier unavailable")
         if not pending:
+            self.first_tier.drop()
             vectors.flush()  # a pass that only deleted: the table is told now (table deletes wait for a write)
             return
         log.info("embedding %d of %d entities (front: %d of %d)", len(pending), self.total,
@@ -349,6 +372,8 @@ class EmbeddingWorker:
             self._embed_chunks(conn, vectors, pending, front, started, embedded_at_start, unwritten)
         finally:
             vectors.upsert(unwritten)  # however the pass ends, what it embedded is stored
+        if self.done >= self.total and not self._interrupted():
+            self.first_tier.drop()  # the model covers every entity: searches switch to its vectors
         vectors.compact()
 
     def _embed_chunks(self, conn, vectors: ChildVectorStore, pending: list[str], front: set[str], started: float,

@@ -192,12 +192,12 @@ def _derived() -> ModelInfo:
 
 
 def _static(derive_missing: bool = True) -> ModelInfo:
-    """The static table distilled from the bundled model (distilled now if missing or altered,
-    unless ``derive_missing`` is False: then ModelError)."""
+    """The static table distilled from the derived int8 model (distilled now if missing or
+    altered, unless ``derive_missing`` is False: then ModelError)."""
     from cogd.embed import static
     from cogd.embed.derive import sha256_file
 
-    base = _bundled()  # checks the source's pin before anything is distilled from it
+    base = _derived()  # the int8 model, itself derived from the pinned bundled bytes (derived now if needed)
     folder = static.static_dir(base.sha256)
     path = folder / static.STATIC_FILE
     if folder.exists():
