@@ -75,6 +75,23 @@ def background_threads(configured: int) -> int:
         return max(1, len(os.sched_getaffinity(0)))
     except (AttributeError, OSError):
         return max(1, os.cpu_count() or 1)
+def release_free_heap() -> bool:
+    """Hand the C heap's free pages back to the system (glibc's ``malloc_trim(0)``); True when it ran.
+
+    The first index's parse results and resolution leave a heap with much free space that glibc
+    keeps (measured on the standard library: the daemon's resident size at the end of its first
+    index stays near its peak); the model and its arena would otherwise come on top of that.
+    A no-op where glibc is not the C library.
+    """
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+        return True
+    except (OSError, AttributeError):
+        return False
+
+
 QUERY_CACHE_SIZE = 4  # recent query embeddings kept: enough for one request's code and memory searches (the oldest goes first)
 
 
@@ -241,6 +258,7 @@ class EmbeddingWorker:
         from cogd.embed.model import resolve_model
 
         info = resolve_model(self.config, self.index_dir.parent.parent)  # model_dir may be relative to the root
+        release_free_heap()  # what the first index freed, before the model's ~200 MB come on top
         self.encoder = load_encoder(info, background_threads(self.config.threads), self.config.max_tokens,
                                self.config.batch_size, batch_tokens=self.config.batch_tokens)
         self.model_id = info.id
@@ -375,6 +393,8 @@ class EmbeddingWorker:
         if self.done >= self.total and not self._interrupted():
             self.first_tier.drop()  # the model covers every entity: searches switch to its vectors
         vectors.compact()
+        if len(pending) > WRITE_ROWS:
+            release_free_heap()  # a big pass's rows and texts are freed now
 
     def _embed_chunks(self, conn, vectors: ChildVectorStore, pending: list[str], front: set[str], started: float,
                       embedded_at_start: int, unwritten: list[dict]) -> None:
