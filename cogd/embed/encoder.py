@@ -1,4 +1,8 @@
-"""Turn texts into unit vectors with an ONNX sentence-embedding model on the CPU.
+"""Turn texts into unit vectors with an ONNX sentence-embedding model on the CPU (or a static table).
+
+:class:`StaticEncoder` does the same with the static token table of
+:mod:`cogd.embed.static` (a weighted mean of token rows, no onnxruntime);
+:func:`load_encoder` picks the class a :class:`ModelInfo` needs.
 
 Pipeline per batch: WordPiece tokenisation (``tokenizers``), truncated to
 ``max_tokens`` tokens including ``[CLS]``/``[SEP]`` and padded to the longest
@@ -43,9 +47,6 @@ MIN_TOKENS = 4  # [CLS], [SEP] and at least two tokens of text
 MAX_TOKENS = 512  # the position table of BERT-family models
 
 
-ARENA_EXTEND = -1  # OrtArenaCfg arena_extend_strategy: -1 default (next power of two), 1 same as requested
-SHRINK_ARENA = False  # free the arena's unused chunks after every run
-CPU_ARENA = True  # onnxruntime's CPU arena for activations (see _build_session; measured in docs/architecture.md)
 _SHARED_ARENA: bool | None = None  # None: not tried yet; True: registered in onnxruntime's environment
 _SHARED_ARENA_LOCK = threading.Lock()
 
@@ -65,7 +66,7 @@ def _shared_arena() -> bool:
 
             try:
                 info = ort.OrtMemoryInfo("Cpu", ort.OrtAllocatorType.ORT_ARENA_ALLOCATOR, 0, ort.OrtMemType.DEFAULT)
-                ort.create_and_register_allocator(info, ort.OrtArenaCfg(0, ARENA_EXTEND, -1, -1))
+                ort.create_and_register_allocator(info, ort.OrtArenaCfg(0, -1, -1, -1))
                 _SHARED_ARENA = True
             except Exception:  # onnxruntime's own exception types; also "already registered"
                 _SHARED_ARENA = False
@@ -191,9 +192,7 @@ class Encoder:
         # throughput 25% lower.
         options.enable_mem_pattern = False
         options.log_severity_level = 3  # errors only
-        if not CPU_ARENA:
-            options.enable_cpu_mem_arena = False
-        elif _shared_arena():  # the main and the light session draw on one arena
+        if _shared_arena():  # the main and the light session draw on one arena
             options.add_session_config_entry("session.use_env_allocators", "1")
         data = read_verified(self.info)  # the exact bytes that passed the sha256 check
         try:
@@ -251,13 +250,7 @@ class Encoder:
         feed = {"input_ids": ids, "attention_mask": mask}
         if self._token_types:
             feed["token_type_ids"] = np.zeros_like(ids)
-        run_options = None
-        if SHRINK_ARENA:
-            import onnxruntime as ort
-
-            run_options = ort.RunOptions()
-            run_options.add_run_config_entry("memory.enable_memory_arena_shrinkage", "cpu:0")
-        hidden = session.run([self._output], feed, run_options)[0]
+        hidden = session.run([self._output], feed)[0]
         if self._pooled:
             vectors = hidden.astype(np.float32, copy=False)
         else:
