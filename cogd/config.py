@@ -75,6 +75,9 @@ class EmbedConfig:
     # and at most this many padded tokens per call (0 = no limit): 256-token texts go 4 at a time,
     # which cut the encoder's RSS after 512 stdlib texts from 353 to 242 MB (scripts/bench_embed.py)
     batch_tokens: int = 1024
+    # A pass with at least this many entities to embed first gives every entity a static vector
+    # (cogd.daemon.first_tier: seconds, not minutes) that searches use until the model catches up; 0 = off.
+    first_tier_min: int = 0
     enabled: bool = True  # False: lexical retrieval only, no model loaded
 
 

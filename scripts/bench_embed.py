@@ -108,11 +108,11 @@ class Variant:
 
     def encoder(self):
         from cogd.config import EmbedConfig
-        from cogd.embed.encoder import Encoder
+        from cogd.embed.encoder import load_encoder
         from cogd.embed.model import resolve_model
 
-        return Encoder(resolve_model(EmbedConfig(model=self.model)), threads=self.threads,
-                       max_tokens=self.cap, batch_size=self.batch, batch_tokens=self.batch_tokens)
+        return load_encoder(resolve_model(EmbedConfig(model=self.model)), threads=self.threads,
+                            max_tokens=self.cap, batch_size=self.batch, batch_tokens=self.batch_tokens)
 
 
 def load() -> str:
@@ -297,7 +297,7 @@ def main() -> None:
     for v in variants:
         rate = median(rates[v.name])
         cos = ""
-        if v.text == base.text:
+        if v.text == base.text and vectors[v.name].shape == vectors[base.name].shape:  # a static table has its own size
             c = (vectors[v.name] * vectors[base.name]).sum(axis=1)
             cos = f"{c.mean():.4f} / {c.min():.4f}"
         print(f"  {v.name:<22} {v.spec().split('=', 1)[1]:<44} {rate:>10.1f} {rate / median(rates[base.name]):>6.2f}x "

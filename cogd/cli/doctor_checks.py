@@ -205,10 +205,10 @@ def check_model(ctx: DoctorContext) -> Check:
     if not ctx.load_model:
         return Check("model", OK, f"{info.id}: files present, sha256 verified (not loaded)", "", details)
     try:
-        from cogd.embed.encoder import Encoder
+        from cogd.embed.encoder import load_encoder
 
         started = time.perf_counter()
-        encoder = Encoder(info, threads=1, max_tokens=embed.max_tokens, batch_size=1)
+        encoder = load_encoder(info, threads=1, max_tokens=embed.max_tokens, batch_size=1)
         vector = encoder.encode_query("cogd doctor")
         details["load_ms"] = round((time.perf_counter() - started) * 1000, 1)
     except (ModelError, ValueError, RuntimeError, OSError) as exc:

@@ -46,7 +46,9 @@ from cogd.index import store
 from cogd.inlist import chunked
 from cogd import faults
 from cogd.daemon import embed_order
-from cogd.index.vectors import DenseIndex, VectorStore, open_vectors
+from cogd.daemon.first_tier import FirstTier
+from cogd.index.vector_proc import IDLE_S as VECTOR_CHILD_IDLE_S, ChildVectorStore
+from cogd.index.vectors import DenseIndex
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +75,23 @@ def background_threads(configured: int) -> int:
         return max(1, len(os.sched_getaffinity(0)))
     except (AttributeError, OSError):
         return max(1, os.cpu_count() or 1)
+def release_free_heap() -> bool:
+    """Hand the C heap's free pages back to the system (glibc's ``malloc_trim(0)``); True when it ran.
+
+    The first index's parse results and resolution leave a heap with much free space that glibc
+    keeps (measured on the standard library: the daemon's resident size at the end of its first
+    index stays near its peak); the model and its arena would otherwise come on top of that.
+    A no-op where glibc is not the C library.
+    """
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+        return True
+    except (OSError, AttributeError):
+        return False
+
+
 QUERY_CACHE_SIZE = 4  # recent query embeddings kept: enough for one request's code and memory searches (the oldest goes first)
 
 
@@ -111,6 +130,8 @@ class EmbeddingWorker:
         self.counted = False  # the current pass has listed the entities (total and done are its counts)
         # The front (cogd.daemon.embed_order): embedded first; its coverage is shown on its own.
         self.front = embed_order.Front()
+        # The static first tier (cogd.daemon.first_tier): serves searches while a big pass runs.
+        self.first_tier = FirstTier(config)
         self.front_total = 0
         self.front_done = 0
         self.ever_counted = False  # some pass has: coverage means something
@@ -168,6 +189,7 @@ class EmbeddingWorker:
             "computed": self.embedded,  # vectors the model computed since start (the rest came from the cache)
             "yields": self.yields,
             "light_batches": self.light_batches,  # batches run on one thread because a request was in flight  # waits between batches while requests were answered (cogd.daemon.scheduling)
+            "first_tier": self.first_tier.status(),  # static vectors answering searches meanwhile (cogd.daemon.first_tier)
         }
 
     def front_status(self) -> dict:
@@ -198,6 +220,18 @@ class EmbeddingWorker:
             self._query_cache[key] = vector
         return vector
 
+    def search_pair(self, texts: str | list[str]) -> tuple[np.ndarray | None, DenseIndex | None]:
+        """``(query vector(s), KNN index)`` of one model for a code search: the static first tier's
+        while it is active (cogd.daemon.first_tier), else the transformer's. ``texts``: one query
+        (vector of shape (dim,)) or a long prompt's windows (shape (n, dim)). The two come from one
+        tier read once, so a search never compares a query of one model with vectors of another."""
+        vector, dense = self.first_tier.pair(texts)
+        if dense is not None:
+            return vector, dense
+        if isinstance(texts, str):
+            return self.query_vector(texts), self.dense
+        return self.query_vectors(texts), self.dense
+
     def query_vectors(self, texts: list[str]) -> np.ndarray | None:
         """The embeddings of several query texts (e.g. a long prompt's prose windows) as one
         ``(len(texts), dim)`` array, uncached ones encoded in one batch; None while the model is
@@ -218,17 +252,21 @@ class EmbeddingWorker:
         return np.stack([found[t] for t in texts])
 
     # ---- the thread -------------------------------------------------------------
-    def _load(self) -> VectorStore:
+    def _load(self) -> ChildVectorStore:
         from cogd.embed.cache import EmbeddingCache
-        from cogd.embed.encoder import Encoder
+        from cogd.embed.encoder import load_encoder
         from cogd.embed.model import resolve_model
 
         info = resolve_model(self.config, self.index_dir.parent.parent)  # model_dir may be relative to the root
-        self.encoder = Encoder(info, background_threads(self.config.threads), self.config.max_tokens,
+        release_free_heap()  # what the first index freed, before the model's ~200 MB come on top
+        self.encoder = load_encoder(info, background_threads(self.config.threads), self.config.max_tokens,
                                self.config.batch_size, batch_tokens=self.config.batch_tokens)
         self.model_id = info.id
         self._cache = EmbeddingCache(self.index_dir / "embed_cache.db")
-        vectors, (ids, kinds, _paths, matrix) = open_vectors(self.index_dir / "vectors", info.dim, info.id)
+        # The table is written by a child process (cogd.index.vector_proc): LanceDB and Arrow
+        # never load into the daemon.
+        vectors = ChildVectorStore(self.index_dir / "vectors", info.dim, info.id)
+        ids, kinds, _paths, matrix = vectors.open()
         dense = DenseIndex(info.dim)
         dense.replace(ids, kinds, matrix)
         self.dense = dense
@@ -252,7 +290,12 @@ class EmbeddingWorker:
         try:
             while True:
                 with self._cond:
-                    self._cond.wait_for(lambda: self._pending or self._stopping)
+                    while not (self._pending or self._stopping):
+                        idle = vectors.idle_for()
+                        if idle is not None and idle >= VECTOR_CHILD_IDLE_S:
+                            vectors.release()  # a quiet daemon keeps no LanceDB process
+                            idle = None
+                        self._cond.wait(None if idle is None else max(0.05, VECTOR_CHILD_IDLE_S - idle))
                     if self._stopping:
                         return
                     self._pending = False
@@ -271,6 +314,7 @@ class EmbeddingWorker:
                     log.exception("embedding pass failed")
                 self.state = "idle"
         finally:
+            vectors.close()
             self.state = "stopped"
 
     def _hold_for_tests(self) -> None:
@@ -311,7 +355,7 @@ class EmbeddingWorker:
     def _count_yield(self) -> None:
         self.yields += 1
 
-    def _pass(self, conn, vectors: VectorStore) -> None:
+    def _pass(self, conn, vectors: ChildVectorStore) -> None:
         assert self.encoder is not None and self.dense is not None
         model = self.model_id
         entities = store.entity_states(conn)
@@ -321,13 +365,22 @@ class EmbeddingWorker:
             vectors.delete(gone)
             self.dense.remove(gone)
         pending = [i for i, (h, _k, _p) in entities.items() if stored.get(i) != (model, h)]
+        self.dense.make_room(len(pending))  # one allocation, not a doubling per step
         pending, front = self._ordered(conn, entities, pending)
         self.total = len(entities)
         self.done = self.total - len(pending)
         self.front_total = len(front)
         self.front_done = self.front_total - sum(1 for i in pending if i in front)
         self.counted = self.ever_counted = True
+        if self.first_tier.wanted(len(pending)):
+            try:
+                self.first_tier.sync(conn, entities)
+            except Exception as exc:  # a missing or broken static model: the pass goes on without it
+                self.first_tier.error = f"{exc.__class__.__name__}: {exc}"
+                log.exception("first tier unavailable")
         if not pending:
+            self.first_tier.drop()
+            vectors.flush()  # a pass that only deleted: the table is told now (table deletes wait for a write)
             return
         log.info("embedding %d of %d entities (front: %d of %d)", len(pending), self.total,
                  self.front_total - self.front_done, self.front_total)
@@ -337,9 +390,13 @@ class EmbeddingWorker:
             self._embed_chunks(conn, vectors, pending, front, started, embedded_at_start, unwritten)
         finally:
             vectors.upsert(unwritten)  # however the pass ends, what it embedded is stored
+        if self.done >= self.total and not self._interrupted():
+            self.first_tier.drop()  # the model covers every entity: searches switch to its vectors
         vectors.compact()
+        if len(pending) > WRITE_ROWS:
+            release_free_heap()  # a big pass's rows and texts are freed now
 
-    def _embed_chunks(self, conn, vectors: VectorStore, pending: list[str], front: set[str], started: float,
+    def _embed_chunks(self, conn, vectors: ChildVectorStore, pending: list[str], front: set[str], started: float,
                       embedded_at_start: int, unwritten: list[dict]) -> None:
         """The chunks of :meth:`_pass`: encode (through the cache), update the KNN index, and
         write the table every WRITE_ROWS rows (the rest stays in ``unwritten`` for the caller)."""

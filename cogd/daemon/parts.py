@@ -211,14 +211,16 @@ class Parts:
         ``bm25`` or while no model is loaded (``dense``: the embedder's dense-vector store)."""
         if mode == BM25 or self.embedder is None:
             return None, None
+        # search_pair: the query and the index of one model (the static first tier's while it is
+        # active, cogd.daemon.first_tier), read together.
         if len(text) <= WINDOW_CHARS:  # a short prompt: one vector, as it always was
-            return self.embedder.query_vector(text[:4000]), self.embedder.dense
+            return self.embedder.search_pair(text[:4000])
         # A long prompt: its prose in windows (cogd.retrieve.prompt.prose_windows), one row each;
         # retrieval fuses one nearest-neighbour list per window.
         windows = prose_windows(text)
         if len(windows) <= 1:
-            return self.embedder.query_vector((windows or [text])[0][:4000]), self.embedder.dense
-        return self.embedder.query_vectors(windows), self.embedder.dense
+            return self.embedder.search_pair((windows or [text])[0][:4000])
+        return self.embedder.search_pair(windows)
 
     def working_set(self, session_id: str) -> list[str]:
         """Entity ids the session worked on: edited, then hit, then read (strongest first).

@@ -1,4 +1,8 @@
-"""Turn texts into unit vectors with an ONNX sentence-embedding model on the CPU.
+"""Turn texts into unit vectors with an ONNX sentence-embedding model on the CPU (or a static table).
+
+:class:`StaticEncoder` does the same with the static token table of
+:mod:`cogd.embed.static` (a weighted mean of token rows, no onnxruntime);
+:func:`load_encoder` picks the class a :class:`ModelInfo` needs.
 
 Pipeline per batch: WordPiece tokenisation (``tokenizers``), truncated to
 ``max_tokens`` tokens including ``[CLS]``/``[SEP]`` and padded to the longest
@@ -284,3 +288,84 @@ class Encoder:
     def encode_query(self, text: str, *, threads: int | None = None) -> np.ndarray:
         """Embed one text (a search query); float32 of shape (dim,), L2 norm 1. ``threads`` as in :meth:`encode`."""
         return self.encode([text], threads=threads)[0]
+
+
+class StaticEncoder:
+    """Texts → float32 unit vectors of ``info.dim`` with a static table (:mod:`cogd.embed.static`):
+    no onnxruntime.
+
+    ``info``: a :class:`~cogd.embed.model.ModelInfo` whose ``path`` is the
+    verified ``.npy`` table. ``max_tokens``: at most this many WordPiece
+    tokens of a text are averaged (special tokens are not added). The vector
+    of a text is the mean of its tokens' rows (the SIF weights are in the
+    rows), L2-normalised; a text with no known token gets the zero vector.
+    Same calling convention as :class:`Encoder`
+    (``encode``, ``encode_query``, ``session_for``; ``threads`` is accepted
+    and ignored). Raises ModelError when the table fails its sha256 check or
+    is not a 2-D float32 array with one row per vocabulary id.
+    """
+
+    def __init__(self, info, max_tokens: int = 512, **_ignored):
+        import io
+
+        from tokenizers import Tokenizer
+
+        data = read_verified(info)  # the exact bytes that passed the sha256 check
+        try:
+            table = np.load(io.BytesIO(data), allow_pickle=False)
+        except (ValueError, OSError) as exc:
+            raise ModelError(f"cannot read the static model {info.path}: {exc}") from exc
+        tokenizer = Tokenizer.from_file(str(info.tokenizer_path))
+        if table.ndim != 2 or table.dtype != np.float32 or table.shape[0] != tokenizer.get_vocab_size() \
+                or table.shape[1] != info.dim:
+            raise ModelError(f"the static model {info.path} has shape {table.shape} ({table.dtype}), expected "
+                             f"({tokenizer.get_vocab_size()}, {info.dim}) float32")
+        tokenizer.no_padding()
+        tokenizer.no_truncation()
+        tokenizer.enable_truncation(max_length=max_tokens)
+        self._tokenizer = tokenizer
+        self._table = table
+        self.info = info
+        self.dim = info.dim
+        self.max_tokens = max_tokens
+        self.threads = 1
+
+    def session_for(self, threads: int | None = None) -> None:
+        """No sessions here (the transformer's light mode has nothing to do); returns None."""
+        return None
+
+    def encode(self, texts: list[str], *, threads=None) -> np.ndarray:
+        """Embed ``texts``: float32 (len(texts), dim), row i for texts[i], L2 norm 1 (0 for no tokens).
+
+        Lone surrogates are replaced; raises TypeError for a non-str item.
+        """
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        if not texts:
+            return out
+        encodings = self._tokenizer.encode_batch([_clean(t) for t in texts], add_special_tokens=False)
+        lengths = np.array([len(e.ids) for e in encodings], dtype=np.int64)
+        if not lengths.sum():
+            return out
+        ids = np.fromiter((i for e in encodings for i in e.ids), dtype=np.int64, count=int(lengths.sum()))
+        rows = self._table[ids]
+        have = lengths > 0
+        starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])[have]
+        sums = np.add.reduceat(rows, starts, axis=0)
+        norms = np.linalg.norm(sums, axis=1, keepdims=True)
+        out[have] = sums / np.maximum(norms, 1e-12)
+        return out
+
+    def encode_query(self, text: str, *, threads=None) -> np.ndarray:
+        """Embed one text: float32 (dim,), L2 norm 1."""
+        return self.encode([text])[0]
+
+
+def load_encoder(info: ModelInfo, threads: int = 0, max_tokens: int = 256, batch_size: int = 8,
+                 batch_tokens: int = 1024):
+    """The encoder for ``info``: a :class:`cogd.embed.static.StaticEncoder` for a static table
+    (``info.source == "static"``; no onnxruntime, ``max_tokens`` ignored: a static table has no
+    position limit, the text's own cap applies), else an :class:`Encoder` with these arguments.
+    Raises ModelError / ValueError like the constructors."""
+    if info.source == "static":
+        return StaticEncoder(info)
+    return Encoder(info, threads, max_tokens, batch_size, batch_tokens)

@@ -58,7 +58,8 @@ TOKENIZER_FILE = "tokenizer.json"
 MANIFEST_FILE = "cogd-model.json"
 DERIVED_MODEL = "minilm-int8pc"  # embed.model: the derived int8 per-channel encoder (default)
 BUNDLED_MODEL = "minilm"  # embed.model: the bundled file as shipped
-MODEL_CHOICES = (DERIVED_MODEL, BUNDLED_MODEL)
+STATIC_MODEL = "minilm-static"  # embed.model: the static table distilled from the bundled file (cogd.embed.static)
+MODEL_CHOICES = (DERIVED_MODEL, BUNDLED_MODEL, STATIC_MODEL)
 DATA_DIR = Path(__file__).parent / "data"
 BUNDLED_TOKENIZER = DATA_DIR / TOKENIZER_FILE
 
@@ -83,7 +84,8 @@ class ModelInfo:
     ``path``: the ONNX file. ``tokenizer_path``: the ``tokenizer.json`` used with it.
     ``dim``: length of one output vector (384 for the bundled model).
     ``sha256``: 64 hex digits of the ONNX file as verified.
-    ``source``: ``"derived"``, ``"bundled"`` or ``"configured"``.
+    ``source``: ``"derived"``, ``"bundled"``, ``"static"`` (a token table, :mod:`cogd.embed.static`)
+    or ``"configured"``.
     """
 
     id: str
@@ -189,6 +191,42 @@ def _derived() -> ModelInfo:
     return ModelInfo(model_id(derive.DERIVED_NAME, digest), path, BUNDLED_TOKENIZER, BUNDLED_DIM, digest, "derived")
 
 
+def _static(derive_missing: bool = True) -> ModelInfo:
+    """The static table distilled from the derived int8 model (distilled now if missing or
+    altered, unless ``derive_missing`` is False: then ModelError)."""
+    from cogd.embed import static
+    from cogd.embed.derive import sha256_file
+
+    base = _derived()  # the int8 model, itself derived from the pinned bundled bytes (derived now if needed)
+    folder = static.static_dir(base.sha256)
+    path = folder / static.STATIC_FILE
+    if folder.exists():
+        _trusted(folder, "static model folder")
+    expected = static.expected_sha256(base.sha256, static.read_manifest(folder))
+    if expected and path.is_file():
+        _trusted(path, "static model")
+        try:
+            actual = sha256_file(path)
+        except OSError as exc:
+            actual = f"unreadable ({exc.strerror or exc})"
+        if actual == expected:
+            return ModelInfo(model_id(static.STATIC_NAME, actual), path, BUNDLED_TOKENIZER, static.DIM, actual,
+                             "static")
+        if not derive_missing:
+            raise ModelError(f"{path} failed verification (sha256 expected {expected}, got {actual}): "
+                             "it is distilled again on next use")
+        log.warning("static model %s failed verification (sha256 expected %s, got %s): distilling it again",
+                    path, expected, actual)
+    elif not derive_missing:
+        raise ModelError(f"not distilled yet: {path} is made from the bundled model on first use")
+    try:
+        digest = static.distill(read_verified(base), base.sha256, BUNDLED_TOKENIZER, folder)
+    except static.DistillError as exc:
+        raise ModelError(f"cannot distil the static model into {folder}: {exc}") from exc
+    log.info("distilled the static model %s (sha256 %s)", path, digest)
+    return ModelInfo(model_id(static.STATIC_NAME, digest), path, BUNDLED_TOKENIZER, static.DIM, digest, "static")
+
+
 def _manifest(directory: Path) -> dict:
     path = directory / MANIFEST_FILE
     if not path.is_file():
@@ -281,7 +319,9 @@ def resolve_model(config, root: Path | None = None) -> ModelInfo:
     ``root``, the repository root, or the current directory); else
     ``config.model``: ``"minilm-int8pc"`` → the derived int8 model (derived
     into the private runtime directory on first use: 5–15 s in a child process),
-    ``"minilm"`` → the bundled file. Reads and hashes the whole ONNX file
+    ``"minilm"`` → the bundled file, ``"minilm-static"`` → the static token
+    table distilled from it (:mod:`cogd.embed.static`; distilled on first use
+    in a child process, 1–5 min). Reads and hashes the whole ONNX file
     (~15 ms warm for 23 MB). Raises ModelError with the cause and a fix when
     files are missing, a sha256 pin does not match, the derivation fails or
     ``config.model`` is unknown. Does not look at ``config.enabled``: callers
@@ -294,6 +334,8 @@ def resolve_model(config, root: Path | None = None) -> ModelInfo:
         return _derived()
     if choice == BUNDLED_MODEL:
         return _bundled()
+    if choice == STATIC_MODEL:
+        return _static()
     raise ModelError(f"embed.model must be one of {', '.join(MODEL_CHOICES)}, got {choice!r}")
 
 
