@@ -40,13 +40,14 @@ def committed_state(root: "str | os.PathLike[str]") -> list[str]:
     ``GIT_TIMEOUT_S`` seconds (this check can only add refusals, so an unknown
     answer refuses nothing). Never raises.
     """
-    import subprocess  # only here: cogd.paths imports this module, and the hook imports cogd.paths to spawn
+    import subprocess  # only here (and gitsafe): cogd.paths imports this module, and the hook imports cogd.paths to spawn
+
+    from cogd import gitsafe
 
     try:
         done = subprocess.run(
-            ["git", "-C", os.fspath(root), "ls-files", "-z", "--", ".cogd"],
-            capture_output=True, timeout=GIT_TIMEOUT_S, check=False,
-            env={**os.environ, "GIT_OPTIONAL_LOCKS": "0"},
+            gitsafe.argv(root, "ls-files", "-z", "--", ".cogd"),
+            capture_output=True, timeout=GIT_TIMEOUT_S, check=False, env=gitsafe.safe_env(), stdin=subprocess.DEVNULL,
         )
     except (OSError, subprocess.SubprocessError):
         return []

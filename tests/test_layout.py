@@ -27,7 +27,7 @@ PROTOCOL = REPO / "docs" / "protocol.md"
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("foundation", ("cogd", "cogd.errors", "cogd.faults", "cogd.safepath", "cogd.committed",
                     "cogd.config", "cogd.paths", "cogd.rpc", "cogd.recovery", "cogd.fusion", "cogd.inlist", "cogd.ages", "cogd.visible",
-                    "cogd.clients", "cogd.evidence")),
+                    "cogd.clients", "cogd.evidence", "cogd.gitsafe")),
     ("secrets", ("cogd.secrets",)),
     ("index", ("cogd.index",)),
     ("embed", ("cogd.embed",)),

@@ -194,6 +194,16 @@ def test_on_a_real_terminal_nothing_of_the_repository_is_interpreted(hostile):
         assert "⟨U+001B⟩[2J" in out, args
 
 
+def test_a_live_progress_bar_keeps_its_own_escapes_on_a_terminal(hostile):
+    # rich's live display redirects sys.stdout through its own proxy, in front of the filter:
+    # the bar's cursor and colour codes must still reach the terminal raw, not as marks.
+    root, _ = hostile
+    out = read_pty([COGD, "index", "--full"], root).decode("utf-8")
+    assert "indexing" in out or "index" in out
+    for own in ("⟨U+001B⟩[2K", "⟨U+001B⟩[?25", "⟨U+000D⟩⟨U+001B⟩", "⟨U+001B⟩[32m", "⟨U+001B⟩[1m"):
+        assert own not in out, (own, out[-2000:])
+
+
 def test_cogd_up_prints_its_sample_pack_visibly(hostile):
     root, _ = hostile
     up = cogd(root, "up", "--no-hooks", "--wait-embed", "0")

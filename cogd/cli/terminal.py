@@ -115,8 +115,19 @@ def visible_segments(segments: Iterable[Segment]) -> Iterator[Segment]:
         yield Segment(visible(segment.text), style)
 
 
+def _own_file(console: Console) -> IO[str]:
+    """The stream rich would write to, past a :class:`VisibleStream`. rich unwraps one
+    ``rich_proxied_file``; while a live display redirects ``sys.stdout`` the chain is its
+    FileProxy, then our filter, so the filter is taken off here (the text is made visible by
+    the console itself)."""
+    file = Console.file.fget(console)
+    return file.inner if isinstance(file, VisibleStream) else file
+
+
 class VisibleConsole(Console):
     """A rich :class:`~rich.console.Console` that shows untrusted text visibly (see the module)."""
+
+    file = property(_own_file, Console.file.fset)
 
     def render_str(self, text: str, **kwargs) -> Text:
         """rich's :meth:`~rich.console.Console.render_str` of ``visible(text)``: the marks are in

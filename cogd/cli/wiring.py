@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from cogd import gitsafe
 from cogd import safepath
 from cogd.clients import CLAUDE_CODE, CLIENTS, CLINE, CODEX, COPILOT, CURSOR, GEMINI
 from cogd.errors import CogdError
@@ -632,7 +633,8 @@ def holds_cogd(root: Path, target: Target) -> bool:
 
 
 def _git(root: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, timeout=GIT_TIMEOUT_S)
+    return subprocess.run(gitsafe.argv(root, *args), capture_output=True, text=True, timeout=GIT_TIMEOUT_S,
+                          env=gitsafe.safe_env(), stdin=subprocess.DEVNULL)
 
 
 def exclude_file(root: Path) -> Path | None:

@@ -53,6 +53,7 @@ import threading
 import time
 from pathlib import Path
 
+from cogd import gitsafe
 from cogd.config import WatchConfig
 from cogd.index.languages import language_for_path
 from cogd.index.sources import COGD_IGNORE, DEFAULT_WALK_IGNORES, GUESSED_WALK_IGNORES, IgnoreRules, compile_ignores
@@ -111,7 +112,7 @@ def watch_budget(limit: int) -> int:
 
 def _in_git_work_tree(root: str) -> bool:
     try:
-        out = subprocess.run(["git", "-C", root, "rev-parse", "--is-inside-work-tree"],
+        out = subprocess.run(gitsafe.argv(root, "rev-parse", "--is-inside-work-tree"), env=gitsafe.safe_env(),
                              capture_output=True, text=True, timeout=GIT_TIMEOUT_S, check=False)
     except (OSError, subprocess.TimeoutExpired):
         return False
@@ -210,7 +211,7 @@ class DirectoryScanner:
     def _git_ignored(self, rels: list[str]) -> set[str]:
         """Which of ``rels`` git ignores (a directory holding tracked files is not ignored)."""
         proc = subprocess.run(
-            ["git", "-C", self.root, "check-ignore", "--stdin", "-z"],
+            gitsafe.argv(self.root, "check-ignore", "--stdin", "-z"), env=gitsafe.safe_env(),
             input=b"".join(os.fsencode(r) + b"\0" for r in rels),
             capture_output=True, timeout=GIT_TIMEOUT_S, check=False,
         )

@@ -1,7 +1,11 @@
 """``git log -p --unified=0`` parsed into commits and their hunks (pure; no git here).
 
-The log is asked for with one header per commit (:data:`LOG_FORMAT`: ``\\x1e`` hash, parents,
-commit time, author name and e-mail, the raw message, closed by ``\\x1d``), then the patch.
+The log is asked for with one header per commit (:func:`log_format`: ``\\x1e`` and a nonce, hash,
+parents, commit time, author name and e-mail, the raw message, closed by ``\\x1d`` and the nonce),
+then the patch. A commit message may itself hold ``\\x1e``/``\\x1d`` bytes, so the separators
+alone would let a message end its header early and forge the next commit's; the miner draws a
+fresh random nonce per ``git log`` run, which no message written before it can contain, and
+names the hashes it asked for, so a header for any other commit is ignored.
 A hunk header ``@@ -a,b +c,d @@`` says which lines of the parent (``a`` … ``a+b-1``) were
 replaced by which lines of the commit; ``b = 0`` is an insertion after line ``a``. The parser
 reads exactly ``b`` removed and ``d`` added lines after each header, so a removed line that
@@ -9,7 +13,8 @@ itself starts with ``--`` cannot pass for a file header.
 
 Bounds (a hostile repository can make any commit huge): at most :data:`MAX_FILES` files and
 :data:`MAX_HUNKS` hunks are kept per commit (``truncated`` says more were seen), a message is
-cut at :data:`MAX_MESSAGE_CHARS`.
+kept up to :data:`MAX_MESSAGE_CHARS` (the caller masks secrets *before* cutting it: a key cut in
+half is no longer recognised).
 """
 
 from __future__ import annotations
@@ -18,7 +23,12 @@ import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
-LOG_FORMAT = "%x1e%H%x1f%P%x1f%ct%x1f%aN%x1f%aE%x1f%B%x1d"
+def log_format(nonce: str) -> str:
+    """The ``git log --format`` of :func:`parse_log` for one run; ``nonce``: hex, drawn per run."""
+    return f"%x1e{nonce}%H%x1f%P%x1f%ct%x1f%aN%x1f%aE%x1f%B%x1d{nonce}"
+
+
+LOG_FORMAT = log_format("")  # without a nonce: for trusted input only (tests of the parser)
 MAX_FILES = 2000
 MAX_HUNKS = 20_000
 MAX_MESSAGE_CHARS = 8000
@@ -75,16 +85,27 @@ def _header(block: bytes) -> Commit | None:
         when = int(fields[2])
     except ValueError:
         when = 0
-    message = fields[5].decode("utf-8", "replace")[:MAX_MESSAGE_CHARS]
+    message = fields[5].decode("utf-8", "replace")[:2 * MAX_MESSAGE_CHARS]  # cut again after masking
     return Commit(hash_, fields[1].decode("ascii", "replace").split(), when,
                   fields[3].decode("utf-8", "replace")[:200], fields[4].decode("utf-8", "replace")[:200], message)
 
 
-def parse_log(lines: Iterable[bytes]) -> Iterator[Commit]:  # long: one state machine over the stream
-    """Commits of a ``git log --format=LOG_FORMAT -p -U0`` stream, in stream order.
+def parse_log(lines: Iterable[bytes], nonce: str = "",  # long: one state machine over the stream
+              expected: set[str] | None = None) -> Iterator[Commit]:
+    """Commits of a ``git log --format=log_format(nonce) -p -U0`` stream, in stream order.
 
     ``lines``: the stream's lines as bytes (newline kept). A commit is yielded once its
-    patch has ended (the next header or the end of the stream)."""
+    patch has ended (the next header or the end of the stream). ``expected``: the hashes asked
+    for; a header naming any other hash, or one already yielded, is dropped with its patch."""
+    start, stop = b"\x1e" + nonce.encode("ascii"), b"\x1d" + nonce.encode("ascii")
+    seen: set[str] = set()
+
+    def accept(found: Commit | None) -> Commit | None:
+        if found is None or (expected is not None and found.hash not in expected) or found.hash in seen:
+            return None
+        seen.add(found.hash)
+        return found
+
     commit: Commit | None = None
     header: list[bytes] | None = None
     current: FileChange | None = None
@@ -93,13 +114,13 @@ def parse_log(lines: Iterable[bytes]) -> Iterator[Commit]:  # long: one state ma
     hunks = 0
     for line in lines:
         if header is not None:  # inside a multi-line header, until \x1d
-            end = line.find(b"\x1d")
+            end = line.find(stop)
             if end < 0:
                 if sum(map(len, header)) < 4 * MAX_MESSAGE_CHARS:
                     header.append(line)
                 continue
             header.append(line[:end])
-            commit = _header(b"".join(header))
+            commit = accept(_header(b"".join(header)))
             header, current, minus, plus, hunks = None, None, 0, 0, 0
             continue
         if minus or plus:
@@ -112,14 +133,14 @@ def parse_log(lines: Iterable[bytes]) -> Iterator[Commit]:  # long: one state ma
             if line.startswith(b"\\"):  # "\ No newline at end of file"
                 continue
             minus = plus = 0  # a malformed hunk: resynchronise on this line
-        if line.startswith(b"\x1e"):
+        if line.startswith(start):
             if commit is not None:
                 yield commit
             commit = None
-            rest = line[1:]
-            end = rest.find(b"\x1d")
+            rest = line[len(start):]
+            end = rest.find(stop)
             if end >= 0:
-                commit = _header(rest[:end])
+                commit = accept(_header(rest[:end]))
                 current, hunks = None, 0
             else:
                 header = [rest]

@@ -26,10 +26,9 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
-SAFE_CONFIG = (
-    "core.fsmonitor=", "core.hooksPath=/dev/null", "diff.external=", "core.pager=cat", "core.quotepath=off",
-    "log.showSignature=false", "diff.renames=true", "core.untrackedCache=false", "gc.auto=0",
-)
+from cogd import gitsafe
+
+SAFE_CONFIG = gitsafe.SAFE_CONFIG + ("diff.renames=true",)
 DIFF_SAFETY = ("--no-ext-diff", "--no-textconv", "--no-color")
 _HASH = re.compile(r"^[0-9a-f]{40}(?:[0-9a-f]{24})?$")
 
@@ -39,19 +38,13 @@ class GitError(RuntimeError):
 
 
 def safe_env() -> dict[str, str]:
-    """The environment of every git process cogd starts (see the module doc)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_") and k not in ("PAGER", "LESS")}
-    env.update(GIT_CONFIG_NOSYSTEM="1", GIT_TERMINAL_PROMPT="0", GIT_PAGER="cat", PAGER="cat",
-               GIT_OPTIONAL_LOCKS="0", LC_ALL="C", GIT_ASKPASS="/bin/false", SSH_ASKPASS="/bin/false")
-    return env
+    """The environment of every git process cogd starts (:func:`cogd.gitsafe.safe_env`)."""
+    return gitsafe.safe_env()
 
 
 def command(root: Path, *args: str) -> list[str]:
-    """``git -C root -c … args``: the argv of one safe git command."""
-    argv = ["git", "-C", str(root)]
-    for item in SAFE_CONFIG:
-        argv += ["-c", item]
-    return argv + list(args)
+    """``git -C root -c … args``: the argv of one safe git command (:func:`cogd.gitsafe.argv`)."""
+    return gitsafe.argv(root, "-c", "diff.renames=true", *args)
 
 
 def run(root: Path, *args: str, timeout: float = 30.0, input: bytes | None = None) -> bytes:
@@ -255,6 +248,19 @@ class HeadCache:
         head = head_from_files(self.root, read)
         self._key, self._head = (read, self._signature(read)), head
         return head
+
+
+def is_partial_clone(root: Path) -> bool:
+    """Whether the repository is a partial clone (``extensions.partialClone``, or a remote with
+    ``promisor`` or ``partialclonefilter``): reading its old blobs would need a fetch, which
+    :data:`cogd.gitsafe.SAFE_CONFIG` refuses."""
+    try:
+        found = run(root, "config", "--get-regexp", r"^(extensions\.partialclone|remote\..*\.(promisor|partialclonefilter))$",
+                    timeout=10)
+    except GitError:  # exit 1: none set
+        return False
+    return any(line.split(b" ", 1)[-1].strip().lower() not in (b"", b"false")
+               for line in found.splitlines())
 
 
 def rev_parse_head(root: Path, timeout: float = 10.0) -> str | None:

@@ -44,11 +44,12 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
+from secrets import token_hex
 
 from cogd import secrets
 from cogd.config import HistoryConfig
 from cogd.history import git
-from cogd.history.diff import LOG_FORMAT, Commit, parse_log
+from cogd.history.diff import MAX_MESSAGE_CHARS, Commit, log_format, parse_log
 from cogd.history.store import HistoryStore
 from cogd.index.languages import language_for_path
 
@@ -275,6 +276,12 @@ class HistoryMiner:
             self.synced_head, self._synced_once, self.state = None, True, "no_git"
             self.last_pass = {"head": None}
             return self.last_pass
+        if git.is_partial_clone(self.root):  # its missing objects would be fetched: refused, so nothing to mine
+            self.store.set_meta(head="")
+            self.store.set_live(set())
+            self.synced_head, self._synced_once, self.state = None, True, "partial_clone"
+            self.last_pass = {"head": head, "refused": "a partial clone: its history is not all on this machine"}
+            return self.last_pass
         listed = git.run(self.root, "rev-list", f"--max-count={self.config.max_commits}", head, "--",
                          timeout=120).decode("ascii", "replace").split()
         self.synced_head = None  # nothing is usable while the live flags change
@@ -312,10 +319,11 @@ class HistoryMiner:
                 if self._stop.is_set() or time.perf_counter() - started > self.config.time_budget_s:
                     return stored, True
                 batch = todo[i:i + BATCH]
-                lines = git.stream(self.root, "log", "--no-walk=unsorted", f"--format={LOG_FORMAT}", "-p",
+                nonce = token_hex(8)  # see cogd.history.diff: a message cannot forge a header
+                lines = git.stream(self.root, "log", "--no-walk=unsorted", f"--format={log_format(nonce)}", "-p",
                                    "--unified=0", "-M", *git.DIFF_SAFETY, "--diff-merges=off", *batch, "--",
                                    timeout=max(self.config.time_budget_s, 60))
-                for commit in parse_log(lines):
+                for commit in parse_log(lines, nonce, set(batch)):
                     self._store_one(commit, mapper)
                     stored += 1
                 self.store.commit()
@@ -349,7 +357,7 @@ class HistoryMiner:
         touched: dict[str, tuple[str, int]] = {}
         if reason is None:
             touched, reason = mapper.touched(commit)
-        message = secrets.mask(commit.message.strip())
+        message = secrets.mask(commit.message.strip())[:MAX_MESSAGE_CHARS]  # masked, then cut
         subject = message.split("\n", 1)[0][:200]
         self.store.add_commit(commit.hash, commit.time, subject, message, reason, touched, time.time())
         if reason == "merge" and self.config.pull_requests:

@@ -53,6 +53,7 @@ from pathlib import Path
 
 import pathspec
 
+from cogd import gitsafe
 from cogd.index.boundary import PRIVATE_DIRS, OutsideTree, inside, read_tree_file, real_root, resolve_tree_path
 from cogd.index.languages import language_for_path
 from cogd.paths import COGD_DIR
@@ -71,8 +72,8 @@ def git_head(root: Path) -> str | None:
     """The commit ``HEAD`` points at, or None (no git, or no commit yet)."""
     try:
         out = subprocess.run(
-            ["git", "-C", str(root), "rev-parse", "--verify", "-q", "HEAD"],
-            capture_output=True, text=True, timeout=10, check=False,
+            gitsafe.argv(root, "rev-parse", "--verify", "-q", "HEAD"),
+            capture_output=True, text=True, timeout=10, check=False, env=gitsafe.safe_env(), stdin=subprocess.DEVNULL,
         )
     except (OSError, subprocess.TimeoutExpired):
         return None
@@ -82,8 +83,8 @@ def git_head(root: Path) -> str | None:
 def _git_files(root: Path) -> list[str] | None:
     try:
         out = subprocess.run(
-            ["git", "-C", str(root), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-            capture_output=True, timeout=60, check=False,
+            gitsafe.argv(root, "ls-files", "-z", "--cached", "--others", "--exclude-standard"),
+            capture_output=True, timeout=60, check=False, env=gitsafe.safe_env(), stdin=subprocess.DEVNULL,
         )
     except (OSError, subprocess.TimeoutExpired):
         return None
@@ -389,15 +390,15 @@ def recently_changed_files(root: Path, limit: int = 50) -> list[str]:
     seen: dict[str, None] = {}
     try:
         status = subprocess.run(
-            ["git", "-C", str(root), "status", "--porcelain", "-z", "--untracked-files=normal"],
-            capture_output=True, timeout=10, check=False,
+            gitsafe.argv(root, "status", "--porcelain", "-z", "--untracked-files=normal"),
+            capture_output=True, timeout=10, check=False, env=gitsafe.safe_env(), stdin=subprocess.DEVNULL,
         )
         for record in status.stdout.decode("utf-8", "replace").split("\0"):
             if len(record) > 3:
                 seen.setdefault(record[3:], None)
         log = subprocess.run(
-            ["git", "-C", str(root), "log", "-n", "50", "--name-only", "--format=%x00"],
-            capture_output=True, timeout=10, check=False,
+            gitsafe.argv(root, "log", "-n", "50", "--name-only", "--format=%x00"),
+            capture_output=True, timeout=10, check=False, env=gitsafe.safe_env(), stdin=subprocess.DEVNULL,
         )
         for commit in log.stdout.decode("utf-8", "replace").split("\0"):
             names = [line.strip() for line in commit.splitlines() if line.strip()]

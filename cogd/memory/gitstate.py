@@ -15,12 +15,12 @@ or after :data:`MAX_AGE_S` (:meth:`~UncommittedMemory.maybe_refresh`).
 
 from __future__ import annotations
 
-import os
 import subprocess
 import threading
 import time
 from pathlib import Path
 
+from cogd import gitsafe
 GIT_TIMEOUT_S = 2.0  # a slow git (a huge index, a network file system) must not hold the housekeeping long
 MAX_AGE_S = 60.0  # refreshed at least this often while the daemon runs (git state changes outside cogd)
 COMMIT_HINT = "git add .cogd/memory && git commit -m 'cogd memory'"
@@ -30,7 +30,7 @@ SAMPLE = 5  # paths kept for messages
 def _git_env() -> dict:
     # Never take index.lock for the stat refresh (the user's own git commands must not collide
     # with a background status), never prompt.
-    return {**os.environ, "GIT_OPTIONAL_LOCKS": "0", "GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C"}
+    return gitsafe.safe_env()
 
 
 def count_uncommitted(root: Path, timeout_s: float = GIT_TIMEOUT_S) -> dict:
@@ -40,8 +40,8 @@ def count_uncommitted(root: Path, timeout_s: float = GIT_TIMEOUT_S) -> dict:
     untracked, ignored, added, renamed or modified; a deleted file is not (git still holds it).
     Never raises."""
     now = time.time()
-    cmd = ["git", "-c", "core.fsmonitor=false", "-c", "core.quotepath=off", "status", "--porcelain=v1", "-z",
-           "--untracked-files=all", "--ignored=matching", "--", ".cogd/memory"]
+    cmd = gitsafe.argv(root, "status", "--porcelain=v1", "-z",
+                       "--untracked-files=all", "--ignored=matching", "--", ".cogd/memory")
     try:
         proc = subprocess.run(cmd, cwd=root, capture_output=True, timeout=timeout_s, env=_git_env(),
                               stdin=subprocess.DEVNULL)
@@ -113,7 +113,7 @@ class UncommittedMemory:
         """``(mtime_ns, size, inode)`` of git's index file for this checkout (a worktree has its own)."""
         if self._index_path is None:
             try:
-                proc = subprocess.run(["git", "rev-parse", "--git-path", "index"], cwd=self.root, capture_output=True,
+                proc = subprocess.run(gitsafe.argv(self.root, "rev-parse", "--git-path", "index"), cwd=self.root, capture_output=True,
                                       timeout=self.timeout_s, env=_git_env(), stdin=subprocess.DEVNULL)
             except (OSError, subprocess.TimeoutExpired):
                 return None

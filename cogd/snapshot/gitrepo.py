@@ -9,6 +9,7 @@ import re
 import subprocess
 from pathlib import Path
 
+from cogd import gitsafe
 from cogd.errors import CogdError
 
 GIT_TIMEOUT_S = 30.0
@@ -18,8 +19,8 @@ COMMIT = re.compile(r"^[0-9a-f]{40}([0-9a-f]{24})?$")  # SHA-1 or SHA-256 object
 def _git(root: Path, *args: str) -> str:
     """stdout of ``git -C root args``; raises CogdError(kind ``snapshot``) when git fails."""
     try:
-        proc = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True,
-                              timeout=GIT_TIMEOUT_S, check=False)
+        proc = subprocess.run(gitsafe.argv(root, *args), capture_output=True, text=True, env=gitsafe.safe_env(),
+                              timeout=GIT_TIMEOUT_S, check=False, stdin=subprocess.DEVNULL)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise CogdError("snapshot", f"git {args[0]} failed: {exc}") from exc
     if proc.returncode != 0:

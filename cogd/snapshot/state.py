@@ -46,8 +46,10 @@ def installed(layout: Layout) -> dict | None:
         import subprocess
 
         try:
-            out = subprocess.run(["git", "-C", str(layout.root), "rev-list", "--count", f"{commit}..HEAD"],
-                                 capture_output=True, text=True, timeout=10, check=False)
+            from cogd import gitsafe
+
+            out = subprocess.run(gitsafe.argv(layout.root, "rev-list", "--count", f"{commit}..HEAD"),
+                                 env=gitsafe.safe_env(), capture_output=True, text=True, timeout=10, check=False)
             data["behind"] = int(out.stdout.strip()) if out.returncode == 0 else None
         except (OSError, ValueError, subprocess.TimeoutExpired):
             pass
