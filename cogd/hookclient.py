@@ -487,7 +487,10 @@ def run(argv: list[str]) -> str | None:
             result = call(socket_path(root), method, params, timeout=max(remaining - SOCKET_MARGIN_S, 0.01),
                           limit=ANSWER_MAX_BYTES)
     except DaemonUnavailable as exc:
-        log(f"daemon unavailable: {exc}")
+        if isinstance(exc.__cause__, TimeoutError):  # it is running, but its pack missed the deadline
+            log(f"no answer within the hook deadline ({deadline_s * 1000:.0f} ms, [hook] deadline_ms): {exc}")
+        else:
+            log(f"daemon unavailable: {exc}")
         # A timeout means a daemon accepted the connection but answered late (overload): it
         # runs, so starting one only costs this hook ~10 ms of imports when CPU is scarcest.
         if injects and not isinstance(exc.__cause__, TimeoutError):

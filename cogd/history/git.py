@@ -29,6 +29,7 @@ from pathlib import Path
 from cogd import gitsafe
 
 SAFE_CONFIG = gitsafe.SAFE_CONFIG + ("diff.renames=true",)
+LINE_LIMIT = 1 << 16  # bytes of one streamed line kept (a hunk line longer than this is cut)
 DIFF_SAFETY = ("--no-ext-diff", "--no-textconv", "--no-color")
 _HASH = re.compile(r"^[0-9a-f]{40}(?:[0-9a-f]{24})?$")
 
@@ -80,7 +81,16 @@ def stream(root: Path, *args: str, timeout: float = 600.0) -> Iterator[bytes]:
     timer.start()
     try:
         assert proc.stdout is not None
-        yield from proc.stdout
+        while True:  # a line is kept to its first LINE_LIMIT bytes: one 150 MB line must not be held whole
+            line = proc.stdout.readline(LINE_LIMIT)
+            if not line:
+                break
+            if len(line) == LINE_LIMIT and not line.endswith(b"\n"):
+                rest = line
+                while rest and not rest.endswith(b"\n"):
+                    rest = proc.stdout.readline(LINE_LIMIT)
+                line += b"\n"
+            yield line
         if proc.wait() != 0 and not expired.is_set():
             raise GitError(f"git {args[0]} exited {proc.returncode}")
         if expired.is_set():
