@@ -13,15 +13,16 @@ from pathlib import Path
 import pytest
 
 from cogd.config import Config
-from cogd.daemon import (context_methods, graph_methods, index_methods, memory_methods, session_methods,
-                         status_methods)
+from cogd.daemon import (context_methods, graph_methods, history_methods, index_methods, memory_methods,
+                         session_methods, status_methods)
 from cogd.daemon.service import Service
 from cogd.paths import Layout
 from conftest import make_repo
 
 DAEMON = Path(__file__).resolve().parent.parent / "cogd" / "daemon"
 METHOD_MODULES = {m.__name__.rsplit(".", 1)[1]: m for m in (
-    context_methods, session_methods, index_methods, graph_methods, memory_methods, status_methods)}
+    context_methods, session_methods, index_methods, graph_methods, memory_methods, status_methods,
+    history_methods)}
 
 
 @pytest.fixture
@@ -49,6 +50,7 @@ def test_the_dispatch_table_is_the_union_of_every_method_modules_methods(service
                                               # read-only views of the ledger (cogd ui)
                                               "usage.sessions", "usage.session", "usage.daily", "usage.files"}
     assert set(tables["graph_methods"]) == {"graph.callers", "graph.callees", "graph.impact"}
+    assert set(tables["history_methods"]) == {"history.status"}
     # The two the socket server answers itself never reach Service.call.
     assert not {"context.ack", "daemon.shutdown"} & service.methods
     # Bound handlers answer through the same collaborators the Service holds.
