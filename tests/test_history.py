@@ -317,6 +317,7 @@ def test_a_daemon_mines_and_a_pack_explains_the_commit_behind_an_association(his
                                                   "negative radius"]
     shown = run_cogd(root, "show", "shapes.py::perimeter").stdout
     assert f"{first[:10]}" in shown and second[:10] not in shown
+    assert "changed by 1 mined commit:" in shown  # one commit, said as one
     assert "co-changed" not in shown  # perimeter and Circle.__init__ share no commit
     text = run_cogd(root, "history").stdout
     assert "commits mined: 3" in text and "used by packs: yes" in text

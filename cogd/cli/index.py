@@ -129,13 +129,16 @@ def _show_history(history: dict | None) -> None:
         console.print("history: not synchronised with HEAD yet (see `cogd history`)")
         return
     commits = history["commits"]
-    console.print(f"changed by {len(commits)}{'+' if len(commits) >= 10 else ''} mined commits"
+    n = len(commits)
+    console.print(f"changed by {n}{'+' if n >= 10 else ''} mined commit{'' if n == 1 else 's'}"
                   + (":" if commits else ""))
     for c in commits:
         when = time.strftime("%Y-%m-%d", time.gmtime(c["time"]))
-        console.print(f"  {c['hash'][:10]} {when} {c['subject']} ({c['lines']} lines)", markup=False)
+        lines = f"{c['lines']} line{'' if c['lines'] == 1 else 's'}"
+        console.print(f"  {c['hash'][:10]} {when} {c['subject']} ({lines})", markup=False)
     for partner in history["co_changed"]:
-        console.print(f"  co-changed with {partner['id']}: {partner['support']} commits, confidence "
+        support = f"{partner['support']} commit{'' if partner['support'] == 1 else 's'}"
+        console.print(f"  co-changed with {partner['id']}: {support}, confidence "
                       f"{partner['confidence']:.2f}", markup=False)
 
 
