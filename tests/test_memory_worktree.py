@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import git, lexical_only, make_repo, payload, run_cogd, run_hook, wait_for
+from conftest import HOOK_DEADLINE_MS, git, lexical_only, make_repo, payload, run_cogd, run_hook, wait_for
 from cogd.memory.gitstate import COMMIT_HINT, count_uncommitted
 
 SMALL = {"pkg/mod.py": "def alpha():\n    return 1\n\n\ndef beta():\n    return alpha()\n"}
@@ -29,7 +29,9 @@ def _wait_count(root: Path, want: int, timeout: float = 60) -> dict:
 
 
 def _session_start(root: Path, session: str) -> str:
-    proc, _ = run_hook("session-start", payload("session_start.startup.json", root, session_id=session))
+    # the content is the point here, so a busy machine must not turn the pack into an empty answer
+    proc, _ = run_hook("session-start", payload("session_start.startup.json", root, session_id=session),
+                       deadline_ms=HOOK_DEADLINE_MS)
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)["hookSpecificOutput"]["additionalContext"]
 
