@@ -222,17 +222,28 @@ def derive(source: bytes, source_sha256: str, folder: Path, timeout: float = DER
         manifest = {"name": DERIVED_NAME, "recipe": RECIPE_VERSION, "recipe_text": RECIPE,
                     "source_sha256": source_sha256, "sha256": digest,
                     "onnxruntime": ort_version, "onnx": onnx_version}
-        tmp_manifest = folder / f".{MANIFEST_FILE}.{os.getpid()}"
-        tmp_manifest.write_text(json.dumps(manifest, indent=1), encoding="utf-8")
-        os.chmod(tmp_manifest, 0o600)
-        os.replace(tmp_manifest, folder / MANIFEST_FILE)
+        write_manifest(folder / MANIFEST_FILE, manifest)
         return digest
     finally:
-        for leftover in (Path(tmp_src), tmp_out):
-            try:
-                leftover.unlink()
-            except FileNotFoundError:
-                pass
+        remove_quietly(Path(tmp_src), tmp_out)
+
+
+def write_manifest(path: Path, manifest: dict) -> None:
+    """Write ``manifest`` as JSON to ``path`` (0600), atomically: a temporary file beside it, then
+    ``os.replace``, so a reader never sees half a manifest. Raises OSError."""
+    tmp_manifest = path.with_name(f".{path.name}.{os.getpid()}")
+    tmp_manifest.write_text(json.dumps(manifest, indent=1), encoding="utf-8")
+    os.chmod(tmp_manifest, 0o600)
+    os.replace(tmp_manifest, path)
+
+
+def remove_quietly(*paths: Path) -> None:
+    """Unlink each of ``paths``; one already gone is no error (other OSErrors propagate)."""
+    for leftover in paths:
+        try:
+            leftover.unlink()
+        except FileNotFoundError:
+            pass
 
 
 def _main(argv: list[str]) -> int:

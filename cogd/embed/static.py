@@ -63,6 +63,8 @@ from pathlib import Path
 
 import numpy as np
 
+from cogd.embed.derive import remove_quietly, write_manifest
+
 RECIPE_VERSION = 2
 DIM = 256
 SIF_A = 1e-4
@@ -250,17 +252,10 @@ def distill(source: bytes, source_sha256: str, tokenizer_path: Path, folder: Pat
         manifest = {"name": STATIC_NAME, "recipe": RECIPE_VERSION, "recipe_text": RECIPE,
                     "source_sha256": source_sha256, "sha256": digest, "dim": DIM,
                     "onnxruntime": ort_version, "numpy": np_version}
-        tmp_manifest = folder / f".{MANIFEST_FILE}.{os.getpid()}"
-        tmp_manifest.write_text(json.dumps(manifest, indent=1), encoding="utf-8")
-        os.chmod(tmp_manifest, 0o600)
-        os.replace(tmp_manifest, folder / MANIFEST_FILE)
+        write_manifest(folder / MANIFEST_FILE, manifest)
         return digest
     finally:
-        for leftover in (Path(tmp_src), tmp_out):
-            try:
-                leftover.unlink()
-            except FileNotFoundError:
-                pass
+        remove_quietly(Path(tmp_src), tmp_out)
 
 
 def _main(argv: list[str]) -> int:
