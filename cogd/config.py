@@ -138,6 +138,10 @@ class RankConfig:
     # strong: weight × n / (n + evidence_k), n = earlier sessions that gave the source evidence
     # (cogd.evidence: Bühlmann credibility). At n = evidence_k a source has half its weight; 0 = no shrinkage.
     evidence_k: float = 10.0
+    # The same shrinkage for history's sources (history_association_weight, co_change_weight), in
+    # commits: n = the change requests mined and reachable from HEAD (co-change: the commits its
+    # pairs are counted over). At n = history_evidence_k a source has half its weight; 0 = none.
+    history_evidence_k: float = 50.0
 
 
 @dataclass

@@ -113,7 +113,7 @@ def per_pack(repo: Path, db: Path, prompts: list[str], rounds: int) -> dict:
             assoc, co = sources()
             t, c = time.perf_counter(), time.thread_time()
             prompt_pack(conn, repo, prompt, config.pack, config.retrieve, mode="bm25",
-                        feedback=Feedback(config.rank, history=assoc, co_changed=co))
+                        feedback=Feedback(config.rank, history=assoc, co_changed=co, evidence=queries.evidence()))
             on.append(time.perf_counter() - t)
             on_cpu.append(time.thread_time() - c)
     per_request = [sum(part[i:i + 2]) for i in range(0, len(part), 2)]

@@ -27,7 +27,9 @@ class HistoryQueries:
         # Old id → current id (None: gone), valid for one state of the index and of the live set.
         self._mapped: dict[str, str | None] = {}
         self._mapped_for: tuple | None = None
-        self._newest: tuple | None = None  # (synced head, newest live commit time)
+        # Per state of the live set (synced HEAD, projection file, writer's commits): the newest
+        # live commit's time and the evidence counts, read once per state instead of per request.
+        self._per_state: tuple | None = None
 
     def _current(self, index_conn: sqlite3.Connection, ids: list[str], index_version: object) -> dict[str, str]:
         """:func:`cogd.history.store.current_ids`, cached while ``index_version`` and the synced
@@ -45,11 +47,25 @@ class HistoryQueries:
             self._mapped = {}
         return {i: c for i, c in mapped.items() if c is not None}
 
+    def _state(self) -> dict:
+        """``{"newest": newest live commit time, "evidence": {...}}`` for the live set as it is now."""
+        key = (self.miner.synced_head, self.miner.store.generation, self.miner.store.writes)
+        if self._per_state is None or self._per_state[0] != key:
+            conn = self.miner.store.reader()
+            self._per_state = (key, {"newest": store.newest_time(conn),
+                                     "evidence": store.evidence(conn, self.config.co_change_max_definitions)})
+        return self._per_state[1]
+
     def _newest_time(self) -> int | None:
-        head = self.miner.synced_head
-        if self._newest is None or self._newest[0] != head:
-            self._newest = (head, store.newest_time(self.miner.store.reader()))
-        return self._newest[1]
+        return self._state()["newest"]
+
+    def evidence(self) -> dict[str, int]:
+        """``{"history_association": change requests, "co_change": pair commits}`` behind the two
+        history sources (:func:`cogd.history.store.evidence`); zeros while history is not usable
+        (nothing from history may be used, so it weighs nothing)."""
+        if not self.miner.usable():
+            return {"history_association": 0, "co_change": 0}
+        return dict(self._state()["evidence"])
 
     def associations(self, index_conn: sqlite3.Connection, match: str, limit: int,
                      query: str | None = None, index_version: object = None) -> list[Association]:

@@ -117,6 +117,7 @@ class HistoryStore:
         self._readers: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
         self.generation = 0
+        self.writes = 0  # counts the writer's commits: a reader's per-state cache keys on it
 
     def reader(self) -> sqlite3.Connection:
         """This thread's read-only connection (reopened after :meth:`reopen`)."""
@@ -187,6 +188,7 @@ class HistoryStore:
 
     def commit(self) -> None:
         self._conn.commit()
+        self.writes += 1
 
     def optimize(self) -> None:
         """Merge the message index's segments (one per batch otherwise): a query over a merged
@@ -204,6 +206,7 @@ class HistoryStore:
                             "WHERE live != (hash IN (SELECT hash FROM reach))").rowcount
         c.execute("DELETE FROM reach")
         c.commit()
+        self.writes += 1
         return changed
 
     def rebuild_pairs(self, max_definitions: int, min_support: int) -> int:
@@ -228,6 +231,7 @@ class HistoryStore:
         c.execute("DELETE FROM cc")
         n = c.execute("SELECT count(*) FROM pairs").fetchone()[0]
         c.commit()
+        self.writes += 1
         return n
 
     def set_meta(self, **values: object) -> None:
@@ -251,6 +255,28 @@ def digest(message: str) -> str:
 def newest_time(conn: sqlite3.Connection) -> int | None:
     """The commit time of the newest live mined commit (None when there is none)."""
     return conn.execute("SELECT max(time) FROM commits WHERE live = 1 AND skipped IS NULL").fetchone()[0]
+
+
+def evidence(conn: sqlite3.Connection, max_definitions: int) -> dict[str, int]:
+    """How much independent evidence the live history holds: the ``n`` of :mod:`cogd.evidence`'s
+    shrinkage for the two history sources.
+
+    ``history_association``: the live change requests mined — a commit, or a merged pull request's
+    commits counted once while its merge is live (the unit :func:`associated` scores and counts);
+    ``co_change``: the live mined commits touching at most ``max_definitions`` entities, two of them
+    definitions or more: the ones
+    :meth:`HistoryStore.rebuild_pairs` counts pairs over. Only commits reachable from the HEAD
+    last synchronised count (``live``). Raises sqlite3.Error.
+    """
+    requests = conn.execute(
+        "SELECT count(DISTINCT CASE WHEN req.live = 1 THEN s.request ELSE s.hash END) FROM messages s "
+        "JOIN commits m ON m.hash = s.hash LEFT JOIN commits req ON req.hash = s.request "
+        "WHERE s.source = s.hash AND m.live = 1 AND m.skipped IS NULL").fetchone()[0]
+    pair_commits = conn.execute(
+        "SELECT count(*) FROM commits m WHERE m.live = 1 AND m.skipped IS NULL AND m.n_entities <= ? AND "
+        "(SELECT count(*) FROM touched t WHERE t.hash = m.hash AND instr(t.entity_id, '::') > 0) >= 2",
+        (max_definitions,)).fetchone()[0]
+    return {"history_association": int(requests), "co_change": int(pair_commits)}
 
 
 def associated(conn: sqlite3.Connection, match: str, settings: AssociationSettings,

@@ -148,7 +148,7 @@ def _expand(conn: sqlite3.Connection, fused: dict[str, float], decay: float, sig
                     direction = "base" if neighbour == dst else "subclass"
                 signals.setdefault(neighbour, {})["expanded_from"] = f"{direction} of {seed} ({kind}/{resolution or '-'})"
     if feedback is not None:
-        weight = feedback.config.co_change_weight
+        weight = feedback.weight("co_change")
         for seed, partner, confidence, support in feedback.co_change_edges(seeds):
             add = decay * weight * confidence * fused[seed]
             if partner != seed and add > gained.get(partner, 0.0):
