@@ -67,7 +67,24 @@ def test_feedback_shrinks_only_the_learned_sources():
     assert (grown.weight("utility"), grown.weight("association")) == (0.375, 0.5)
     raw = Feedback(RankConfig(utility_weight=0.5, association_weight=1.0, evidence_k=0))
     assert (raw.weight("utility"), raw.weight("association")) == (0.5, 1.0)  # k = 0: as configured
-    assert set(LEARNED_SOURCES) == {"utility", "association"}
+    assert set(LEARNED_SOURCES) == {"utility", "association", "history_association", "co_change"}
+
+
+def test_history_sources_shrink_by_their_commits():
+    config = RankConfig(history_association_weight=0.5, co_change_weight=1.0, history_evidence_k=50)
+    fresh = Feedback(config, history=lambda text: [], co_changed=lambda seeds: [("a", "b", 1.0, 2)])
+    # no commit reachable: history weighs nothing, its sources are not even asked
+    assert (fresh.weight("history_association"), fresh.weight("co_change")) == (0.0, 0.0)
+    assert fresh.association_lists("anything", 10) == [] and fresh.co_change_edges(["a"]) == []
+    grown = Feedback(config, history=lambda text: [], co_changed=lambda seeds: [("a", "b", 1.0, 2)],
+                     evidence={"history_association": 150, "co_change": 50})
+    assert grown.weight("history_association") == 0.375  # 0.5 · 150 / 200
+    assert grown.weight("co_change") == 0.5  # 1 · 50 / 100
+    assert grown.source_weight("history", 3) == 0.375 and grown.co_change_edges(["a"]) == [("a", "b", 1.0, 2)]
+    # the ledger's sessions are no evidence for history, nor commits for the session sources
+    assert Feedback(config, evidence={"utility": 10_000}).weight("history_association") == 0.0
+    assert Feedback(RankConfig(evidence_k=10), evidence={"history_association": 10_000}).weight("association") == 0.0
+    assert Feedback(RankConfig(history_evidence_k=0)).weight("co_change") == RankConfig().co_change_weight  # k = 0: off
 
 
 # ---------------------------------------------------------------- config

@@ -266,16 +266,28 @@ def test_nothing_after_head_is_used_when_the_tree_moves_backwards_and_forwards(t
 
         assert visible() == (["shapes.py::Circle.scale", "shapes.py::perimeter"], ["shapes.py::perimeter"],
                              ["scale and perimeter learn velocity again", "scale and perimeter learn velocity"])
+        # the reads went through the pass's in-memory view, and it answers as the SQL does
+        assert queries._view() is miner.view is not None
+        view, miner.view = miner.view, None
+        assert visible()[:2] == (["shapes.py::Circle.scale", "shapes.py::perimeter"], ["shapes.py::perimeter"])
+        miner.view = view
+        # the evidence that shrinks history's weights: the reachable change requests and pair commits
+        assert queries.evidence() == {"history_association": 3, "co_change": 2}
         subprocess.run(["git", "-C", str(root), "checkout", "-q", "--detach", early], check=True)
         assert not miner.usable()  # HEAD moved, not synchronised yet: history is withheld
         assert visible() == ([], [], [])
+        assert queries.evidence() == {"history_association": 0, "co_change": 0}
         miner.sync()
-        assert miner.usable()
+        assert miner.usable() and miner.view is not view and view.key != miner.state_key()  # the old view is stale
         assert visible() == ([], [], [])  # both commits are after HEAD: hidden, not used
+        assert queries.evidence() == {"history_association": 1, "co_change": 0}  # only the commits up to HEAD count
         assert status(store.reader())["hidden"] == 2
+        miner.view = view  # a stale view is never read: its key is not the live set's
+        assert queries._view() is None and visible() == ([], [], [])
         subprocess.run(["git", "-C", str(root), "checkout", "-q", "--detach", late], check=True)
         miner.sync()
         assert visible()[0] == ["shapes.py::Circle.scale", "shapes.py::perimeter"]
+        assert queries.evidence() == {"history_association": 3, "co_change": 2}
     finally:
         conn.close()
         store.close()

@@ -14,7 +14,7 @@ import sqlite3
 from cogd.config import HistoryConfig
 from cogd.history import store
 from cogd.history.miner import HistoryMiner
-from cogd.history.store import Association, AssociationSettings
+from cogd.history.store import Association, AssociationSettings, LiveView
 
 
 class HistoryQueries:
@@ -47,9 +47,20 @@ class HistoryQueries:
             self._mapped = {}
         return {i: c for i, c in mapped.items() if c is not None}
 
+    def _view(self) -> LiveView | None:
+        """The miner's :class:`LiveView` when it was built for the live set as it is now, else None
+        (mid-pass, or before the first pass: the reads then go to SQL)."""
+        view = self.miner.view
+        if view is not None and view.key == self.miner.state_key():
+            return view
+        return None
+
     def _state(self) -> dict:
         """``{"newest": newest live commit time, "evidence": {...}}`` for the live set as it is now."""
-        key = (self.miner.synced_head, self.miner.store.generation, self.miner.store.writes)
+        view = self._view()
+        if view is not None:
+            return {"newest": view.newest, "evidence": view.evidence}
+        key = self.miner.state_key()
         if self._per_state is None or self._per_state[0] != key:
             conn = self.miner.store.reader()
             self._per_state = (key, {"newest": store.newest_time(conn),
@@ -78,7 +89,9 @@ class HistoryQueries:
             return []
         limit = min(limit, self.config.max_associations)
         exclude = query if self.config.mask_exact_message else None
-        found = store.associated(self.miner.store.reader(), match, self.settings, exclude, self._newest_time())
+        view = self._view()
+        found = store.associated(self.miner.store.reader(), match, self.settings, exclude,
+                                 view.newest if view is not None else self._newest_time(), view)
         mapping = self._current(index_conn, [a.entity_id for a in found], index_version)
         merged: dict[str, Association] = {}
         for item in found:
@@ -99,12 +112,16 @@ class HistoryQueries:
         """``(seed, partner, confidence, support)`` for the seeds' co-change partners that exist now."""
         if not seeds or not self.miner.usable():
             return []
-        rows = store.co_changed(self.miner.store.reader(), seeds, self.config.co_change_min_confidence)
+        rows = store.co_changed(self.miner.store.reader(), seeds, self.config.co_change_min_confidence,
+                                view=self._view())
         mapping = self._current(index_conn, list({r[1] for r in rows}), index_version)
         return [(seed, mapping[b], conf, sup) for seed, b, conf, sup in rows if b in mapping and mapping[b] != seed]
 
     def subjects(self, hashes: list[str]) -> dict[str, str]:
         """hash → subject of stored commits (for ``--explain``)."""
+        view = self._view()
+        if view is not None and all(h in view.subjects for h in hashes):
+            return {h: view.subjects[h] for h in hashes}
         return store.subjects(self.miner.store.reader(), hashes)
 
     def entity(self, entity_id: str, limit: int = 10) -> dict:
