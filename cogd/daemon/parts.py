@@ -346,7 +346,7 @@ def history_queries(layout: Layout, config: Config, worker: IndexWorker) -> "His
 
     path = layout.index_dir / "history.db"
     try:
-        history = recovery.open_projection(path, lambda: HistoryStore(path), "re-mined from git in the background")
+        history = recovery.open_projection(path, lambda: HistoryStore(path), "re-mined from git by the daemon's background miner (when none runs: once `cogd start` starts one)")
     except Exception:
         log.exception("history projection %s unavailable: packs go on without history", path)
         return None

@@ -379,4 +379,6 @@ class HistoryMiner:
 
         return {**status(self.store.reader()), "state": self.state, "error": self.error,
                 "synced_head": self.synced_head, "usable": self.usable(), "last_pass": self.last_pass,
-                "max_commits": self.config.max_commits}
+                "max_commits": self.config.max_commits,
+                # whether this process mines at all: a CLI command run without a daemon does not
+                "running": self._thread is not None and self._thread.is_alive()}
