@@ -89,6 +89,7 @@ class Feedback:
             else:
                 self._ranges.setdefault(touch.path, []).append((1, 1 << 30))
         self._recent = {path: i for i, path in enumerate(self.recent_paths)}
+        self._history_files: dict[str, float] = {}  # set by association_lists: path → history evidence
 
     def weight(self, source: str) -> float:
         """``rank.<source>_weight``, shrunk by its evidence when ``source`` is learned (:data:`LEARNED_SOURCES`).
@@ -122,9 +123,28 @@ class Feedback:
         out: list[tuple[str, list[tuple[str, int | None, list[str]]]]] = []
         if self.learns_associations:
             out.append(("session", [(entity_id, None, []) for entity_id, _ in self.associations(text)[:limit]]))
+        self._history_files = {}
         if self.history is not None and self.weight("history_association") > 0:
-            out.append(("history", [(a.entity_id, a.evidence, a.commits) for a in self.history(text)[:limit]]))
+            found = self.history(text)[:limit]
+            out.append(("history", [(a.entity_id, a.evidence, a.commits) for a in found]))
+            for a in found:  # the request's history evidence per file, for the file-level ranking
+                path = a.entity_id.split("::", 1)[0]
+                self._history_files[path] = self._history_files.get(path, 0.0) + a.score
         return out
+
+    def history_file_shares(self) -> dict[str, float]:
+        """``{path: share}`` for the file-level ranking (:func:`cogd.retrieve.hybrid.file_ranking`'s
+        ``named_files``): the files the commits matching this request changed, each with
+        ``rank.history_file_weight × Z × s / s_max`` — ``s`` the sum of its entities' history
+        association scores, ``Z`` history's credibility (:meth:`weight` of ``history_association``
+        over its configured weight: the same shrinkage by reachable change requests). Empty before
+        :meth:`association_lists` ran for the request, or when history or the weight is off."""
+        base = self.config.history_association_weight
+        top = max(self._history_files.values(), default=0.0)
+        if not self._history_files or base <= 0 or top <= 0 or self.config.history_file_weight <= 0:
+            return {}
+        share = self.config.history_file_weight * self.weight("history_association") / base
+        return {path: share * value / top for path, value in self._history_files.items()}
 
     def co_change_edges(self, seeds: list[str]) -> list[tuple[str, str, float, int]]:
         """The co-change partners of ``seeds`` (``[]`` when the source or its weight is off)."""
