@@ -225,3 +225,20 @@ def test_one_session_moves_the_fusion_by_the_shrunk_weight_only(stdlib_index, tm
         assert shrunk[0].signals["rrf"] == pytest.approx(plain[0].signals.get("rrf", 0.0) + w / (RRF_K + 1), abs=2e-5)
     finally:
         ledger.close()
+
+
+def test_history_file_evidence_is_shrunk_with_the_history_source():
+    from cogd.history.store import Association
+
+    found = [Association("a.py::f", 3.0, 2, ["c1", "c2"]), Association("a.py::g", 1.0, 1, ["c1"]),
+             Association("b.py::h", 2.0, 1, ["c3"])]
+    config = RankConfig(history_association_weight=0.5, history_file_weight=1.0, history_evidence_k=50)
+    feedback = Feedback(config, history=lambda text: found, evidence={"history_association": 150})
+    assert feedback.history_file_shares() == {}  # nothing asked yet for this request
+    assert [source for source, _ in feedback.association_lists("q", 10)] == ["history"]
+    # per file: the sum of its entities' scores over the best file's (a 4, b 2), × Z = 150 / 200
+    assert feedback.history_file_shares() == {"a.py": 0.75, "b.py": 0.375}
+    assert Feedback(RankConfig(history_file_weight=1.0), history=lambda text: found).history_file_shares() == {}
+    off = Feedback(RankConfig(history_file_weight=0.0), history=lambda text: found, evidence={"history_association": 150})
+    off.association_lists("q", 10)
+    assert off.history_file_shares() == {}
