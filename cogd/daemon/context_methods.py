@@ -15,7 +15,7 @@ import sqlite3
 import time
 from cogd import faults
 from cogd.daemon import params as p
-from cogd.daemon.parts import Handler, Parts, bind
+from cogd.daemon.parts import Handler, Parts, bind, learned_evidence
 from cogd.index import store
 from cogd.retrieve.feedback import Feedback
 from cogd.retrieve.lexical import match_expression, query_terms
@@ -97,17 +97,6 @@ def _feedback(parts: Parts, session_id: str | None) -> Feedback:
     return Feedback(parts.config.rank, parts.utility, touches, parts.recent.get(), associations, history, co_changed,
                     evidence=learned_evidence(parts))
 
-
-def learned_evidence(parts: Parts) -> dict[str, int]:
-    """``{learned source: its evidence}`` (:data:`cogd.retrieve.feedback.LEARNED_SOURCES`): the
-    ledger's sessions, and history's reachable change requests and pair commits (zero while
-    history is off or not synchronised with HEAD)."""
-    evidence = dict(parts.ledger.evidence_sessions())
-    queries = parts.history
-    found = queries.evidence() if queries is not None else {}
-    evidence["history_association"] = found.get("history_association", 0)
-    evidence["co_change"] = found.get("co_change", 0)
-    return evidence
 
 
 def _history_sources(parts: Parts) -> tuple:

@@ -11,8 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 from cogd.daemon import params as p
-from cogd.daemon.context_methods import learned_evidence
-from cogd.daemon.parts import Handler, Parts, bind
+from cogd.daemon.parts import Handler, Parts, bind, learned_evidence
 from cogd.errors import not_found
 from cogd.index import store
 from cogd.index.boundary import tree_relpath
