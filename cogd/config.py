@@ -134,10 +134,20 @@ class RankConfig:
     # Co-change (cogd.history): a seed's definitions changed with it in past commits gain
     # expand_decay × this × confidence(seed → partner) × the seed's score in the expansion step. 0 = off.
     co_change_weight: float = 0.5
+    # File-level evidence from history: the files the commits matching a prompt changed gain this
+    # share of the best file's evidence (× their history score over the best one's, × history's
+    # credibility) in the file-level ranking ([retrieve] file_rank_weight). 0 = off.
+    history_file_weight: float = 0.0
     # Learned sources (utility, association) are shrunk towards no effect until their evidence is
     # strong: weight × n / (n + evidence_k), n = earlier sessions that gave the source evidence
     # (cogd.evidence: Bühlmann credibility). At n = evidence_k a source has half its weight; 0 = no shrinkage.
     evidence_k: float = 10.0
+    # The same shrinkage for history's sources (history_association_weight, co_change_weight), in
+    # commits: n = the change requests mined and reachable from HEAD (co-change: the commits its
+    # pairs are counted over). At n = history_evidence_k a source has half its weight; 0 = none.
+    # Not chosen by the cross-validation: on click's stream n is in the hundreds (810 at HEAD), so k
+    # hardly moves a pack there; 50 keeps a young repository (tens of commits) near history off.
+    history_evidence_k: float = 50.0
 
 
 @dataclass

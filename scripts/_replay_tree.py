@@ -247,6 +247,23 @@ class Daemon:
         result = self.rpc("status", {}, timeout=30)
         return result if isinstance(result, dict) else {}
 
+    def wait_history(self, head: str, timeout: float = 1800.0, poll_s: float = 0.1) -> tuple[float, dict]:
+        """Wait until the history miner has synchronised with ``head`` and mined all it may (what
+        a pack may use is then exactly the history reachable from ``head``): ``(seconds waited,
+        the last history.status)``. Raises :class:`ReplayError` on timeout or a failed miner."""
+        started = time.perf_counter()
+        while True:
+            state = self.rpc("history.status", {}, timeout=30)
+            state = state if isinstance(state, dict) else {}
+            if state.get("error"):
+                raise ReplayError(f"history mining failed: {state['error']}")
+            if state.get("usable") and state.get("synced_head") == head and state.get("state") == "idle" \
+                    and not (state.get("last_pass") or {}).get("more"):
+                return time.perf_counter() - started, state
+            if time.perf_counter() - started > timeout:
+                raise ReplayError(f"history not synchronised with {head[:10]} after {timeout:.0f} s")
+            time.sleep(poll_s)
+
     def wait_embeddings(self, timeout: float, poll_s: float = 0.2) -> tuple[float, dict | None, bool]:
         """:func:`wait_embeddings` on this daemon's ``status``."""
         return wait_embeddings(self.status, timeout, poll_s)

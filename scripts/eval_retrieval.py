@@ -931,7 +931,9 @@ def history_feedback(layout, config, conn, query: str):
         found = queries.associations(conn, match_expression(query_terms(text)), config.retrieve.candidates, text)
         return found
 
-    return Feedback(rank, history=assoc, co_changed=lambda seeds: queries.co_changed(conn, seeds))
+    # the daemon's shrinkage: history's weights by the change requests reachable from this HEAD
+    return Feedback(rank, history=assoc, co_changed=lambda seeds: queries.co_changed(conn, seeds),
+                    evidence=queries.evidence())
 
 
 def swe_table(title: str, groups: dict[str, list[dict]], budgets: list[int]) -> str:

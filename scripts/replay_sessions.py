@@ -45,10 +45,17 @@ Arms (each with its own scratch tree, ``.cogd/`` and daemon, one after the
 other, in one invocation; ``[rank]`` keys in the tree's ``config.toml``):
 
 * ``off`` — feedback off: ``utility_weight = 0``, ``working_set_weight = 0``,
-  ``recency_weight = 0``, ``association_weight = 0``;
-* ``on`` — cogd's defaults;
+  ``recency_weight = 0``, ``association_weight = 0``, and history off
+  (``history_association_weight = 0``, ``co_change_weight = 0``);
+* ``on`` — session feedback as shipped, history off;
 * ``recency`` — the recency-only control: ``utility_weight = 0``,
-  ``working_set_weight = 0``, ``association_weight = 0``, recency at its default.
+  ``working_set_weight = 0``, ``association_weight = 0``, ``recency_weight = 0.3``, history off;
+* ``history`` — history as shipped (association and co-change), no session feedback;
+* ``full`` — cogd's defaults: history and session feedback (the full learning arm).
+
+With history mined (a git tree, ``[history] enabled``), every task waits until the daemon's
+miner has synchronised with the task's parent, so a pack uses exactly the history reachable
+from it (nothing after it).
 
 The vectors of an unchanged entity are the same in every arm, so by default the
 first arm's embedding cache is copied into the next arms' trees before their
@@ -123,15 +130,19 @@ READ_MAX_LINES = 2000  # Claude Code's Read returns at most this many lines with
 ARMS: dict[str, dict[str, str]] = {
     "off": {"utility_weight": "0", "working_set_weight": "0", "recency_weight": "0", "association_weight": "0",
             "history_association_weight": "0", "co_change_weight": "0"},
-    "on": {},
+    # session feedback as shipped, history off: the feedback arm of the replays before history
+    "on": {"history_association_weight": "0", "co_change_weight": "0"},
     "recency": {"utility_weight": "0", "working_set_weight": "0", "association_weight": "0", "recency_weight": "0.3",
                 "history_association_weight": "0", "co_change_weight": "0"},
     # what the repository's own history gives with no session feedback at all
     "history": {"utility_weight": "0", "working_set_weight": "0", "recency_weight": "0", "association_weight": "0"},
+    # the full learning arm: cogd's defaults (history and session feedback)
+    "full": {},
 }
 # --candidate keys and their short names in an arm's name (u0.5_a0.5_r0_k10)
 CANDIDATE_KEYS = {"utility_weight": "u", "association_weight": "a", "recency_weight": "r", "working_set_weight": "w",
-                  "evidence_k": "k"}
+                  "evidence_k": "k", "history_association_weight": "h", "co_change_weight": "c",
+                  "history_evidence_k": "hk"}
 # Seconds after the session's start at which each event happens (on the injected clock).
 T_PROMPT, T_STEP, T_END, T_GAP = 3, 20, 30, 60
 STOPWORDS = set("""
@@ -480,6 +491,12 @@ def task_time(task: dict) -> float:
     return dt.datetime.fromisoformat(task["date"]).timestamp()
 
 
+def history_enabled(daemon: Daemon) -> bool:
+    """Whether the tree's daemon mines history (``[history] enabled`` and a git repository to mine)."""
+    state = daemon.rpc("history.status", {}, timeout=30)
+    return isinstance(state, dict) and bool(state.get("enabled")) and state.get("state") not in ("no_git",)
+
+
 def run_arm(arm: str, tasks: list[dict], args, shared_cache: Path | None) -> dict:
     """Replay every task through one arm's daemon; returns its records (never raises)."""
     scratch = Path(tempfile.mkdtemp(prefix=f"cogd-replay-{arm}-"))
@@ -518,6 +535,10 @@ def run_arm(arm: str, tasks: list[dict], args, shared_cache: Path | None) -> dic
             t = time.perf_counter()
             daemon.refresh()
             timing["refresh"] = time.perf_counter() - t
+            # history on: the pack may use exactly the history reachable from the task's parent, so
+            # wait until the miner has synchronised with it (else the pack silently has none)
+            if history_enabled(daemon):
+                timing["history_wait"], _ = daemon.wait_history(task["parent"])
             files = indexed_files(index_db)
             embedding = None
             if args.mode != "bm25":
@@ -790,7 +811,7 @@ def cv_section(results: list[dict], tasks: list[dict]) -> tuple[str, dict]:
            f"folds' sessions; noise: paired bootstrap ({_replay_cv.BOOTSTRAP_RESAMPLES} resamples) 95% interval of "
            "the mean Δ over the held-out fold's tasks — a fold loses when the whole interval is below 0", ""]
     summary = {}
-    fixed_arms = ["on"]
+    fixed_arms = ["on", "history", "full"]
     for rule in _replay_cv.RULES:
         chosen = _replay_cv.cross_validate(ordered, folds, baselines=baselines, rule=rule)
         out += _replay_cv.render(chosen, f"per-fold choice (rule {rule}) vs off")

@@ -67,7 +67,24 @@ def test_feedback_shrinks_only_the_learned_sources():
     assert (grown.weight("utility"), grown.weight("association")) == (0.375, 0.5)
     raw = Feedback(RankConfig(utility_weight=0.5, association_weight=1.0, evidence_k=0))
     assert (raw.weight("utility"), raw.weight("association")) == (0.5, 1.0)  # k = 0: as configured
-    assert set(LEARNED_SOURCES) == {"utility", "association"}
+    assert set(LEARNED_SOURCES) == {"utility", "association", "history_association", "co_change"}
+
+
+def test_history_sources_shrink_by_their_commits():
+    config = RankConfig(history_association_weight=0.5, co_change_weight=1.0, history_evidence_k=50)
+    fresh = Feedback(config, history=lambda text: [], co_changed=lambda seeds: [("a", "b", 1.0, 2)])
+    # no commit reachable: history weighs nothing, its sources are not even asked
+    assert (fresh.weight("history_association"), fresh.weight("co_change")) == (0.0, 0.0)
+    assert fresh.association_lists("anything", 10) == [] and fresh.co_change_edges(["a"]) == []
+    grown = Feedback(config, history=lambda text: [], co_changed=lambda seeds: [("a", "b", 1.0, 2)],
+                     evidence={"history_association": 150, "co_change": 50})
+    assert grown.weight("history_association") == 0.375  # 0.5 · 150 / 200
+    assert grown.weight("co_change") == 0.5  # 1 · 50 / 100
+    assert grown.source_weight("history", 3) == 0.375 and grown.co_change_edges(["a"]) == [("a", "b", 1.0, 2)]
+    # the ledger's sessions are no evidence for history, nor commits for the session sources
+    assert Feedback(config, evidence={"utility": 10_000}).weight("history_association") == 0.0
+    assert Feedback(RankConfig(evidence_k=10), evidence={"history_association": 10_000}).weight("association") == 0.0
+    assert Feedback(RankConfig(history_evidence_k=0)).weight("co_change") == RankConfig().co_change_weight  # k = 0: off
 
 
 # ---------------------------------------------------------------- config
@@ -208,3 +225,20 @@ def test_one_session_moves_the_fusion_by_the_shrunk_weight_only(stdlib_index, tm
         assert shrunk[0].signals["rrf"] == pytest.approx(plain[0].signals.get("rrf", 0.0) + w / (RRF_K + 1), abs=2e-5)
     finally:
         ledger.close()
+
+
+def test_history_file_evidence_is_shrunk_with_the_history_source():
+    from cogd.history.store import Association
+
+    found = [Association("a.py::f", 3.0, 2, ["c1", "c2"]), Association("a.py::g", 1.0, 1, ["c1"]),
+             Association("b.py::h", 2.0, 1, ["c3"])]
+    config = RankConfig(history_association_weight=0.5, history_file_weight=1.0, history_evidence_k=50)
+    feedback = Feedback(config, history=lambda text: found, evidence={"history_association": 150})
+    assert feedback.history_file_shares() == {}  # nothing asked yet for this request
+    assert [source for source, _ in feedback.association_lists("q", 10)] == ["history"]
+    # per file: the sum of its entities' scores over the best file's (a 4, b 2), × Z = 150 / 200
+    assert feedback.history_file_shares() == {"a.py": 0.75, "b.py": 0.375}
+    assert Feedback(RankConfig(history_file_weight=1.0), history=lambda text: found).history_file_shares() == {}
+    off = Feedback(RankConfig(history_file_weight=0.0), history=lambda text: found, evidence={"history_association": 150})
+    off.association_lists("q", 10)
+    assert off.history_file_shares() == {}

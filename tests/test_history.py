@@ -266,16 +266,28 @@ def test_nothing_after_head_is_used_when_the_tree_moves_backwards_and_forwards(t
 
         assert visible() == (["shapes.py::Circle.scale", "shapes.py::perimeter"], ["shapes.py::perimeter"],
                              ["scale and perimeter learn velocity again", "scale and perimeter learn velocity"])
+        # the reads went through the pass's in-memory view, and it answers as the SQL does
+        assert queries._view() is miner.view is not None
+        view, miner.view = miner.view, None
+        assert visible()[:2] == (["shapes.py::Circle.scale", "shapes.py::perimeter"], ["shapes.py::perimeter"])
+        miner.view = view
+        # the evidence that shrinks history's weights: the reachable change requests and pair commits
+        assert queries.evidence() == {"history_association": 3, "co_change": 2}
         subprocess.run(["git", "-C", str(root), "checkout", "-q", "--detach", early], check=True)
         assert not miner.usable()  # HEAD moved, not synchronised yet: history is withheld
         assert visible() == ([], [], [])
+        assert queries.evidence() == {"history_association": 0, "co_change": 0}
         miner.sync()
-        assert miner.usable()
+        assert miner.usable() and miner.view is not view and view.key != miner.state_key()  # the old view is stale
         assert visible() == ([], [], [])  # both commits are after HEAD: hidden, not used
+        assert queries.evidence() == {"history_association": 1, "co_change": 0}  # only the commits up to HEAD count
         assert status(store.reader())["hidden"] == 2
+        miner.view = view  # a stale view is never read: its key is not the live set's
+        assert queries._view() is None and visible() == ([], [], [])
         subprocess.run(["git", "-C", str(root), "checkout", "-q", "--detach", late], check=True)
         miner.sync()
         assert visible()[0] == ["shapes.py::Circle.scale", "shapes.py::perimeter"]
+        assert queries.evidence() == {"history_association": 3, "co_change": 2}
     finally:
         conn.close()
         store.close()
@@ -428,6 +440,12 @@ def test_a_merged_pull_request_is_one_change_request_found_by_its_text(tmp_path)
         assert [(a.entity_id, a.evidence, a.commits) for a in found] == [
             ("shapes.py::Circle.scale", 1, [merge]), ("shapes.py::perimeter", 1, [merge])]
         assert associated(store.reader(), '"review"', miner_settings())[0].commits == [merge]
+        # --explain labels the request by the pull request's title, not by "Merge pull request #7 from …"
+        queries = HistoryQueries(miner, HistoryConfig())
+        assert queries._view() is not None and queries.subjects([merge, one]) == {
+            merge: "Tolerance for elliptical outlines (#7)", one: "wip"}
+        miner.view = None  # the same labels from SQL
+        assert queries.subjects([merge, one]) == {merge: "Tolerance for elliptical outlines (#7)", one: "wip"}
         subprocess.run(["git", "-C", str(root), "checkout", "-q", "--detach", two], check=True)
         miner.sync()  # the merge is after HEAD now: its text is not used, nor its grouping
         assert associated(store.reader(), '"elliptical"', miner_settings()) == []
@@ -447,5 +465,39 @@ def test_a_deleted_projection_is_mined_again(tmp_path):
             Path(f"{store.path}{suffix}").unlink(missing_ok=True)
         assert miner.sync()["mined"] == 1
         assert status(store.reader())["commits"] == 1 and miner.usable()
+    finally:
+        store.close()
+
+
+# ---------------------------------------------------------------- cogd history says what happens next
+
+def test_cogd_history_says_what_will_happen(tmp_path):
+    from cogd.cli.history import describe
+
+    root = init_repo(tmp_path / "repo")
+    write(root, ".cogd/config.toml", "[embed]\nenabled = false\n")
+    (root / ".cogd" / "index").mkdir(parents=True)
+    (root / ".cogd" / "index" / "history.db").write_bytes(b"not a database, damaged")
+    text = run_cogd(root, "history").stdout  # no daemon: this command opens (and recovers) the projection
+    assert "of the newest 3000: [history] max_commits" in " ".join(text.split())
+    assert "no daemon runs: nothing is being mined now; `cogd start` mines HEAD's history" in " ".join(text.split())
+    status_text = " ".join(run_cogd(root, "status", check=False).stdout.split())
+    assert "re-mined from git by the daemon's background miner (when none runs: once `cogd start` starts one)" \
+        in status_text
+    # a daemon's miner before its first pass, and then after it
+    store = HistoryStore(tmp_path / "fresh" / "history.db")
+    try:
+        miner = HistoryMiner(root, store, HistoryConfig())
+        fresh = {"enabled": True, **miner.status(), "running": True}
+        assert describe(fresh, 0)[-1] == ("mining starts after the first index; co-change pairs and the time spent "
+                                          "are counted when the pass ends; used by packs: not yet (HEAD not "
+                                          "synchronised)")
+        assert describe({**fresh, "state": "mining"}, 0)[-1].startswith(
+            "first mining pass under way: 0 commits stored so far; co-change pairs")
+        miner.sync()
+        done = {"enabled": True, **miner.status(), "running": True}
+        assert describe(done, 0)[0].startswith("commits mined: 1 (reachable from HEAD, of the newest 3000: "
+                                               "[history] max_commits); skipped: 0")
+        assert describe(done, 0)[-1].startswith("co-change pairs: 0; time spent mining: ")
     finally:
         store.close()

@@ -132,8 +132,12 @@ def test_an_edited_item_is_a_hit_and_ranks_higher_next_time(repo, clock):
     # evidence behind each learned source: for utility this session and the session-start test's (its
     # startup pack closed as misses at "clear"), for association this session; this module's
     # evidence_k = 0 applies the weights in full
+    # history's sources count commits: the one commit (an import of whole packages) is a mass
+    # change, so no change request stands behind them and they weigh nothing
     assert stats["learned"] == {"utility": {"sessions": 2, "weight": 0.5, "effective_weight": 0.5},
-                                "association": {"sessions": 1, "weight": 0.5, "effective_weight": 0.5}}
+                                "association": {"sessions": 1, "weight": 0.5, "effective_weight": 0.5},
+                                "history_association": {"commits": 0, "weight": 0.5, "effective_weight": 0.0},
+                                "co_change": {"commits": 0, "weight": 0.5, "effective_weight": 0.0}}
 
     second_session = "learn-2"
     hook(repo, clock, "prompt-submit", payload("user_prompt_submit.json", repo, session_id=second_session, prompt=PROMPT))

@@ -21,21 +21,41 @@ def history(ctx: click.Context, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(result, indent=2))
         return
+    for line in describe(result, time.time()):
+        console.print(line, markup=False)
+
+
+def describe(result: dict, now: float) -> list[str]:
+    """The lines ``cogd history`` prints for a ``history.status`` result (``now``: epoch seconds,
+    for the last commit's age): counts with the ``[history] max_commits`` they are taken from,
+    and what will happen next — no daemon (nothing mines until one starts), a first pass under
+    way (its pairs and time are not counted yet), or the last pass's figures."""
     if not result.get("enabled"):
-        console.print("history mining is off ([history] enabled = false)")
-        return
+        return ["history mining is off ([history] enabled = false)"]
+    out = []
     skipped = result.get("skipped") or {}
-    console.print(f"commits mined: {result['mined']} (reachable from HEAD, of the newest {result['max_commits']}); "
-                  f"skipped: {sum(skipped.values())}"
-                  + (" (" + ", ".join(f"{reason} {n}" for reason, n in sorted(skipped.items())) + ")" if skipped else ""),
-                  markup=False)
+    out.append(f"commits mined: {result['mined']} (reachable from HEAD, of the newest {result['max_commits']}: "
+               "[history] max_commits); "
+               f"skipped: {sum(skipped.values())}"
+               + (" (" + ", ".join(f"{reason} {n}" for reason, n in sorted(skipped.items())) + ")" if skipped else ""))
     if result.get("hidden"):
-        console.print(f"hidden: {result['hidden']} commits stored but not among the newest {result['max_commits']} "
-                      "reachable from HEAD (not used while HEAD is here)")
+        out.append(f"hidden: {result['hidden']} commits stored but not among the newest {result['max_commits']} "
+                   "reachable from HEAD (not used while HEAD is here)")
     last = result.get("last_commit")
     if last:
-        console.print(f"last commit mined: {last['hash'][:10]} {last['subject']} ({format_age(time.time() - last['time'])} ago)",
-                      markup=False)
-    console.print(f"co-change pairs: {result['pairs']}; time spent mining: {result['seconds']:.1f} s; "
+        out.append(f"last commit mined: {last['hash'][:10]} {last['subject']} ({format_age(now - last['time'])} ago)")
+    used = 'yes' if result['usable'] else 'not yet (HEAD not synchronised)'
+    if not result.get("running", True):
+        # this command opened the projection itself: nothing mines until a daemon runs
+        return out + [f"co-change pairs: {result['pairs']}; time spent mining: {result['seconds']:.1f} s; "
+                      f"used by packs: {used}",
+                      "no daemon runs: nothing is being mined now; `cogd start` mines HEAD's history in the "
+                      "background (after the first index) and keeps it in step as HEAD moves"]
+    if result.get("state") in ("waiting", "syncing", "mining") and not result.get("last_pass"):
+        what = ("mining starts after the first index" if result["state"] == "waiting"
+                else f"first mining pass under way: {result['commits']} commits stored so far")
+        return out + [f"{what}; co-change pairs and the time spent are counted when the pass ends; "
+                      f"used by packs: {used}"]
+    return out + [f"co-change pairs: {result['pairs']}; time spent mining: {result['seconds']:.1f} s; "
                   f"state: {result['state']}{' — ' + result['error'] if result.get('error') else ''}; "
-                  f"used by packs: {'yes' if result['usable'] else 'not yet (HEAD not synchronised)'}", markup=False)
+                  f"used by packs: {used}"]

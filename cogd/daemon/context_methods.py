@@ -15,7 +15,7 @@ import sqlite3
 import time
 from cogd import faults
 from cogd.daemon import params as p
-from cogd.daemon.parts import Handler, Parts, bind
+from cogd.daemon.parts import Handler, Parts, bind, learned_evidence
 from cogd.index import store
 from cogd.retrieve.feedback import Feedback
 from cogd.retrieve.lexical import match_expression, query_terms
@@ -95,7 +95,8 @@ def _feedback(parts: Parts, session_id: str | None) -> Feedback:
 
     history, co_changed = _history_sources(parts)
     return Feedback(parts.config.rank, parts.utility, touches, parts.recent.get(), associations, history, co_changed,
-                    evidence=parts.ledger.evidence_sessions())
+                    evidence=learned_evidence(parts))
+
 
 
 def _history_sources(parts: Parts) -> tuple:

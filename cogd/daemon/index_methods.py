@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 from cogd.daemon import params as p
-from cogd.daemon.parts import Handler, Parts, bind
+from cogd.daemon.parts import Handler, Parts, bind, learned_evidence
 from cogd.errors import not_found
 from cogd.index import store
 from cogd.index.boundary import tree_relpath
@@ -130,13 +130,16 @@ def stats(parts: Parts, params: dict) -> dict:
 
 
 def learned(parts: Parts) -> dict[str, dict]:
-    """Per learned source: the sessions of evidence behind it, its configured and its applied weight.
+    """Per learned source: the evidence behind it, its configured and its applied weight.
 
-    ``{"utility": {"sessions": n, "weight": w, "effective_weight": w·n/(n+k)}, ...}``
+    ``{"utility": {"sessions": n, "weight": w, "effective_weight": w·n/(n+k)}, ...,
+    "history_association": {"commits": n, ...}, "co_change": {"commits": n, ...}}``: sessions for
+    the ledger's sources, reachable change requests / pair commits for history's
     (:mod:`cogd.evidence`, :meth:`cogd.retrieve.feedback.Feedback.weight`).
     """
-    feedback = Feedback(parts.config.rank, evidence=parts.ledger.evidence_sessions())
-    return {source: {"sessions": int(feedback.evidence.get(source, 0)),
+    feedback = Feedback(parts.config.rank, evidence=learned_evidence(parts))
+    unit = {"evidence_k": "sessions"}
+    return {source: {unit.get(LEARNED_SOURCES[source], "commits"): int(feedback.evidence.get(source, 0)),
                      "weight": getattr(parts.config.rank, f"{source}_weight"),
                      "effective_weight": round(feedback.weight(source), 4)} for source in LEARNED_SOURCES}
 

@@ -333,6 +333,17 @@ def build_parts(layout: Layout, config: Config, *, start_index: bool, start_embe
                  history=history_queries(layout, config, worker))
 
 
+def learned_evidence(parts: "Parts") -> dict[str, int]:
+    """``{learned source: its evidence}`` (:data:`cogd.retrieve.feedback.LEARNED_SOURCES`): the
+    ledger's sessions, and history's reachable change requests and pair commits (zero while
+    history is off or not synchronised with HEAD). For the request handlers' ``Feedback``."""
+    evidence = dict(parts.ledger.evidence_sessions())
+    found = parts.history.evidence() if parts.history is not None else {}
+    evidence["history_association"] = found.get("history_association", 0)
+    evidence["co_change"] = found.get("co_change", 0)
+    return evidence
+
+
 def history_queries(layout: Layout, config: Config, worker: IndexWorker) -> "HistoryQueries | None":
     """The history projection (``history.db``, moved aside and re-mined when damaged) and its
     miner, not started (the Service starts it), mining once the first index exists. None when
@@ -346,7 +357,7 @@ def history_queries(layout: Layout, config: Config, worker: IndexWorker) -> "His
 
     path = layout.index_dir / "history.db"
     try:
-        history = recovery.open_projection(path, lambda: HistoryStore(path), "re-mined from git in the background")
+        history = recovery.open_projection(path, lambda: HistoryStore(path), "re-mined from git by the daemon's background miner (when none runs: once `cogd start` starts one)")
     except Exception:
         log.exception("history projection %s unavailable: packs go on without history", path)
         return None

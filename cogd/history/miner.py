@@ -50,7 +50,7 @@ from cogd import secrets
 from cogd.config import HistoryConfig
 from cogd.history import git
 from cogd.history.diff import MAX_MESSAGE_CHARS, Commit, log_format, parse_log
-from cogd.history.store import HistoryStore
+from cogd.history.store import HistoryStore, LiveView, live_view
 from cogd.index.languages import language_for_path
 
 log = logging.getLogger(__name__)
@@ -208,6 +208,9 @@ class HistoryMiner:
         self.error: str | None = None
         self.last_pass: dict = {}
         self._merges: list[tuple[str, list[str], str]] = []  # merges mined in this pass, for _requests
+        # The live set in memory for the readers (cogd.history.store.LiveView), built at the end
+        # of each pass; a reader uses it only while state_key() is still the key it was built for.
+        self.view: LiveView | None = None
 
     # ---- reading side ------------------------------------------------------
     def usable(self) -> bool:
@@ -221,6 +224,11 @@ class HistoryMiner:
             self._wake.set()
             return False
         return True
+
+    def state_key(self) -> tuple:
+        """The projection's state as readers see it: (synchronised HEAD, file generation, writer
+        commits). Any change of the live set, of what is mined or of the file changes it."""
+        return (self.synced_head, self.store.generation, self.store.writes)
 
     # ---- the thread ----------------------------------------------------------
     def start(self) -> None:
@@ -303,6 +311,8 @@ class HistoryMiner:
         total = float(self.store.meta("seconds", "0") or 0) + spent
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         self.store.set_meta(seconds=round(total, 3), peak_rss_mb=round(peak, 1))
+        # read back through this thread's reader: the writer's commits are visible to it
+        self.view = live_view(self.store.reader(), self.state_key(), self.config.co_change_max_definitions)
         self.state = "idle"
         self.last_pass = {"head": head, "listed": len(listed), "mined": mined, "hidden_or_shown": changed,
                           "more": more, "seconds": round(spent, 3)}
@@ -369,4 +379,6 @@ class HistoryMiner:
 
         return {**status(self.store.reader()), "state": self.state, "error": self.error,
                 "synced_head": self.synced_head, "usable": self.usable(), "last_pass": self.last_pass,
-                "max_commits": self.config.max_commits}
+                "max_commits": self.config.max_commits,
+                # whether this process mines at all: a CLI command run without a daemon does not
+                "running": self._thread is not None and self._thread.is_alive()}

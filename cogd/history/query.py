@@ -14,7 +14,7 @@ import sqlite3
 from cogd.config import HistoryConfig
 from cogd.history import store
 from cogd.history.miner import HistoryMiner
-from cogd.history.store import Association, AssociationSettings
+from cogd.history.store import Association, AssociationSettings, LiveView
 
 
 class HistoryQueries:
@@ -27,7 +27,9 @@ class HistoryQueries:
         # Old id → current id (None: gone), valid for one state of the index and of the live set.
         self._mapped: dict[str, str | None] = {}
         self._mapped_for: tuple | None = None
-        self._newest: tuple | None = None  # (synced head, newest live commit time)
+        # Per state of the live set (synced HEAD, projection file, writer's commits): the newest
+        # live commit's time and the evidence counts, read once per state instead of per request.
+        self._per_state: tuple | None = None
 
     def _current(self, index_conn: sqlite3.Connection, ids: list[str], index_version: object) -> dict[str, str]:
         """:func:`cogd.history.store.current_ids`, cached while ``index_version`` and the synced
@@ -45,11 +47,36 @@ class HistoryQueries:
             self._mapped = {}
         return {i: c for i, c in mapped.items() if c is not None}
 
+    def _view(self) -> LiveView | None:
+        """The miner's :class:`LiveView` when it was built for the live set as it is now, else None
+        (mid-pass, or before the first pass: the reads then go to SQL)."""
+        view = self.miner.view
+        if view is not None and view.key == self.miner.state_key():
+            return view
+        return None
+
+    def _state(self) -> dict:
+        """``{"newest": newest live commit time, "evidence": {...}}`` for the live set as it is now."""
+        view = self._view()
+        if view is not None:
+            return {"newest": view.newest, "evidence": view.evidence}
+        key = self.miner.state_key()
+        if self._per_state is None or self._per_state[0] != key:
+            conn = self.miner.store.reader()
+            self._per_state = (key, {"newest": store.newest_time(conn),
+                                     "evidence": store.evidence(conn, self.config.co_change_max_definitions)})
+        return self._per_state[1]
+
     def _newest_time(self) -> int | None:
-        head = self.miner.synced_head
-        if self._newest is None or self._newest[0] != head:
-            self._newest = (head, store.newest_time(self.miner.store.reader()))
-        return self._newest[1]
+        return self._state()["newest"]
+
+    def evidence(self) -> dict[str, int]:
+        """``{"history_association": change requests, "co_change": pair commits}`` behind the two
+        history sources (:func:`cogd.history.store.evidence`); zeros while history is not usable
+        (nothing from history may be used, so it weighs nothing)."""
+        if not self.miner.usable():
+            return {"history_association": 0, "co_change": 0}
+        return dict(self._state()["evidence"])
 
     def associations(self, index_conn: sqlite3.Connection, match: str, limit: int,
                      query: str | None = None, index_version: object = None) -> list[Association]:
@@ -62,7 +89,9 @@ class HistoryQueries:
             return []
         limit = min(limit, self.config.max_associations)
         exclude = query if self.config.mask_exact_message else None
-        found = store.associated(self.miner.store.reader(), match, self.settings, exclude, self._newest_time())
+        view = self._view()
+        found = store.associated(self.miner.store.reader(), match, self.settings, exclude,
+                                 view.newest if view is not None else self._newest_time(), view)
         mapping = self._current(index_conn, [a.entity_id for a in found], index_version)
         merged: dict[str, Association] = {}
         for item in found:
@@ -83,12 +112,16 @@ class HistoryQueries:
         """``(seed, partner, confidence, support)`` for the seeds' co-change partners that exist now."""
         if not seeds or not self.miner.usable():
             return []
-        rows = store.co_changed(self.miner.store.reader(), seeds, self.config.co_change_min_confidence)
+        rows = store.co_changed(self.miner.store.reader(), seeds, self.config.co_change_min_confidence,
+                                view=self._view())
         mapping = self._current(index_conn, list({r[1] for r in rows}), index_version)
         return [(seed, mapping[b], conf, sup) for seed, b, conf, sup in rows if b in mapping and mapping[b] != seed]
 
     def subjects(self, hashes: list[str]) -> dict[str, str]:
         """hash → subject of stored commits (for ``--explain``)."""
+        view = self._view()
+        if view is not None and all(h in view.subjects for h in hashes):
+            return {h: view.subjects[h] for h in hashes}
         return store.subjects(self.miner.store.reader(), hashes)
 
     def entity(self, entity_id: str, limit: int = 10) -> dict:

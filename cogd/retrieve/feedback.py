@@ -21,10 +21,19 @@ prompts) and ``history`` (:mod:`cogd.history`: code changed by commits with simi
 messages, each item carrying the number of independent commits behind it). Each item's
 weight comes from one place, :meth:`Feedback.source_weight`.
 
-Learned sources — ``utility`` and ``association``, what earlier sessions taught — are shrunk
-towards no effect by the evidence behind them (:mod:`cogd.evidence`): the weight applied is
-``w · n / (n + rank.evidence_k)`` with ``n`` the number of earlier sessions that gave that
-source evidence (``evidence``). A repository with no past ranks as with feedback off.
+Every learned source goes through one shrinkage towards no effect (:mod:`cogd.evidence`,
+:data:`LEARNED_SOURCES`): the weight applied is ``w · n / (n + k)``, ``n`` the independent
+units of evidence behind the source (``evidence``), ``k`` the prior strength in those units.
+
+* ``utility`` and ``association`` (what earlier sessions taught): ``n`` = earlier sessions
+  that gave the source evidence (the ledger's ``evidence_sessions``), ``k`` = ``rank.evidence_k``;
+* ``history_association`` (commit messages → the definitions they changed): ``n`` = the
+  independent change requests mined and reachable from HEAD (a merged pull request's commits
+  count once), ``k`` = ``rank.history_evidence_k``;
+* ``co_change``: ``n`` = the reachable mined commits co-change pairs are counted over,
+  ``k`` = ``rank.history_evidence_k`` (both from :meth:`cogd.history.query.HistoryQueries.evidence`).
+
+A repository with no past (no sessions, no commits) ranks as with feedback off.
 :meth:`Feedback.weight` is the one place a source's weight is read, shrunk or not.
 """
 
@@ -42,10 +51,11 @@ from cogd.usage.touches import Touch
 from cogd.usage.utility import UtilityModel
 
 RECENCY_HALF_POSITION = 5  # the recency bonus halves at this position in the list
-# Sources learned from earlier sessions → the [rank] key holding their prior strength k (in
-# sessions). Recency (git's order) and the working set (this session's own touches) are not
-# learned across sessions and keep their weight as configured.
-LEARNED_SOURCES = {"utility": "evidence_k", "association": "evidence_k"}
+# Learned sources → the [rank] key holding their prior strength k (in sessions for the ledger's
+# sources, in commits for history's). Recency (git's order) and the working set (this session's
+# own touches) are not learned from the past and keep their weight as configured.
+LEARNED_SOURCES = {"utility": "evidence_k", "association": "evidence_k",
+                   "history_association": "history_evidence_k", "co_change": "history_evidence_k"}
 
 
 @dataclass
@@ -62,7 +72,9 @@ class Feedback:
     history: Callable[[str], list] | None = None
     # current seed ids → [(seed, partner, confidence, support)]: definitions changed with them
     co_changed: Callable[[list[str]], list[tuple[str, str, float, int]]] | None = None
-    # learned source → independent earlier sessions behind it (cogd.usage.ledger.Ledger.evidence_sessions)
+    # learned source → independent units of evidence behind it: earlier sessions for utility and
+    # association (cogd.usage.ledger.Ledger.evidence_sessions), reachable change requests / pair
+    # commits for history_association / co_change (cogd.history.query.HistoryQueries.evidence)
     evidence: dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -77,6 +89,7 @@ class Feedback:
             else:
                 self._ranges.setdefault(touch.path, []).append((1, 1 << 30))
         self._recent = {path: i for i, path in enumerate(self.recent_paths)}
+        self._history_files: dict[str, float] = {}  # set by association_lists: path → history evidence
 
     def weight(self, source: str) -> float:
         """``rank.<source>_weight``, shrunk by its evidence when ``source`` is learned (:data:`LEARNED_SOURCES`).
@@ -96,14 +109,13 @@ class Feedback:
         return self.associations is not None and self.weight("association") > 0
 
     def source_weight(self, source: str, evidence: int | None = None) -> float:
-        """The fusion weight of one item of a learned association source: ``rank.association_weight``
-        for ``session``, ``rank.history_association_weight`` for ``history``. ``evidence``: the
+        """The fusion weight of one item of a learned association source: :meth:`weight` of
+        ``association`` for ``session``, of ``history_association`` for ``history`` — each shrunk
+        by the evidence behind the whole source (sessions, change requests). ``evidence``: the
         independent sessions or commits behind the item (None when the source does not count
-        them). ``session`` is shrunk by the sessions behind the whole source (:meth:`weight`);
-        ``evidence`` is unused today."""
-        if source == "history":  # its own evidence (commits) is not shrunk here yet: see LEARNED_SOURCES
-            return self.config.history_association_weight
-        return self.weight("association")
+        them); unused: an item's own count already sets its score (a sum over its commits), and
+        shrinking it again would count the same evidence twice."""
+        return self.weight("history_association" if source == "history" else "association")
 
     def association_lists(self, text: str, limit: int) -> list[tuple[str, list[tuple[str, int | None, list[str]]]]]:
         """``[(source, [(entity_id, evidence, commits)] best first)]`` for the sources that are on,
@@ -111,13 +123,32 @@ class Feedback:
         out: list[tuple[str, list[tuple[str, int | None, list[str]]]]] = []
         if self.learns_associations:
             out.append(("session", [(entity_id, None, []) for entity_id, _ in self.associations(text)[:limit]]))
-        if self.history is not None and self.config.history_association_weight > 0:
-            out.append(("history", [(a.entity_id, a.evidence, a.commits) for a in self.history(text)[:limit]]))
+        self._history_files = {}
+        if self.history is not None and self.weight("history_association") > 0:
+            found = self.history(text)[:limit]
+            out.append(("history", [(a.entity_id, a.evidence, a.commits) for a in found]))
+            for a in found:  # the request's history evidence per file, for the file-level ranking
+                path = a.entity_id.split("::", 1)[0]
+                self._history_files[path] = self._history_files.get(path, 0.0) + a.score
         return out
+
+    def history_file_shares(self) -> dict[str, float]:
+        """``{path: share}`` for the file-level ranking (:func:`cogd.retrieve.hybrid.file_ranking`'s
+        ``named_files``): the files the commits matching this request changed, each with
+        ``rank.history_file_weight × Z × s / s_max`` — ``s`` the sum of its entities' history
+        association scores, ``Z`` history's credibility (:meth:`weight` of ``history_association``
+        over its configured weight: the same shrinkage by reachable change requests). Empty before
+        :meth:`association_lists` ran for the request, or when history or the weight is off."""
+        base = self.config.history_association_weight
+        top = max(self._history_files.values(), default=0.0)
+        if not self._history_files or base <= 0 or top <= 0 or self.config.history_file_weight <= 0:
+            return {}
+        share = self.config.history_file_weight * self.weight("history_association") / base
+        return {path: share * value / top for path, value in self._history_files.items()}
 
     def co_change_edges(self, seeds: list[str]) -> list[tuple[str, str, float, int]]:
         """The co-change partners of ``seeds`` (``[]`` when the source or its weight is off)."""
-        if self.co_changed is None or self.config.co_change_weight <= 0:
+        if self.co_changed is None or self.weight("co_change") <= 0:
             return []
         return self.co_changed(seeds)
 

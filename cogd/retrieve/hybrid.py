@@ -148,7 +148,7 @@ def _expand(conn: sqlite3.Connection, fused: dict[str, float], decay: float, sig
                     direction = "base" if neighbour == dst else "subclass"
                 signals.setdefault(neighbour, {})["expanded_from"] = f"{direction} of {seed} ({kind}/{resolution or '-'})"
     if feedback is not None:
-        weight = feedback.config.co_change_weight
+        weight = feedback.weight("co_change")
         for seed, partner, confidence, support in feedback.co_change_edges(seeds):
             add = decay * weight * confidence * fused[seed]
             if partner != seed and add > gained.get(partner, 0.0):
@@ -548,6 +548,11 @@ def select(
     if config.file_rank_weight > 0:
         named = (module_words(hits, parts, config.module_word_weight, config.template_filter)
                  if config.module_word_weight > 0 else None)
+        changed = feedback.history_file_shares() if feedback is not None else {}
+        if changed:  # files the matching commits changed: evidence about files, not only definitions
+            named = dict(named or {})
+            for path, share in changed.items():
+                named[path] = named.get(path, 0.0) + share
         ranking = file_ranking(hits, clue_files, config.file_rank_agg, named)
         order_of = {path: n for n, path in enumerate(sorted(ranking, key=ranking.get, reverse=True), 1)}
         best = max(h.score for h in hits)
