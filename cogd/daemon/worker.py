@@ -23,8 +23,6 @@ from cogd.index.parsepool import ParsePool, worker_count
 
 log = logging.getLogger(__name__)
 
-CHECKPOINT_IDLE_S = 1.0  # quiet seconds after a save before the WAL is checkpointed (Indexer.defer_checkpoints)
-
 
 class _Stopping(Exception):
     """Raised inside a refresh to abandon it between files at shutdown."""
@@ -111,9 +109,8 @@ class IndexWorker:
             raise _Stopping
 
     def _checkpoint(self, indexer: Indexer) -> None:
-        """Copy the WAL the saves wrote into the database, after they are visible and once no
-        request has come for ``CHECKPOINT_IDLE_S`` (the saves' own commits leave it:
-        ``defer_checkpoints``). A failure
+        """Copy the WAL the saves wrote into the database, after they are visible and only while
+        no refresh is waiting (the saves' own commits leave it: ``defer_checkpoints``). A failure
         (a reader holding the WAL, a full disk) is logged; the next one, or a whole-tree refresh's
         automatic checkpoint, copies the rest."""
         started = time.perf_counter()
@@ -131,17 +128,7 @@ class IndexWorker:
         try:
             while True:
                 with self._cond:
-                    wanted = lambda: self._stopping or self._pending_all or self._pending_paths  # noqa: E731
-                    # After saves, a checkpoint once no request has come for CHECKPOINT_IDLE_S: not
-                    # between the saves of a burst, where its fsyncs slowed the next save's writes.
-                    idle_now = checkpoint_due and not self._cond.wait_for(wanted, CHECKPOINT_IDLE_S)
-                    if not idle_now:
-                        self._cond.wait_for(wanted)
-                if idle_now:
-                    checkpoint_due = False
-                    self._checkpoint(indexer)
-                    continue
-                with self._cond:
+                    self._cond.wait_for(lambda: self._stopping or self._pending_all or self._pending_paths)
                     if self._stopping:
                         return
                     paths = None if self._pending_all else sorted(self._pending_paths)
@@ -182,7 +169,11 @@ class IndexWorker:
                     self._completed = ticket
                     self.state = "idle"
                     self._cond.notify_all()
+                    idle = not (self._pending_all or self._pending_paths or self._stopping)
                 checkpoint_due = checkpoint_due or wrote
+                if checkpoint_due and idle:
+                    checkpoint_due = False
+                    self._checkpoint(indexer)
         finally:
             with self._cond:
                 self.state = "stopped"
