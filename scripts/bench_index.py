@@ -270,31 +270,22 @@ def run_incremental(repo: Path, work: Path, rel: str, edits: int, workers: int) 
 def child_edits(repo: Path, db: Path, rel: str, edits: int, start: int, warmup: bool = True) -> None:
     """``--child-edits``: build ``db`` if missing (untimed), then time ``edits`` one-file saves of
     ``rel`` (``Indexer.refresh(paths=[rel])``, parsing in this thread); prints one JSON line:
-    ``{"wall_ms": [...], "cpu_ms": [...], "checkpoint_ms": [...], "deferred": bool}`` (CPU: this
-    thread's, ``time.thread_time``).
+    ``{"wall_ms": [...], "cpu_ms": [...]}`` (CPU: this thread's, ``time.thread_time``).
 
-    As the daemon's index worker does: when this cogd's ``Indexer`` takes ``defer_checkpoints``,
-    saves leave the WAL and a checkpoint runs after each one, timed apart (``checkpoint_ms``: the
-    save was visible before it). ``warmup``: one untimed save first, since this child is a fresh
-    process and the daemon's writer is a long-lived one (its first save after start warms the
-    page cache and the parser)."""
-    import inspect
-
+    ``warmup``: one untimed save first, since this child is a fresh process and the daemon's
+    writer is a long-lived one (its first save after start warms the page cache and the parser)."""
     from cogd.index.indexer import Indexer
 
     path = repo / rel
     original = path.read_text(encoding="utf-8")
-    deferred = "defer_checkpoints" in inspect.signature(Indexer).parameters
-    ix = Indexer(repo, db, defer_checkpoints=True) if deferred else Indexer(repo, db)
-    wall, cpu, checkpoint = [], [], []
+    ix = Indexer(repo, db)
+    wall, cpu = [], []
     try:
         if not ix.conn.execute("SELECT 1 FROM files LIMIT 1").fetchone():
             ix.refresh()
         if warmup:
             path.write_text(original + f"\n\ndef _bench_warm_{start}():\n    return 0\n", encoding="utf-8")
             ix.refresh(paths=[rel])
-            if deferred:
-                ix.checkpoint()
         for i in range(start, start + edits):
             path.write_text(original + f"\n\ndef _bench_probe_{i}():\n    return {i}\n", encoding="utf-8")
             started, on_cpu = time.perf_counter(), time.thread_time()
@@ -303,28 +294,23 @@ def child_edits(repo: Path, db: Path, rel: str, edits: int, start: int, warmup: 
             wall.append((time.perf_counter() - started) * 1000)
             if result.parsed != 1:
                 raise SystemExit(f"edit {i} re-parsed {result.parsed} files, expected 1")
-            if deferred:
-                started = time.perf_counter()
-                ix.checkpoint()
-                checkpoint.append((time.perf_counter() - started) * 1000)
     finally:
         path.write_text(original, encoding="utf-8")
         ix.close()
-    print(json.dumps({"wall_ms": wall, "cpu_ms": cpu, "checkpoint_ms": checkpoint, "deferred": deferred}))
+    print(json.dumps({"wall_ms": wall, "cpu_ms": cpu}))
 
 
 def compare_saves(repo: Path, work: Path, rel: str, edits: int, baseline: Path | None, warmup: bool = True) -> None:
     """One-file saves of this cogd and of ``baseline`` (a checkout), alternating in rounds of 10
     edits in child processes, each version on its own index of ``repo`` (built first, untimed).
-    Prints p50/p95 of wall and CPU time per version, with the load average of the rounds, and
-    the deferred checkpoints' time where a version defers them (see :func:`child_edits`).
+    Prints p50/p95 of wall and CPU time per version, with the load average of the rounds.
     ``warmup``: each child makes one untimed save first; without, only the very first save of
     the run is dropped (the method of earlier runs: the first save of every later child, a
     fresh process, is then timed cold)."""
     versions = {"this": Path(__file__).resolve().parent.parent}
     if baseline is not None:
         versions["baseline"] = baseline.resolve()
-    times = {name: {"wall_ms": [], "cpu_ms": [], "checkpoint_ms": []} for name in versions}
+    times = {name: {"wall_ms": [], "cpu_ms": []} for name in versions}
     loads = []
     print(f"\none-file saves of {rel}, {edits} per version in rounds of 10, alternating, "
           f"{'one untimed warm-up save per child' if warmup else 'cold first save of each child timed'}: "
@@ -340,7 +326,6 @@ def compare_saves(repo: Path, work: Path, rel: str, edits: int, baseline: Path |
                                    rel, str(n), str(done)] + ([] if warmup else ["--no-warmup"]),
                                   capture_output=True, text=True, env=env, check=True)
             out = json.loads(proc.stdout.strip().splitlines()[-1])
-            out.pop("deferred", None)
             if done == 0 and not warmup:  # the first save after opening warms the caches: dropped
                 out = {k: v[1:] for k, v in out.items()}
             for key in out:
@@ -351,9 +336,6 @@ def compare_saves(repo: Path, work: Path, rel: str, edits: int, baseline: Path |
         print(f"  {name:9s} wall p50 {percentile(series['wall_ms'], 50):6.1f} ms, p95 {percentile(series['wall_ms'], 95):6.1f} ms;"
               f" CPU p50 {percentile(series['cpu_ms'], 50):6.1f} ms, p95 {percentile(series['cpu_ms'], 95):6.1f} ms"
               f" ({len(series['wall_ms'])} saves)")
-        if series["checkpoint_ms"]:
-            print(f"  {'':9s} deferred checkpoint after each save (not in the save's time): wall p50 "
-                  f"{percentile(series['checkpoint_ms'], 50):6.1f} ms, p95 {percentile(series['checkpoint_ms'], 95):6.1f} ms")
     p95 = percentile(times["this"]["wall_ms"], 95)
     print(f"  goal: one-file incremental p95 <= {GOAL_INCREMENTAL_P95_MS:.0f} ms: {p95:.1f} ms "
           f"{'PASS' if p95 <= GOAL_INCREMENTAL_P95_MS else 'FAIL'}")

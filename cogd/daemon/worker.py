@@ -10,7 +10,6 @@ current" means for ``cogd index``.
 from __future__ import annotations
 
 import logging
-import sqlite3
 import threading
 import time
 from pathlib import Path
@@ -49,8 +48,6 @@ class IndexWorker:
         self.last_resolved: dict | None = None  # the last error a successful refresh cleared
         self.last_refresh_started = 0.0  # monotonic seconds
         self.refreshes = 0
-        self.checkpoints = 0  # WAL checkpoints run after saves (Indexer.defer_checkpoints)
-        self.last_checkpoint_ms = 0.0
         self._thread = threading.Thread(target=self._run, name="cogd-index", daemon=True)
         self._thread.start()
 
@@ -108,23 +105,8 @@ class IndexWorker:
         if self._stopping:
             raise _Stopping
 
-    def _checkpoint(self, indexer: Indexer) -> None:
-        """Copy the WAL the saves wrote into the database, after they are visible and only while
-        no refresh is waiting (the saves' own commits leave it: ``defer_checkpoints``). A failure
-        (a reader holding the WAL, a full disk) is logged; the next one, or a whole-tree refresh's
-        automatic checkpoint, copies the rest."""
-        started = time.perf_counter()
-        try:
-            indexer.checkpoint()
-        except sqlite3.Error as exc:
-            log.warning("index checkpoint failed (retried after the next save): %s", exc)
-            return
-        self.checkpoints += 1
-        self.last_checkpoint_ms = (time.perf_counter() - started) * 1000
-
     def _run(self) -> None:
         indexer, pool = self._open()
-        checkpoint_due = False  # a save wrote to the WAL since the last checkpoint
         try:
             while True:
                 with self._cond:
@@ -144,10 +126,8 @@ class IndexWorker:
                 self.last_refresh_started = time.monotonic()
                 while faults.active("hold_index") and not self._stopping:  # tests only (cogd.faults)
                     time.sleep(0.05)
-                wrote = False
                 try:
                     result = indexer.refresh(paths, progress=self._progress, full=full)
-                    wrote = paths is not None and bool(result.parsed or result.removed)
                     self.last_result = result
                     if self.last_error:  # the condition cleared: keep what it was, and when, for status
                         self.last_resolved = {"kind": "index.refresh", "error": self.last_error,
@@ -169,11 +149,6 @@ class IndexWorker:
                     self._completed = ticket
                     self.state = "idle"
                     self._cond.notify_all()
-                    idle = not (self._pending_all or self._pending_paths or self._stopping)
-                checkpoint_due = checkpoint_due or wrote
-                if checkpoint_due and idle:
-                    checkpoint_due = False
-                    self._checkpoint(indexer)
         finally:
             with self._cond:
                 self.state = "stopped"
@@ -182,7 +157,7 @@ class IndexWorker:
             pool.terminate()
 
     def _indexer_args(self, pool: ParsePool) -> dict:
-        return dict(root=self._root, db_path=self._db_path, config=self._config, pool=pool, defer_checkpoints=True)
+        return dict(root=self._root, db_path=self._db_path, config=self._config, pool=pool)
 
     def _open(self) -> tuple[Indexer, ParsePool]:
         # Parser processes (one per core by default, [index] parse_workers): a pathological file

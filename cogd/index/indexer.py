@@ -318,17 +318,11 @@ class Indexer:
     means :class:`cogd.config.IndexConfig`'s defaults. ``pool``: parser
     processes to parse in (the daemon's; their job may be :func:`parse_job` or,
     cheaper, :func:`parse_rows_job`); None parses in this process.
-    ``defer_checkpoints``: a save (``refresh(paths=...)``) never copies the WAL into
-    the database on its commit; the caller runs :meth:`checkpoint` when idle (the
-    daemon's index worker does, after the save is visible). Whole-tree refreshes
-    keep SQLite's automatic checkpoint, which bounds the WAL if that never happens.
     """
 
     def __init__(self, root: Path, db_path: Path, config: IndexConfig | None = None, *,
-                 pool: ParsePool | None = None, defer_checkpoints: bool = False):
+                 pool: ParsePool | None = None):
         self.root = root
-        self.defer_checkpoints = defer_checkpoints
-        self._autocheckpoint = store.AUTOCHECKPOINT_PAGES  # what the connection has now
         languages.configure(root)  # this repository's query overrides (.cogd/queries/), in this process
         self.conn = store.connect(db_path)
         # The daemon parses in child processes it can kill; direct callers
@@ -340,20 +334,6 @@ class Indexer:
     def close(self) -> None:
         """Checkpoint the WAL and close the writer connection (see :func:`cogd.index.store.close_writer`)."""
         store.close_writer(self.conn)
-
-    def checkpoint(self) -> tuple[int, int]:
-        """Copy the WAL into the database now (:func:`cogd.index.store.checkpoint`, passive):
-        ``(frames in the WAL, frames copied)``. With ``defer_checkpoints``, what a save's commit
-        would otherwise do when the WAL passed SQLite's threshold (1,000 pages): that copy was
-        most of the slowest saves' time. Raises sqlite3.Error."""
-        return store.checkpoint(self.conn)
-
-    def _set_autocheckpoint(self, saving: bool) -> None:
-        """Automatic checkpoints off for a save when they are deferred, SQLite's default otherwise."""
-        pages = 0 if self.defer_checkpoints and saving else store.AUTOCHECKPOINT_PAGES
-        if pages != self._autocheckpoint:
-            store.set_autocheckpoint(self.conn, pages)
-            self._autocheckpoint = pages
 
     def _write_outside(self, path: str, result: RefreshResult) -> None:
         """Record ``path`` by name only with the skip reason ``symlink_outside`` (replacing what was there).
@@ -421,7 +401,6 @@ class Indexer:
         index. Raises sqlite3.Error only when the database itself fails.
         """
         started = time.perf_counter()
-        self._set_autocheckpoint(saving=paths is not None)
         known = self._known(paths)
         listing, gone = self._listing(paths, known)
         if paths is not None:  # a link found indexed under its own name joins the rows read

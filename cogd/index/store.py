@@ -167,26 +167,6 @@ def end_bulk(conn: sqlite3.Connection) -> None:
     conn.execute("PRAGMA cache_size=-2000")
 
 
-# SQLite's own automatic checkpoint threshold (pages of WAL), restored where checkpoints are not deferred.
-AUTOCHECKPOINT_PAGES = 1000
-
-
-def set_autocheckpoint(conn: sqlite3.Connection, pages: int) -> None:
-    """``PRAGMA wal_autocheckpoint = pages`` on the writer ``conn``; 0 turns the automatic checkpoint
-    off (the commit that crosses the threshold no longer copies the WAL into the database), so
-    the caller must run :func:`checkpoint` itself. Per connection; no commit."""
-    conn.execute(f"PRAGMA wal_autocheckpoint={int(pages)}")
-
-
-def checkpoint(conn: sqlite3.Connection) -> tuple[int, int]:
-    """Copy what the WAL holds into ``index.db`` without waiting for readers or writers
-    (``PRAGMA wal_checkpoint(PASSIVE)``). Returns ``(frames in the WAL, frames checkpointed)``;
-    frames a reader still needs stay for a later checkpoint. Commits first. Raises sqlite3.Error."""
-    conn.commit()
-    row = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
-    return int(row[1]), int(row[2])
-
-
 def close_writer(conn: sqlite3.Connection) -> None:
     """Fold the WAL into ``index.db`` (``PRAGMA wal_checkpoint(TRUNCATE)``) and close the connection.
 
