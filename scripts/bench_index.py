@@ -267,10 +267,13 @@ def run_incremental(repo: Path, work: Path, rel: str, edits: int, workers: int) 
     }
 
 
-def child_edits(repo: Path, db: Path, rel: str, edits: int, start: int) -> None:
+def child_edits(repo: Path, db: Path, rel: str, edits: int, start: int, warmup: bool = True) -> None:
     """``--child-edits``: build ``db`` if missing (untimed), then time ``edits`` one-file saves of
     ``rel`` (``Indexer.refresh(paths=[rel])``, parsing in this thread); prints one JSON line:
-    ``{"wall_ms": [...], "cpu_ms": [...]}`` (CPU: this thread's, ``time.thread_time``)."""
+    ``{"wall_ms": [...], "cpu_ms": [...]}`` (CPU: this thread's, ``time.thread_time``).
+
+    ``warmup``: one untimed save first, since this child is a fresh process and the daemon's
+    writer is a long-lived one (its first save after start warms the page cache and the parser)."""
     from cogd.index.indexer import Indexer
 
     path = repo / rel
@@ -280,6 +283,9 @@ def child_edits(repo: Path, db: Path, rel: str, edits: int, start: int) -> None:
     try:
         if not ix.conn.execute("SELECT 1 FROM files LIMIT 1").fetchone():
             ix.refresh()
+        if warmup:
+            path.write_text(original + f"\n\ndef _bench_warm_{start}():\n    return 0\n", encoding="utf-8")
+            ix.refresh(paths=[rel])
         for i in range(start, start + edits):
             path.write_text(original + f"\n\ndef _bench_probe_{i}():\n    return {i}\n", encoding="utf-8")
             started, on_cpu = time.perf_counter(), time.thread_time()
@@ -294,16 +300,20 @@ def child_edits(repo: Path, db: Path, rel: str, edits: int, start: int) -> None:
     print(json.dumps({"wall_ms": wall, "cpu_ms": cpu}))
 
 
-def compare_saves(repo: Path, work: Path, rel: str, edits: int, baseline: Path | None) -> None:
+def compare_saves(repo: Path, work: Path, rel: str, edits: int, baseline: Path | None, warmup: bool = True) -> None:
     """One-file saves of this cogd and of ``baseline`` (a checkout), alternating in rounds of 10
     edits in child processes, each version on its own index of ``repo`` (built first, untimed).
-    Prints p50/p95 of wall and CPU time per version, with the load average of the rounds."""
+    Prints p50/p95 of wall and CPU time per version, with the load average of the rounds.
+    ``warmup``: each child makes one untimed save first; without, only the very first save of
+    the run is dropped (the method of earlier runs: the first save of every later child, a
+    fresh process, is then timed cold)."""
     versions = {"this": Path(__file__).resolve().parent.parent}
     if baseline is not None:
         versions["baseline"] = baseline.resolve()
     times = {name: {"wall_ms": [], "cpu_ms": []} for name in versions}
     loads = []
-    print(f"\none-file saves of {rel}, {edits} per version in rounds of 10, alternating: "
+    print(f"\none-file saves of {rel}, {edits} per version in rounds of 10, alternating, "
+          f"{'one untimed warm-up save per child' if warmup else 'cold first save of each child timed'}: "
           + ", ".join(f"{name} = {src}" for name, src in versions.items()))
     done = 0
     while done < edits:
@@ -313,9 +323,10 @@ def compare_saves(repo: Path, work: Path, rel: str, edits: int, baseline: Path |
             env = {**os.environ, "PYTHONPATH": str(versions[name])}
             loads.append(load1())
             proc = subprocess.run([sys.executable, __file__, "--child-edits", str(repo), str(work / f"saves-{name}.db"),
-                                   rel, str(n), str(done)], capture_output=True, text=True, env=env, check=True)
+                                   rel, str(n), str(done)] + ([] if warmup else ["--no-warmup"]),
+                                  capture_output=True, text=True, env=env, check=True)
             out = json.loads(proc.stdout.strip().splitlines()[-1])
-            if done == 0:  # the first save after opening warms the caches: dropped, like a warm-up
+            if done == 0 and not warmup:  # the first save after opening warms the caches: dropped
                 out = {k: v[1:] for k, v in out.items()}
             for key in out:
                 times[name][key].extend(out[key])
@@ -462,13 +473,15 @@ def main() -> None:
                              "for it and for this one, alternating, each on its own copy of the index")
     parser.add_argument("--child-index", nargs=3, metavar=("REPO", "DB", "WORKERS"), help=argparse.SUPPRESS)
     parser.add_argument("--child-edits", nargs=5, metavar=("REPO", "DB", "REL", "N", "START"), help=argparse.SUPPRESS)
+    parser.add_argument("--no-warmup", action="store_true",
+                        help="--incremental-only: time the first save of every child process too (cold)")
     args = parser.parse_args()
     if args.child_index:
         child_index(Path(args.child_index[0]), Path(args.child_index[1]), int(args.child_index[2]))
         return
     if args.child_edits:
         repo, db, rel, n, start = args.child_edits
-        child_edits(Path(repo), Path(db), rel, int(n), int(start))
+        child_edits(Path(repo), Path(db), rel, int(n), int(start), warmup=not args.no_warmup)
         return
     if args.baseline_src is not None and not (args.baseline_src / "cogd" / "__init__.py").is_file():
         parser.error(f"--baseline-src {args.baseline_src}: no cogd/ package there")
@@ -491,7 +504,7 @@ def main() -> None:
               f"(made in {time.perf_counter() - started:.1f} s)")
 
         if args.incremental_only or args.baseline_src:
-            compare_saves(repo, work, args.edit_file, args.edits, args.baseline_src)
+            compare_saves(repo, work, args.edit_file, args.edits, args.baseline_src, warmup=not args.no_warmup)
             return
         print(f"\nfull index, {args.rounds} rounds (fresh index each run); parallel = {workers} parser processes")
         full = run_full(repo, work, ctags, args.rounds, workers)

@@ -14,6 +14,9 @@ heap and fresh allocator settings), one after another, ``--rounds`` times interl
   ``cogd.daemon.embedder.WRITE_ROWS``);
 * ``--arenas N[,N...]``: ``MALLOC_ARENA_MAX`` of the child (``0``: glibc's default; the
   daemon's is ``cogd.rpc.control.MALLOC_ARENAS``);
+* ``--knn-only``: the in-memory KNN index alone (no table): its peak RSS (``VmHWM`` before and
+  after filling it) and the process CPU of a k = 60 search, numpy on one BLAS thread as in the
+  daemon, for this cogd and ``--baseline-src``;
 * ``--baseline-src DIR``: another cogd checkout (e.g. ``git worktree add /tmp/old <commit>``)
   measured in the same run with its own ``VectorStore`` and its daemon's write size of 64.
 
@@ -55,6 +58,34 @@ def _status_mb(field: str) -> int:
     return 0
 
 
+def child_knn(rows: int) -> None:
+    """``--knn-only``: the in-memory KNN index alone, sized once (``make_room``, as a pass does) and
+    filled 64 unit rows at a time, then 50 searches (k = 60) timed in process CPU; print JSON."""
+    import numpy as np
+
+    from cogd.index.vectors import DenseIndex
+
+    rng = np.random.default_rng(0)
+    start_mb = _status_mb("VmHWM")
+    dense = DenseIndex(DIM)
+    if hasattr(dense, "make_room"):
+        dense.make_room(rows)
+    for first in range(0, rows, KNN_EVERY):
+        ids = [f"e{i}" for i in range(first, min(rows, first + KNN_EVERY))]
+        matrix = rng.standard_normal((len(ids), DIM)).astype(np.float32)
+        matrix /= np.linalg.norm(matrix, axis=1, keepdims=True)
+        dense.upsert(ids, ["function"] * len(ids), matrix)
+    filled_mb = _status_mb("VmHWM")
+    queries = rng.standard_normal((51, DIM)).astype(np.float32)
+    queries /= np.linalg.norm(queries, axis=1, keepdims=True)
+    dense.search(queries[0], 60)
+    began = time.process_time()
+    for query in queries[1:]:
+        dense.search(query, 60)
+    print(json.dumps({"start_mb": start_mb, "peak_mb": filled_mb, "index_mb": filled_mb - start_mb,
+                      "search_cpu_ms": round((time.process_time() - began) * 1000 / 50, 2)}))
+
+
 def child(rows: int, write: int, folder: str) -> None:
     """Fill a fresh store in ``folder`` with ``rows`` vectors, ``write`` rows per table write; print JSON."""
     import numpy as np
@@ -85,8 +116,13 @@ def child(rows: int, write: int, folder: str) -> None:
                       "rows": store.count()}))
 
 
-def run(src: Path, rows: int, write: int, arenas: int) -> dict:
+def run(src: Path, rows: int, write: int, arenas: int, knn_only: bool = False) -> dict:
     env = {**os.environ, "PYTHONPATH": str(src), "PYTHONSAFEPATH": "1"}
+    if knn_only:  # numpy's BLAS on one thread, as in the daemon (cogd.daemon.scheduling)
+        env.setdefault("OPENBLAS_NUM_THREADS", "1")
+        proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--child-knn", str(rows)],
+                              env=env, capture_output=True, text=True, check=True, timeout=3600)
+        return json.loads(proc.stdout.strip().splitlines()[-1])
     env.pop("MALLOC_ARENA_MAX", None)
     if arenas:
         env["MALLOC_ARENA_MAX"] = str(arenas)
@@ -109,9 +145,18 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
+    parser.add_argument("--child-knn", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--knn-only", action="store_true",
+                        help="only the in-memory KNN index: its peak RSS and search CPU (this cogd and --baseline-src)")
     args = parser.parse_args()
     if args.child:
         child(int(args.child[0]), int(args.child[1]), args.child[2])
+        return
+    if args.child_knn:
+        child_knn(args.child_knn)
+        return
+    if args.knn_only:
+        knn_only(args)
         return
     variants = [(f"writes of {w}, arenas {a or 'default'}", HERE, int(w), int(a))
                 for w in args.writes.split(",") for a in args.arenas.split(",")]
@@ -139,6 +184,23 @@ def main() -> None:
         marks = " ".join(f"{int(k) // 1000}k:{v:.0f}" for k, v in s["marks"].items())
         print(f"  {name:<42} start {s['start_mb']:.0f}  {marks}  end {s['end_mb']:.0f}  peak {s['peak_mb']:.0f} MB"
               f"  {s['seconds']:.1f} s")
+
+
+def knn_only(args) -> None:
+    """``--knn-only``: :func:`child_knn` for this cogd and the baseline, alternating, ``--rounds`` times."""
+    variants = {"this": HERE, **({"baseline": args.baseline_src} if args.baseline_src else {})}
+    results: dict[str, list[dict]] = {name: [] for name in variants}
+    loads = []
+    for _ in range(args.rounds):
+        for name, src in variants.items():
+            loads.append(os.getloadavg()[0])
+            results[name].append(run(src, args.rows, 0, 0, knn_only=True))
+    print(f"KNN index of {args.rows:,} unit vectors of {DIM} dimensions, {args.rounds} round(s), "
+          f"load {min(loads):.1f}-{max(loads):.1f}")
+    for name, runs in results.items():
+        print(f"  {name:9s} ({variants[name]}): index peak RSS +"
+              + ", +".join(f"{r['index_mb']}" for r in runs) + " MB; CPU per search (k = 60) "
+              + ", ".join(f"{r['search_cpu_ms']}" for r in runs) + " ms")
 
 
 if __name__ == "__main__":

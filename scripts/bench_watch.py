@@ -41,6 +41,10 @@ The daemon is stopped and the temporary directory removed at the end
 How to run
 ----------
     python scripts/bench_watch.py [--saves 50] [--checkout-files 1000] [--json]
+    python scripts/bench_watch.py --baseline-src DIR [--saves 40] [--packages json,logging]
+
+``--baseline-src DIR`` (a checkout of another cogd) times only the saves, for both versions in
+the same run: two clones of the tree, two warm daemons, rounds of 10 saves alternating.
 """
 
 from __future__ import annotations
@@ -71,8 +75,15 @@ def git(repo: Path, *args: str) -> str:
                           env=env).stdout
 
 
-def cogd(repo: Path, *args: str) -> str:
-    return subprocess.run([COGD, *args], cwd=repo, check=True, capture_output=True, text=True, timeout=3600).stdout
+def cogd(repo: Path, *args: str, env: dict | None = None) -> str:
+    return subprocess.run([COGD, *args], cwd=repo, check=True, capture_output=True, text=True, timeout=3600,
+                          env=env).stdout
+
+
+def variant_env(src: Path) -> dict:
+    """The environment that runs ``src``'s cogd (its checkout first on the path, inherited by the
+    daemon it starts; ``PYTHONSAFEPATH``: never the tree's own directory)."""
+    return {**os.environ, "PYTHONPATH": str(src), "PYTHONSAFEPATH": "1"}
 
 
 def percentile(values: list[float], pct: float) -> float:
@@ -150,11 +161,11 @@ class Daemon:
             time.sleep(0.5)
 
 
-def measure_saves(daemon: Daemon, repo: Path, rel: str, saves: int) -> dict:
+def measure_saves(daemon: Daemon, repo: Path, rel: str, saves: int, first: int = 0) -> dict:
     path = repo / rel
     original = path.read_text(encoding="utf-8")
     visible, lexical, waited, refresh, failures = [], [], [], [], 0
-    for i in range(saves):
+    for i in range(first, first + saves):
         name = f"zqwatchprobe{i:03d}x"
         target = f"{rel}::{name}"
         computed_before = daemon.status()["embedding"]["computed"]
@@ -228,7 +239,15 @@ def main() -> None:
     parser.add_argument("--embed-timeout", type=float, default=1800.0, help="seconds to wait for the first embedding")
     parser.add_argument("--keep", action="store_true")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--baseline-src", type=Path, default=None,
+                        help="a checkout of another cogd version: save → visible only (no checkout), for this "
+                             "cogd and that one, each on its own clone of the tree, alternating in rounds of 10 saves")
     args = parser.parse_args()
+    if args.baseline_src is not None:
+        if not (args.baseline_src / "cogd" / "__init__.py").is_file():
+            parser.error(f"--baseline-src {args.baseline_src}: no cogd/ package there")
+        compare_saves(args)
+        return
 
     work = Path(tempfile.mkdtemp(prefix="cogd-bench-watch-"))
     repo = work / "repo"
@@ -290,6 +309,54 @@ def main() -> None:
           f"{c['start_to_consistent_ms']} ms after the checkout started ({c['end_to_consistent_ms']} ms after it ended); "
           f"{c['events']} events in {c['batches']} batches, {c['whole_tree_refreshes']} whole-tree refreshes; "
           f"counts {c['counts']}; embedding backlog then {c['embedding_pending']} entities")
+
+
+def compare_saves(args) -> None:
+    """``--baseline-src``: save → visible for this cogd and the baseline's, same tree (two clones),
+    both daemons warm (every entity embedded) and running side by side, saves alternating in
+    rounds of 10 between them so that load drift hits both alike. Prints p50/p95 per version
+    with the load average before each round."""
+    versions = {"this": Path(__file__).resolve().parent.parent, "baseline": args.baseline_src.resolve()}
+    work = Path(tempfile.mkdtemp(prefix="cogd-bench-watch-"))
+    repos = {"this": work / "repo", "baseline": work / "baseline-repo"}
+    started: list[str] = []
+    try:
+        make_repo(repos["this"], tuple(args.packages.split(",")), 1)
+        subprocess.run(["git", "clone", "-q", str(repos["this"]), str(repos["baseline"])], check=True)
+        daemons = {}
+        for name, repo in repos.items():
+            cogd(repo, "start", env=variant_env(versions[name]))
+            started.append(name)
+            cogd(repo, "index", env=variant_env(versions[name]))
+            daemons[name] = Daemon(repo)
+        for name, daemon in daemons.items():
+            daemon.wait_embedded(args.embed_timeout)
+        entities = daemons["this"].status()["index"]["entities"]
+        results = {name: {"visible_ms": [], "lexical_ms": [], "failures": 0} for name in versions}
+        loads = []
+        done = 0
+        while done < args.saves:
+            n = min(10, args.saves - done)
+            order = list(versions) if (done // 10) % 2 == 0 else list(reversed(versions))
+            for name in order:
+                loads.append(os.getloadavg()[0])
+                part = measure_saves(daemons[name], repos[name], args.edit_file, n, first=done)
+                results[name]["visible_ms"] += part["visible_ms"]
+                results[name]["lexical_ms"] += part["lexical_ms"]
+                results[name]["failures"] += part["failures"]
+            done += n
+    finally:
+        for name in started:
+            subprocess.run([COGD, "stop"], cwd=repos[name], capture_output=True, check=False, env=variant_env(versions[name]))
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+    print(f"tree: {args.packages} ({entities} code entities); {args.saves} saves of {args.edit_file} per version, "
+          f"rounds of 10 alternating; load average (1 min) before the rounds: min {min(loads):.1f}, max {max(loads):.1f}")
+    for name, r in results.items():
+        v, lx = r["visible_ms"], r["lexical_ms"]
+        print(f"  {name:9s} ({versions[name]}): save → visible with its vector p50 {percentile(v, 50):.1f} ms, "
+              f"p95 {percentile(v, 95):.1f} ms, max {max(v):.1f} ms; lexical p50 {percentile(lx, 50):.1f} ms, "
+              f"p95 {percentile(lx, 95):.1f} ms; {r['failures']} failed" if v else f"  {name}: every save failed")
 
 
 if __name__ == "__main__":

@@ -401,8 +401,12 @@ class Indexer:
         index. Raises sqlite3.Error only when the database itself fails.
         """
         started = time.perf_counter()
-        known = store.known_files(self.conn)
+        known = self._known(paths)
         listing, gone = self._listing(paths, known)
+        if paths is not None:  # a link found indexed under its own name joins the rows read
+            extra = [p for p in (*listing.files, *listing.outside) if p not in known]
+            if extra:
+                known.update(store.known_files(self.conn, extra))
         current = list(listing.files)
         relanguaged, digests = self._language_changes(current)
         run = _Run(known, listing, gone, full, relanguaged, progress)
@@ -442,6 +446,13 @@ class Indexer:
         self._finish(run.result, paths is None, digests)
         run.result.duration_ms = (time.perf_counter() - started) * 1000
         return run.result
+
+    def _known(self, paths: Iterable[str] | None) -> dict:
+        """The stored rows a refresh compares against: every file's, or for ``paths`` (a save) only
+        theirs, normalised as :meth:`_listing` normalises them."""
+        if paths is None:
+            return store.known_files(self.conn)
+        return store.known_files(self.conn, [posixpath.normpath(p.replace(os.sep, "/")).lstrip("/") for p in paths])
 
     def _listing(self, paths: Iterable[str] | None, known: dict) -> tuple[SourceListing, list[str]]:
         """The files this refresh looks at, and the indexed ones among ``paths`` that are gone.

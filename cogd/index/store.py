@@ -192,14 +192,22 @@ def set_meta(conn: sqlite3.Connection, key: str, value: str) -> None:
     conn.execute("INSERT INTO meta(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value", (key, value))
 
 
-def known_files(conn: sqlite3.Connection) -> dict[str, sqlite3.Row]:
-    """Every indexed file's row (``path, language, hash, size, mtime_ns, status, indexed_at`` by name), keyed by path.
+def known_files(conn: sqlite3.Connection, paths: Iterable[str] | None = None) -> dict[str, sqlite3.Row]:
+    """Every indexed file's row (``path, language, hash, size, mtime_ns, status, indexed_at`` by name), keyed by path;
+    with ``paths``, only those of them that are indexed (chunked: a save reads one row, not the
+    whole table's ~2,000 on the standard library, 2 ms of its CPU).
 
     Rows are :class:`sqlite3.Row` whatever the connection's row factory.
     """
     cursor = conn.cursor()
     cursor.row_factory = sqlite3.Row
-    return {row["path"]: row for row in cursor.execute("SELECT * FROM files")}
+    if paths is None:
+        return {row["path"]: row for row in cursor.execute("SELECT * FROM files")}
+    found: dict[str, sqlite3.Row] = {}
+    for chunk in chunked(_distinct(paths)):
+        found.update((row["path"], row) for row in cursor.execute(
+            f"SELECT * FROM files WHERE path IN ({marks(len(chunk))})", chunk))
+    return found
 
 
 def delete_file(conn: sqlite3.Connection, path: str) -> None:
