@@ -296,7 +296,7 @@ def _fuse_learned(feedback: Feedback, text: str, config: RetrieveConfig, fused: 
 
 def _bm25_list(conn: sqlite3.Connection, text: str, parts: PromptParts, config: RetrieveConfig,
                kinds: tuple[str, ...] | None, signals: dict[str, dict],
-               own: frozenset[str] = frozenset()) -> tuple[tuple[str, float, list[str]], list[Hit]]:
+               own: frozenset[str] = frozenset()) -> tuple[str, float, list[str]]:
     """The BM25 list of the fusion: a long prompt's terms chosen by weight from its text without
     the issue template's scaffolding (in every report, so no clue), a short one's as always."""
     searched = strip_template(text) if config.template_filter and is_long(parts) else text
@@ -304,12 +304,10 @@ def _bm25_list(conn: sqlite3.Connection, text: str, parts: PromptParts, config: 
     budget = config.long_prompt_terms if len(text) > SHORT_PROMPT_CHARS else MAX_QUERY_TERMS
     terms = (weighted_terms(conn, searched, term_boosts(parts, own), max_terms=budget)
              if config.idf_terms else None)
-    wide = wide_pool(config, parts)
-    lexical = bm25_search(conn, searched, limit=max(config.candidates, wide), kinds=kinds, terms=terms)
-    pool, lexical = lexical, lexical[: config.candidates]
+    lexical = bm25_search(conn, searched, limit=config.candidates, kinds=kinds, terms=terms)
     for rank, hit in enumerate(lexical, 1):
         signals.setdefault(hit.id, {}).update(bm25_rank=rank, bm25=round(hit.score, 3))
-    return (BM25, config.bm25_weight, [h.id for h in lexical]), pool
+    return (BM25, config.bm25_weight, [h.id for h in lexical])
 
 
 def report_title(text: str, parts: PromptParts) -> str:
@@ -341,50 +339,6 @@ def _title_list(conn: sqlite3.Connection, text: str, parts: PromptParts, config:
         if "part" not in sig or str(sig["part"]).startswith("prose window"):
             sig["part"] = "title"
     return [("title", config.title_weight, [h.id for h in found])] if found else []
-
-
-def wide_pool(config: RetrieveConfig, parts: PromptParts) -> int:
-    """How many BM25 matches the file list reads (:func:`file_bm25_list`): 0 (none beyond the
-    BM25 list's own) for a short prompt or with ``retrieve.file_bm25_weight`` 0, so a one-line
-    prompt's query is exactly as before."""
-    if config.file_bm25_weight <= 0 or not is_long(parts):
-        return 0
-    return config.file_bm25_pool
-
-
-def file_bm25_list(pool: list[Hit], config: RetrieveConfig, tests_ok: bool,
-                   signals: dict[str, dict]) -> list[tuple[str, float, list[str]]]:
-    """Files as documents: each file's evidence is the decaying sum (best + ½ second + ¼ third
-    …) of the BM25 scores of its entities among the ``pool`` (the first
-    ``retrieve.file_bm25_pool`` matches), and the ``retrieve.file_bm25_files`` best files'
-    best entities form one fusion list of weight ``retrieve.file_bm25_weight``.
-
-    Why: a long report spreads its words over a module (``annotation``, ``xref``, ``property``
-    in one domain file), each definition matching a few of them and none ranking in the BM25
-    list's first ``candidates``; summed per file they rank the module, as file-level BM25 (the
-    usual baseline of issue localisation) does. Tests come after the code unless the prompt is
-    about tests. Returns [] for an empty pool."""
-    if not pool:
-        return []
-    by_file: dict[str, list[Hit]] = {}
-    for hit in pool:
-        by_file.setdefault(hit.path, []).append(hit)
-    evidence = {path: sum(h.score * 0.5 ** i for i, h in enumerate(sorted(hits, key=lambda h: h.score, reverse=True)))
-                for path, hits in by_file.items()}
-    order = sorted(evidence, key=evidence.get, reverse=True)
-    if not tests_ok:
-        order = [p for p in order if not is_test_path(p)] + [p for p in order if is_test_path(p)]
-    ids = []
-    for rank, path in enumerate(order[: config.file_bm25_files], 1):
-        best = max(by_file[path], key=lambda h: h.score)
-        if config.file_bm25_item == "file":
-            best = Hit(path, "file", "", path, "", path, 1, 1, "", "", None, 0.0)
-        ids.append(best.id)
-        sig = signals.setdefault(best.id, {})
-        sig["file_bm25_rank"] = rank
-        if "part" not in sig or str(sig["part"]).startswith("prose window"):
-            sig["part"] = f"file words (#{rank} of the files by their definitions' BM25)"
-    return [("file_bm25", config.file_bm25_weight, ids)]
 
 
 def _add_module_list(conn, parts: PromptParts, config: RetrieveConfig, found: Clues, tests_ok: bool,
@@ -456,10 +410,8 @@ def retrieve(
     parts = parts if parts is not None else analyze(text)
     parts, own = without_own_names(parts, config.own_names)
     found = resolve(conn, parts, tests_ok=tests_wanted(text, parts, config.strict_test_prior))
-    pool: list[Hit] = []
     if mode in (BM25, HYBRID):
-        bm25, pool = _bm25_list(conn, text, parts, config, kinds, signals, own)
-        lists.append(bm25)
+        lists.append(_bm25_list(conn, text, parts, config, kinds, signals, own))
     if mode in (VECTOR, HYBRID) and query_vector is not None and dense is not None:
         lists.extend(_vector_lists(query_vector, dense, config, kinds, signals))
 
@@ -473,8 +425,6 @@ def retrieve(
     lists.extend(_clue_lists(conn, found, config, kinds, signals))
     lists.extend(_message_list(conn, parts, config, kinds, signals, tests_ok))
     lists.extend(_title_list(conn, text, parts, config, kinds, signals, tests_ok))
-    if pool and wide_pool(config, parts):
-        lists.extend(file_bm25_list(pool, config, tests_ok, signals))
 
     fused = reciprocal_rank_fusion(((weight, ids) for _name, weight, ids in lists), config.rrf_k)
     if feedback is not None:
