@@ -349,7 +349,7 @@ def test_a_long_reports_title_is_a_list_of_its_own_and_its_snippets_names_are_no
     # the title's words, alone: the keyword check first, the test that mentions "missing" after the code
     assert titled == {"pkg/keywords.py::require_keyword": 1, "pkg/keywords.py": 2,
                       "tests/test_reader.py::test_header_value_of_a_missing_card": 3, "tests/test_reader.py": 4}
-    assert next(h for h in hits if h.id == "pkg/keywords.py::require_keyword").signals["part"] == "title"
+    assert next(h for h in hits if h.id == "pkg/keywords.py::require_keyword").signals["part"] == "title #1"
     assert not any("title_rank" in h.signals for h in retrieve(conn, prompt, RetrieveConfig(title_weight=0.0), mode="bm25"))
     # The snippet defines its own Writer.write_header: with own names on, it names nothing here
     kept, own = without_own_names(parts, True)

@@ -337,7 +337,7 @@ def _title_list(conn: sqlite3.Connection, text: str, parts: PromptParts, config:
         sig = signals.setdefault(hit.id, {})
         sig["title_rank"] = rank
         if "part" not in sig or str(sig["part"]).startswith("prose window"):
-            sig["part"] = "title"
+            sig["part"] = f"title #{rank}"
     return [("title", config.title_weight, [h.id for h in found])] if found else []
 
 
