@@ -102,11 +102,13 @@ class RetrieveConfig:
     test_prior: float = 0.5  # score × this for tests when the prompt is not about tests
     file_rank_weight: float = 0.5  # file-level ranking: share of a file's aggregated evidence its entities gain
     file_rank_agg: str = "decay"  # a file's evidence from its entities: decay (best + ½ next …), max or sum
-    long_prompt_terms: int = 48  # at most this many BM25 terms for a long prompt (chosen by weight)
+    long_prompt_terms: int = 24  # at most this many BM25 terms for a long prompt (chosen by weight)
     template_filter: bool = True  # a long prompt's issue-template headings and environment lines leave its terms
     compound_names: bool = True  # `py:method` → PyMethod, `ignore-paths` → ignore_paths, looked up as identifiers
     module_word_weight: float = 0.5  # file evidence for candidate files under a directory or module a prose word names
     module_weight: float = 1.0  # fusion weight of the files a dotted module name or a prose word names (long prompts)
+    title_weight: float = 0.5  # fusion weight of a long prompt's first line searched alone (its title); 0 = off
+    own_names: bool = True  # names a prompt's snippet defines for itself (class Point) are the reporter's, not clues
 
 
 @dataclass

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 
-from cogd.retrieve.prompt import Frame, analyze, describe_frame
+from cogd.retrieve.prompt import Frame, analyze, describe_frame, strip_template
 
 PYTHON_REPORT = '''RST writer fails with header_rows
 Writing a table to RST with `header_rows` fails, see below. `Table.write` works with fixed_width.
@@ -253,7 +253,6 @@ The same happens with `--ignore-paths` in the linter.
 
 
 def test_strip_template_keeps_the_report_and_drops_its_scaffolding():
-    from cogd.retrieve.prompt import strip_template
 
     assert strip_template(ISSUE_FORM) == (
         "`autodoc_typehints` drops the return type of `py:method`\n"
@@ -293,3 +292,48 @@ def test_file_ranking_aggregations_and_module_words():
     assert module_words(hits, parts, 0.5) == {"sphinx/ext/autodoc/__init__.py": 0.5, "sphinx/ext/napoleon.py": 0.5}
     named = file_ranking(hits, [], "decay", module_words(hits, parts, 0.5))
     assert named["sphinx/ext/napoleon.py"] == (1.0 + 2.5) / 7.5 and named["sphinx/util/inspect.py"] == 5.0 / 7.5
+
+
+SNIPPET_REPORT = '''Cross-references don't work in property's type annotations
+### Describe the bug
+
+A documented type in a property's annotation is not linked; `width` is shown as text:
+```py
+class Point:
+    x: int
+    y: int
+
+
+class Square:
+    start: Point
+    width: int
+
+    @property
+    def end(self) -> Point:
+        self.cache = Point()
+        return Point(self.start.x + self.width, 0)
+```
+```python
+extensions = ["sphinx.ext.autodoc"]
+```
+
+### Additional context
+
+_No response_
+'''
+
+
+def test_own_names_are_what_the_snippet_defines_and_the_prose_never_spells():
+    from cogd.retrieve.prompt import own_names
+
+    parts = analyze(SNIPPET_REPORT)
+    # "width" is in the prose: the reporter talks about it; "extensions" is a module-level
+    # assignment (a pasted conf.py sets the project's options): neither is the reporter's own
+    assert own_names(parts) == frozenset({"Point", "Square", "end", "x", "y", "start", "cache"})
+    assert own_names(analyze("Point is not linked in `Square.end`")) == frozenset()  # no code block
+
+
+def test_the_issue_forms_empty_field_placeholder_leaves_the_terms():
+    assert "_No response_" in SNIPPET_REPORT
+    assert "_No response_" not in strip_template(SNIPPET_REPORT)
+    assert strip_template("A title\n_No response_ is what the form says\n") == "A title\n_No response_ is what the form says\n"

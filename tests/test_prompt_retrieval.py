@@ -333,3 +333,29 @@ def test_the_projects_own_command_names_are_not_symbols(indexed):
     assert "symbol `header-value`" in labels and not any("pkg-check" in str(label) for label in labels)
     kept = retrieve(conn, prompt, RetrieveConfig(template_filter=False), mode="bm25")
     assert "a hyphenated name" in {h.signals.get("part") for h in kept}
+
+
+def test_a_long_reports_title_is_a_list_of_its_own_and_its_snippets_names_are_not_clues(indexed):
+    from cogd.retrieve.hybrid import report_title, retrieve, term_boosts, without_own_names
+
+    _root, conn = indexed
+    prompt = ("Keywords missing from a block are not reported\n\n" + LONG_PROSE +
+              "\n```python\nclass Writer:\n    def write_header(self, cards):\n        return cards\n```\n")
+    parts = analyze(prompt)
+    assert report_title(prompt, parts) == "Keywords missing from a block are not reported"
+    assert report_title("Keywords missing from a block", analyze("Keywords missing from a block")) == ""
+    hits = retrieve(conn, prompt, RetrieveConfig(title_weight=1.0), mode="bm25")
+    titled = {h.id: h.signals["title_rank"] for h in hits if "title_rank" in h.signals}
+    # the title's words, alone: the keyword check first, the test that mentions "missing" after the code
+    assert titled == {"pkg/keywords.py::require_keyword": 1, "pkg/keywords.py": 2,
+                      "tests/test_reader.py::test_header_value_of_a_missing_card": 3, "tests/test_reader.py": 4}
+    assert next(h for h in hits if h.id == "pkg/keywords.py::require_keyword").signals["part"] == "title #1"
+    assert not any("title_rank" in h.signals for h in retrieve(conn, prompt, RetrieveConfig(title_weight=0.0), mode="bm25"))
+    # The snippet defines its own Writer.write_header: with own names on, it names nothing here
+    kept, own = without_own_names(parts, True)
+    assert own == frozenset({"Writer", "write_header"}) and "write_header" not in kept.identifiers
+    assert term_boosts(kept, own)["write_header"] == 0.5 and term_boosts(parts)["write_header"] == 3.0
+    on = resolve(conn, kept, tests_ok=False)
+    assert "pkg/reader.py::Writer.write_header" in resolve(conn, parts, tests_ok=False).identifiers
+    assert "pkg/reader.py::Writer.write_header" not in on.identifiers
+    assert without_own_names(analyze("Writer.write_header drops cards"), True)[1] == frozenset()

@@ -24,6 +24,7 @@ for ``--explain``:
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import sqlite3
 from collections import Counter
@@ -38,7 +39,7 @@ from cogd.retrieve.clues import Clues, resolve, resolve_modules
 from cogd.retrieve.feedback import Feedback
 from cogd.retrieve.lexical import MAX_QUERY_TERMS, SHORT_PROMPT_CHARS, Hit, bm25_search, message_trigrams, phrase_search, query_terms, weighted_terms
 from cogd.retrieve.priors import names_vendored, vendored_name, vendored_root
-from cogd.retrieve.prompt import PromptParts, analyze, compound_names, message_phrases, strip_template
+from cogd.retrieve.prompt import PromptParts, analyze, compound_names, message_phrases, own_names, strip_template
 
 KIND_PRIOR = {"file": 0.7, "module": 0.8, "class": 0.9, "function": 1.0, "method": 1.0, "constant": 0.8}
 EXAMPLE_PRIOR = 0.7  # examples, demos, docs, benchmarks and scripts use the code but implement none of it
@@ -72,6 +73,7 @@ def about_tests(prompt: str) -> bool:
 
 LONG_PROMPT_CHARS = 400  # above this (or with a frame, path, code block or error), the prompt's parts decide priors
 IDENTIFIER_BOOST, ERROR_BOOST, TITLE_BOOST = 3.0, 2.0, 2.0  # term weights by part (lexical.weighted_terms)
+OWN_NAME_BOOST = 0.5  # ... and of the words of names the prompt's own snippet defines (prompt.own_names)
 
 
 def is_long(parts: PromptParts) -> bool:
@@ -97,9 +99,11 @@ def tests_wanted(prompt: str, parts: PromptParts, strict: bool, clue_files: list
     return about_tests(prompt)
 
 
-def term_boosts(parts: PromptParts) -> dict[str, float]:
+def term_boosts(parts: PromptParts, own: frozenset[str] = frozenset()) -> dict[str, float]:
     """Search-term weights from a prompt's parts: identifier words ×3, error-message and
-    title (first line) words ×2."""
+    title (first line) words ×2; the words of ``own`` (names the prompt's snippet defines for
+    itself, :func:`cogd.retrieve.prompt.own_names`) ×0.5 whatever else they are, since a
+    reporter's ``class Point`` repeated ten times says nothing about this project's code."""
     boosts: dict[str, float] = {}
     title = parts.prose.split("\n", 1)[0] if parts.prose else ""
     for term in query_terms(title, 32):
@@ -110,7 +114,23 @@ def term_boosts(parts: PromptParts) -> dict[str, float]:
     for name in parts.identifiers[:120]:
         for term in query_terms(name, 16):
             boosts[term] = IDENTIFIER_BOOST
+    for name in own:
+        for term in query_terms(name, 16):
+            boosts[term] = OWN_NAME_BOOST
     return boosts
+
+
+def without_own_names(parts: PromptParts, enabled: bool) -> tuple[PromptParts, frozenset[str]]:
+    """``(parts without the identifiers whose last name the prompt's own snippet defines,
+    those names)`` (:func:`cogd.retrieve.prompt.own_names`); ``(parts, ∅)`` unchanged when
+    ``enabled`` is false or the prompt has no code block (a one-line prompt: no work)."""
+    if not enabled or not parts.code:
+        return parts, frozenset()
+    own = own_names(parts)
+    if not own:
+        return parts, own
+    kept = [i for i in parts.identifiers if i.rsplit(".", 1)[-1] not in own]
+    return dataclasses.replace(parts, identifiers=kept), own
 
 
 def _fetch(conn: sqlite3.Connection, ids: list[str]) -> dict[str, Hit]:
@@ -275,17 +295,50 @@ def _fuse_learned(feedback: Feedback, text: str, config: RetrieveConfig, fused: 
 
 
 def _bm25_list(conn: sqlite3.Connection, text: str, parts: PromptParts, config: RetrieveConfig,
-               kinds: tuple[str, ...] | None, signals: dict[str, dict]) -> tuple[str, float, list[str]]:
+               kinds: tuple[str, ...] | None, signals: dict[str, dict],
+               own: frozenset[str] = frozenset()) -> tuple[str, float, list[str]]:
     """The BM25 list of the fusion: a long prompt's terms chosen by weight from its text without
     the issue template's scaffolding (in every report, so no clue), a short one's as always."""
     searched = strip_template(text) if config.template_filter and is_long(parts) else text
     # A short prompt keeps its terms exactly as before, whatever the long-prompt budget.
     budget = config.long_prompt_terms if len(text) > SHORT_PROMPT_CHARS else MAX_QUERY_TERMS
-    terms = weighted_terms(conn, searched, term_boosts(parts), max_terms=budget) if config.idf_terms else None
+    terms = (weighted_terms(conn, searched, term_boosts(parts, own), max_terms=budget)
+             if config.idf_terms else None)
     lexical = bm25_search(conn, searched, limit=config.candidates, kinds=kinds, terms=terms)
     for rank, hit in enumerate(lexical, 1):
         signals.setdefault(hit.id, {}).update(bm25_rank=rank, bm25=round(hit.score, 3))
     return (BM25, config.bm25_weight, [h.id for h in lexical])
+
+
+def report_title(text: str, parts: PromptParts) -> str:
+    """A long prompt's title: its first line when more text follows (a bug report's summary,
+    ``Cross-references don't work in property's type annotations``), else ''. A one-line or
+    short prompt has none: its whole text is already the query."""
+    if not is_long(parts) or "\n" not in text:
+        return ""
+    title = text.lstrip().split("\n", 1)[0].strip().strip("#*").strip()
+    return title if len(title.split()) >= 3 else ""
+
+
+def _title_list(conn: sqlite3.Connection, text: str, parts: PromptParts, config: RetrieveConfig,
+                kinds: tuple[str, ...] | None, signals: dict[str, dict],
+                tests_ok: bool) -> list[tuple[str, float, list[str]]]:
+    """The title's own BM25 list (``retrieve.title_weight``; :func:`report_title`): the reporter's
+    one-line summary, whose words the pages of pasted code, logs and prose after it outnumber
+    in the long query however they are weighted. Tests after the code unless the prompt is about
+    tests. [] without a title or with the weight 0."""
+    title = report_title(text, parts) if config.title_weight > 0 else ""
+    if not title:
+        return []
+    found = bm25_search(conn, title, limit=config.candidates, kinds=kinds)
+    if not tests_ok:
+        found = [h for h in found if not is_test_path(h.path)] + [h for h in found if is_test_path(h.path)]
+    for rank, hit in enumerate(found, 1):
+        sig = signals.setdefault(hit.id, {})
+        sig["title_rank"] = rank
+        if "part" not in sig or str(sig["part"]).startswith("prose window"):
+            sig["part"] = f"title #{rank}"
+    return [("title", config.title_weight, [h.id for h in found])] if found else []
 
 
 def _add_module_list(conn, parts: PromptParts, config: RetrieveConfig, found: Clues, tests_ok: bool,
@@ -355,9 +408,10 @@ def retrieve(
     signals: dict[str, dict] = {}
     lists: list[tuple[str, float, list[str]]] = []
     parts = parts if parts is not None else analyze(text)
+    parts, own = without_own_names(parts, config.own_names)
     found = resolve(conn, parts, tests_ok=tests_wanted(text, parts, config.strict_test_prior))
     if mode in (BM25, HYBRID):
-        lists.append(_bm25_list(conn, text, parts, config, kinds, signals))
+        lists.append(_bm25_list(conn, text, parts, config, kinds, signals, own))
     if mode in (VECTOR, HYBRID) and query_vector is not None and dense is not None:
         lists.extend(_vector_lists(query_vector, dense, config, kinds, signals))
 
@@ -370,6 +424,7 @@ def retrieve(
         _add_module_list(conn, parts, config, found, tests_ok, kinds, signals, lists)
     lists.extend(_clue_lists(conn, found, config, kinds, signals))
     lists.extend(_message_list(conn, parts, config, kinds, signals, tests_ok))
+    lists.extend(_title_list(conn, text, parts, config, kinds, signals, tests_ok))
 
     fused = reciprocal_rank_fusion(((weight, ids) for _name, weight, ids in lists), config.rrf_k)
     if feedback is not None:

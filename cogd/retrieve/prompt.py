@@ -439,6 +439,36 @@ def analyze(prompt: str) -> PromptParts:
     return parts
 
 
+# What a pasted snippet defines for itself: ``class Point``, ``def end(``, ``function f(``,
+# ``self.width =``, and an indented ``start: Point`` (a class body's annotated attribute). Not a
+# module-level ``name = …``: a pasted conf.py or settings file assigns the project's own options.
+_OWN_DEFINITION = re.compile(
+    r"^[ \t]*(?:(?:async[ \t]+)?def|class|function|func|fn|struct|interface)[ \t]+([A-Za-z_]\w*)"
+    r"|\bself\.([A-Za-z_]\w*)[ \t]*=(?!=)"
+    r"|^[ \t]+([A-Za-z_]\w*)[ \t]*:[ \t]*[A-Za-z_][\w\[\]., |]*[ \t]*(?:=[^=\n][^\n]*)?$", re.M)
+
+
+def own_names(parts: PromptParts) -> frozenset[str]:
+    """Names the prompt's code blocks define for themselves and its prose never spells: the
+    reporter's example (``class Point``, ``def end``, ``self.width = …``), not this project's
+    code, however often the example repeats them. A name the prose also uses (``overriding
+    `visit_call```) is kept: the reporter is talking about it. Empty without code blocks, so a
+    one-line prompt costs nothing. Case is kept (``Point``); :func:`cogd.retrieve.hybrid.term_boosts`
+    lower-cases. Never raises."""
+    if not parts.code:
+        return frozenset()
+    names: set[str] = set()
+    for block in parts.code:
+        for m in _OWN_DEFINITION.finditer(block):
+            name = m.group(1) or m.group(2) or m.group(3)
+            if name and not name.startswith("__"):
+                names.add(name)
+    if not names:
+        return frozenset()
+    spelled = set(re.findall(r"[A-Za-z_]\w*", parts.prose))
+    return frozenset(n for n in names if n not in spelled)
+
+
 _KEBAB = re.compile(r"-{0,2}([a-z][a-z0-9]+(?:-[a-z][a-z0-9]*)+)")
 
 
@@ -556,7 +586,8 @@ def strip_template(text: str) -> str:
     system, platform, screenshots, "your project", installation) every line up to the next
     heading; elsewhere, a bulleted ``- Key: value`` line whose key ends in ``version``/``OS``,
     a setup command (``git clone …``, ``cd docs``, ``pip install -e .``), screenshots'
-    ``<img>`` tags and ``<!-- -->`` comments (a template's instructions). An environment
+    ``<img>`` tags, ``<!-- -->`` comments (a template's instructions) and the ``_No response_``
+    an issue form writes for a field left empty. An environment
     section ends at its first line of prose or code. Headings inside fenced code are code."""
     if "\n" not in text:
         return text
@@ -583,6 +614,8 @@ def strip_template(text: str) -> str:
             continue
         if _SHELL_LINE.match(line):
             continue
+        if "_No response_" in line and line.strip() == "_No response_":
+            continue  # a GitHub issue form's placeholder for a field left empty
         if "<" in line and "<img" in line:
             line = _IMG_TAG.sub(" ", line)
         out.append(line)
