@@ -141,6 +141,29 @@ def test_identifiers_name_their_definitions(indexed):
     assert clues.labels["pkg/reader.py::Writer.write_header"] == "identifier `Writer.write_header`"
 
 
+def test_the_callee_of_a_refused_call_is_the_innermost_frame(indexed):
+    _root, conn = indexed
+    text = ('Traceback (most recent call last):\n'
+            '  File "/usr/lib/python3/site-packages/pkg/reader.py", line 8, in parse_header\n'
+            "TypeError: Writer.write_header() got an unexpected keyword argument 'sep'\n")
+    clues = resolve(conn, analyze(text), tests_ok=False)
+    # raised before the callee ran, so no frame names it: it goes first, its file too
+    assert clues.frames == ["pkg/reader.py::Writer.write_header", "pkg/reader.py::parse_header"]
+    assert clues.labels["pkg/reader.py::Writer.write_header"] == "callee refused in the error `Writer.write_header()`"
+    assert clues.files == ["pkg/reader.py"]
+    for error, callee in (("TypeError: header_value() missing 1 required positional argument: 'key'",
+                           "pkg/reader.py::header_value"),
+                          ("TypeError: Writer.write_header() takes 2 positional arguments but 3 were given",
+                           "pkg/reader.py::Writer.write_header")):
+        assert resolve(conn, analyze(error), tests_ok=False).frames == [callee]
+    # defined in two files: both pinned; a name defined nowhere, or another error, pins nothing
+    assert sorted(resolve(conn, analyze("TypeError: parse_header() takes 1 positional argument but 2 were given"),
+                          tests_ok=False).frames) == ["pkg/extern/ply/headers.py::parse_header", "pkg/reader.py::parse_header"]
+    assert resolve(conn, analyze("TypeError: nowhere() got an unexpected keyword argument 'x'"), tests_ok=False).frames == []
+    assert resolve(conn, analyze("ValueError: parse_header() got an unexpected keyword argument 'x'"),
+                   tests_ok=False).frames == []
+
+
 def test_vendored_code_ranks_below_the_projects_own_unless_named(indexed):
     root, _conn = indexed
     assert vendored_patterns(root) == ["pkg/generated/**"]

@@ -135,6 +135,7 @@ def resolve(conn: sqlite3.Connection, parts: PromptParts, *, tests_ok: bool) -> 
             clues.label(entity_id, describe_frame(frame))
         if path not in clues.files:
             clues.files.append(path)
+    _refused_callees(conn, parts, clues)
     frame_paths = {f.path for f in parts.frames}
     for printed in parts.paths:
         path = resolved.get(printed)
@@ -153,16 +154,7 @@ def resolve(conn: sqlite3.Connection, parts: PromptParts, *, tests_ok: bool) -> 
             by_name.setdefault(row[2], []).append(row)
         scored: list[tuple[float, int, str, str]] = []
         for order, name in enumerate(names):
-            last = name.rsplit(".", 1)[-1]
-            found = by_name.get(last, [])
-            if "." in name:
-                # ``Table.read`` / ``self.read`` / ``astropy.table.Table.read``: keep the definitions
-                # whose qualified name or path agrees with the qualifier; ``self.x`` keeps all.
-                qualifier = name.rsplit(".", 1)[0].split(".")[-1]
-                if qualifier not in ("self", "cls", "this"):
-                    narrowed = [r for r in found if r[3].endswith(f"{qualifier}.{last}")
-                                or f"/{qualifier}." in "/" + r[1] or f"/{qualifier}/" in "/" + r[1]]
-                    found = narrowed or ([] if len(found) > 1 else found)
+            found = _narrowed(name, by_name.get(name.rsplit(".", 1)[-1], []))
             if not found or len(found) > MAX_DEFINITIONS:
                 continue
             # Fewer definitions = more specific; a qualified name more so; then order of appearance.
@@ -174,6 +166,60 @@ def resolve(conn: sqlite3.Connection, parts: PromptParts, *, tests_ok: bool) -> 
                 clues.identifiers.append(entity_id)
                 clues.label(entity_id, f"identifier `{name}`")
     return clues
+
+
+def _narrowed(name: str, found: list[tuple[str, str, str, str]]) -> list[tuple[str, str, str, str]]:
+    """The rows of ``found`` (definitions of ``name``'s last part: ``(id, path, name, qualname)``)
+    that a dotted ``name`` agrees with: ``Table.read`` / ``astropy.table.Table.read`` keep the
+    definitions whose qualified name or path has the qualifier; ``self.x`` keeps all; a
+    qualifier that matches none leaves nothing unless only one definition exists."""
+    if "." not in name:
+        return found
+    last = name.rsplit(".", 1)[-1]
+    qualifier = name.rsplit(".", 1)[0].split(".")[-1]
+    if qualifier in ("self", "cls", "this"):
+        return found
+    narrowed = [r for r in found if r[3].endswith(f"{qualifier}.{last}")
+                or f"/{qualifier}." in "/" + r[1] or f"/{qualifier}/" in "/" + r[1]]
+    return narrowed or ([] if len(found) > 1 else found)
+
+
+# Python's own wording when a call does not fit the callee's signature. The error is raised
+# before the callee's body runs, so the callee is in no frame of the traceback, yet its
+# signature is what the report is about.
+_REFUSED_CALL = re.compile(
+    r"^TypeError: ((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*)\(\) (?:got an unexpected keyword argument|"
+    r"got multiple values for argument|missing \d+ required|takes (?:\d+|no|from \d+ to \d+) )")
+MAX_REFUSED_DEFINITIONS = 2  # a refused callee defined in more places than this is not pinned down
+
+
+def _refused_callees(conn: sqlite3.Connection, parts: PromptParts, clues: Clues) -> None:
+    """Put the callee of each call-signature ``TypeError`` (``RST.__init__() got an unexpected
+    keyword argument 'header_rows'``) first among ``clues.frames``, as the innermost frame the
+    traceback could not print, when the index defines it in at most
+    :data:`MAX_REFUSED_DEFINITIONS` places (after the qualifier narrows it, see :func:`_narrowed`).
+    Its file goes first in ``clues.files``. A bare ``__init__()`` (Python before 3.10 printed
+    no class) is defined everywhere and so pins nothing."""
+    names = [m.group(1) for m in map(_REFUSED_CALL.match, parts.errors[:20]) if m]
+    if not names:
+        return
+    rows = store.entities_with_names(conn, list({n.rsplit(".", 1)[-1] for n in names}))
+    by_name: dict[str, list[tuple[str, str, str, str]]] = {}
+    for row in rows:
+        by_name.setdefault(row[2], []).append(row)
+    pinned: list[tuple[str, str, str]] = []
+    for name in names:
+        found = _narrowed(name, by_name.get(name.rsplit(".", 1)[-1], []))
+        if 0 < len(found) <= MAX_REFUSED_DEFINITIONS:
+            pinned.extend((row[0], row[1], name) for row in found)
+    for entity_id, path, name in reversed(pinned):
+        if entity_id in clues.frames:
+            clues.frames.remove(entity_id)
+        clues.frames.insert(0, entity_id)
+        clues.label(entity_id, f"callee refused in the error `{name}()`")
+        if path in clues.files:
+            clues.files.remove(path)
+        clues.files.insert(0, path)
 
 
 MAX_MODULE_FILES = 12  # module clues per prompt
