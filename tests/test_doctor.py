@@ -60,7 +60,7 @@ def test_table_output_and_drift(repo):
     assert (drift["details"]["changed"], drift["details"]["added"], drift["details"]["removed"]) == (1, 1, 1)
     assert set(drift["details"]["sample"]) == {"json/decoder.py", "json/new_module.py", "json/tool.py"}
     table = run_cogd(repo, "doctor").stdout
-    assert "index drift" in table and "3 files differ" in table and "1 warnings" in table
+    assert "index drift" in table and "3 files differ" in table and "1 warning," in table
     run_cogd(repo, "index")
     assert doctor(repo)[1]["index drift"]["status"] == OK
 
@@ -174,6 +174,7 @@ def test_memory_checks(repo):
     assert code == 1
     files = checks["memory files"]
     assert files["status"] == FAIL and files["details"]["problem_count"] == 2
+    assert files["finding"].startswith("2 memory files need attention (broken_frontmatter, illegal_transition), e.g. ")
     kinds = {p["kind"]: p for p in files["details"]["problems"]}
     assert set(kinds) == {"broken_frontmatter", "illegal_transition"}
     assert "'candidate'" in kinds["illegal_transition"]["fix"] and "line" in kinds["broken_frontmatter"]["message"]
