@@ -2,9 +2,11 @@
 re-distilled when tampered with; its vectors answer searches while the transformer catches up, and
 the two tiers are never compared with each other.
 
-Real onnxruntime for the distillation (once per module into a runtime folder of the test's own,
-about 10 s of CPU; a tamper test distils a second time and must get the pinned bytes again), real
-stdlib code, a real daemon on a real socket with the ``hold_embed`` fault holding the transformer.
+Real onnxruntime for the distillation: the tamper test distils into a runtime folder of the test's
+own and must get the pinned bytes, private, with their manifest (30-90 s on a loaded two-core
+machine). The module's other tests share one table: the user's own, copied in and hashed again
+on load when cogd distilled it there already, else distilled once for the module. Real stdlib
+code, a real daemon on a real socket with the ``hold_embed`` fault holding the transformer.
 """
 
 from __future__ import annotations
@@ -38,24 +40,27 @@ PINNED = next(iter(static.PINNED_STATIC.values()))
 
 @pytest.fixture(scope="module")
 def cache_root(tmp_path_factory):
-    """A private runtime folder holding one real distillation, shared by the module's tests.
+    """A private runtime folder holding the int8 model and the static table, shared by the module.
 
-    The int8 model it is distilled from is copied in from this user's runtime folder when one was
-    derived there already (it is hashed again on load; a bad copy is derived anew), else derived."""
+    Both are copied in from this user's runtime folder when cogd made them there already (each is
+    hashed again on load against its pin; a bad copy is made anew), else made here. The distillation
+    itself is tested from start to end by the tamper test, which distils in a copy of this folder."""
     root = tmp_path_factory.mktemp("xdg-static")
     with pytest.MonkeyPatch.context() as mp:
         mine = root / "cogd" / "models"
         try:
             real = derive.cache_dir()
-        except Exception:  # no usable runtime folder of the user's: derive here
+        except Exception:  # no usable runtime folder of the user's: derive and distil here
             real = None
         mp.setenv("XDG_RUNTIME_DIR", str(root))
         root.chmod(0o700)
         if real is not None and real.is_dir():
-            for folder in real.glob(f"{derive.DERIVED_NAME}-r{derive.RECIPE_VERSION}-*"):
-                mine.mkdir(parents=True, exist_ok=True, mode=0o700)
-                (root / "cogd").chmod(0o700)
-                shutil.copytree(folder, mine / folder.name)
+            for pattern in (f"{derive.DERIVED_NAME}-r{derive.RECIPE_VERSION}-*",
+                            f"{static.STATIC_NAME}-r{static.RECIPE_VERSION}-*"):
+                for folder in real.glob(pattern):
+                    mine.mkdir(parents=True, exist_ok=True, mode=0o700)
+                    (root / "cogd").chmod(0o700)
+                    shutil.copytree(folder, mine / folder.name)
         resolve_model(EmbedConfig(model=STATIC_MODEL))
     return root
 
@@ -94,14 +99,23 @@ def test_static_table_is_pinned_private_and_has_its_own_id(cache):
 
 def test_tampered_table_is_distilled_again_to_the_pinned_bytes(cache, caplog):
     info = resolve_model(EmbedConfig(model=STATIC_MODEL))
+    source = resolve_model(EmbedConfig(model=DERIVED_MODEL))
+    folder = info.path.parent
+    (folder / "static.json").unlink()  # the manifest is written anew by the distillation
     data = bytearray(info.path.read_bytes())
     data[-1] ^= 0xFF
     info.path.write_bytes(bytes(data))
+    info.path.chmod(0o644)  # the distillation's own file replaces it, 0600
     with caplog.at_level(logging.WARNING, logger="cogd.embed.model"):
         again = resolve_model(EmbedConfig(model=STATIC_MODEL))
     assert "failed verification" in caplog.text and "distilling it again" in caplog.text
-    # A second, independent distillation: the same bytes (the recipe is deterministic).
-    assert again.sha256 == PINNED == derive.sha256_file(again.path)
+    # A real distillation from the verified int8 bytes, in this test's folder: the pinned bytes
+    # (the recipe is deterministic), private, with the manifest that names its source.
+    assert again.sha256 == PINNED == derive.sha256_file(again.path) and again.path == info.path
+    assert stat.S_IMODE(again.path.stat().st_mode) == 0o600 and stat.S_IMODE(folder.stat().st_mode) == 0o700
+    manifest = json.loads((folder / "static.json").read_text())
+    assert (manifest["sha256"], manifest["source_sha256"], manifest["dim"]) == (PINNED, source.sha256, static.DIM)
+    assert not [p.name for p in folder.iterdir() if p.name.startswith(".")]  # no scratch file left
 
 
 def test_table_changed_after_resolve_is_refused_at_load(cache):
@@ -131,7 +145,9 @@ def test_static_vectors_find_stdlib_code_and_tiers_never_meet(cache):
 
 
 @pytest.fixture
-def held_repo(tmp_path, monkeypatch):
+def held_repo(cache, tmp_path, monkeypatch):
+    """A repository of stdlib files whose daemon's transformer is held; the daemon's runtime folder
+    is a copy of the module's (``cache``), so it loads the verified table and distils nothing."""
     files = {f"lib/{name}": (STDLIB / name).read_text(encoding="utf-8") for name in FILES}
     root = make_repo(tmp_path / "repo", files)
     (root / ".cogd").mkdir(exist_ok=True)
