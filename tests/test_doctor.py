@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -23,10 +24,21 @@ def doctor(root: Path, *args: str) -> tuple[int, dict[str, dict]]:
     return proc.returncode, {c["name"]: c for c in report["checks"]}
 
 
+@pytest.fixture(scope="module")
+def indexed(tmp_path_factory):
+    """The json package, lexical only, indexed by the real ``cogd index`` (in-process: no daemon).
+    Never changed: each test gets a copy (:func:`repo`)."""
+    root = lexical_only(copy_stdlib(tmp_path_factory.mktemp("doctor") / "repo", ("json",)))
+    run_cogd(root, "index")
+    return root
+
+
 @pytest.fixture
-def repo(tmp_path):
-    root = lexical_only(copy_stdlib(tmp_path / "repo", ("json",)))
-    run_cogd(root, "index")  # in-process: no daemon
+def repo(indexed, tmp_path):
+    """A test's own copy of :func:`indexed`, modes and mtimes kept (what the index recorded still
+    matches the tree), at the cost of a copy instead of a CLI process per test."""
+    root = tmp_path / "repo"
+    shutil.copytree(indexed, root, symlinks=True)
     return root
 
 

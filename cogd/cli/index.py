@@ -61,13 +61,15 @@ _MODE = click.option("--mode", type=click.Choice(MODES), default=None,
 def search(ctx: click.Context, query: str, kind: str | None, limit: int, mode: str | None, explain: bool,
            as_json: bool) -> None:
     """Search the index: BM25, vectors, or both fused (hybrid)."""
-    with backend(layout_from(ctx)) as be:
+    layout = layout_from(ctx)
+    with backend(layout) as be:
         result = be.call("search", {"query": query, "kind": kind, "limit": limit, "mode": mode})
     hits = result["hits"]
     if as_json:
         click.echo(json.dumps(hits, indent=2))
         return
-    if result["mode"] != BM25 and not result["vectors"]:
+    # "yet" is only true when vectors are coming: with [embed] enabled = false, lexical is the design
+    if result["mode"] != BM25 and not result["vectors"] and load_config(layout.config_file).embed.enabled:
         err.print("(no vectors yet: lexical results only — see `cogd status`)")
     if not hits:
         err.print(f"nothing in the index matches {query!r}", markup=False)
