@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -23,10 +24,21 @@ def doctor(root: Path, *args: str) -> tuple[int, dict[str, dict]]:
     return proc.returncode, {c["name"]: c for c in report["checks"]}
 
 
+@pytest.fixture(scope="module")
+def indexed(tmp_path_factory):
+    """The json package, lexical only, indexed by the real ``cogd index`` (in-process: no daemon).
+    Never changed: each test gets a copy (:func:`repo`)."""
+    root = lexical_only(copy_stdlib(tmp_path_factory.mktemp("doctor") / "repo", ("json",)))
+    run_cogd(root, "index")
+    return root
+
+
 @pytest.fixture
-def repo(tmp_path):
-    root = lexical_only(copy_stdlib(tmp_path / "repo", ("json",)))
-    run_cogd(root, "index")  # in-process: no daemon
+def repo(indexed, tmp_path):
+    """A test's own copy of :func:`indexed`, modes and mtimes kept (what the index recorded still
+    matches the tree), at the cost of a copy instead of a CLI process per test."""
+    root = tmp_path / "repo"
+    shutil.copytree(indexed, root, symlinks=True)
     return root
 
 
@@ -60,7 +72,7 @@ def test_table_output_and_drift(repo):
     assert (drift["details"]["changed"], drift["details"]["added"], drift["details"]["removed"]) == (1, 1, 1)
     assert set(drift["details"]["sample"]) == {"json/decoder.py", "json/new_module.py", "json/tool.py"}
     table = run_cogd(repo, "doctor").stdout
-    assert "index drift" in table and "3 files differ" in table and "1 warnings" in table
+    assert "index drift" in table and "3 files differ" in table and "1 warning," in table
     run_cogd(repo, "index")
     assert doctor(repo)[1]["index drift"]["status"] == OK
 
@@ -174,6 +186,7 @@ def test_memory_checks(repo):
     assert code == 1
     files = checks["memory files"]
     assert files["status"] == FAIL and files["details"]["problem_count"] == 2
+    assert files["finding"].startswith("2 memory files need attention (broken_frontmatter, illegal_transition), e.g. ")
     kinds = {p["kind"]: p for p in files["details"]["problems"]}
     assert set(kinds) == {"broken_frontmatter", "illegal_transition"}
     assert "'candidate'" in kinds["illegal_transition"]["fix"] and "line" in kinds["broken_frontmatter"]["message"]

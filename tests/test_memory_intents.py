@@ -22,9 +22,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import COGD, make_repo, wait_for
+from conftest import COGD, Daemon, make_repo, wait_for
 from cogd.memory.api import MemoryStore
 from cogd.memory.record import read
+from cogd.paths import Layout
 
 SMALL = {"pkg/mod.py": "def alpha():\n    return 1\n\n\ndef beta():\n    return alpha()\n"}
 A_TEXT = "parse_date returns naive datetimes when the header has no zone"
@@ -97,7 +98,15 @@ def repo(tmp_path):
     root = make_repo(tmp_path / "repo", SMALL)
     (root / ".cogd").mkdir()
     yield root
-    cogd(root, "stop")
+    Daemon(root).stop()  # what `cogd stop` does, in this process (most cases start no daemon at all)
+
+
+def doctor(root: Path) -> dict:
+    """What ``cogd doctor --json --no-model-load`` reports (``{"checks": [{name, status, ...}]}``): the
+    same checks, run in this process. The restart under test is the CLI's; doctor only reads."""
+    from cogd.cli.doctor_checks import make_context, run_checks
+
+    return {"checks": [c.as_dict() for c in run_checks(make_context(Layout(root), load_model=False))]}
 
 
 def configure(root: Path, retention_days: float = 0) -> None:
@@ -277,7 +286,7 @@ def test_crash_at_every_step_is_completed_or_undone(repo, tmp_path, case, fault)
     finally:
         store.close()
 
-    report = json.loads(cogd(repo, "doctor", "--json", "--no-model-load").stdout)
+    report = doctor(repo)
     memory_checks = {c["name"]: c["status"] for c in report["checks"] if c["name"].startswith("memory")}
     assert memory_checks["memory files"] == "ok", report
     assert memory_checks.get("memory intents", "ok") == "ok", report
@@ -300,7 +309,7 @@ def test_hand_edit_after_a_crash_before_any_file_wins(repo, tmp_path):
     assert events(repo) == [("human", a, "create", None, "active", False), ("human", a, "edit", "active", "active", False)]
     assert read(path).status == "active" and read(path).body.endswith("callers must attach UTC themselves")
     assert intents(repo) == []
-    report = json.loads(cogd(repo, "doctor", "--json", "--no-model-load").stdout)
+    report = doctor(repo)
     assert {c["name"]: c["status"] for c in report["checks"]}["memory files"] == "ok"
 
 

@@ -2,9 +2,10 @@
 re-distilled when tampered with; its vectors answer searches while the transformer catches up, and
 the two tiers are never compared with each other.
 
-Real onnxruntime for the distillation (once per module into a runtime folder of the test's own,
-about 10 s of CPU; a tamper test distils a second time and must get the pinned bytes again), real
-stdlib code, a real daemon on a real socket with the ``hold_embed`` fault holding the transformer.
+Real onnxruntime for the distillation, once per module (30-90 s on a loaded two-core machine) into
+a runtime folder of the module's own, from a tampered table: it must give the pinned bytes, private,
+with their manifest. Every test works on a copy of that folder. Real stdlib code, a real daemon on
+a real socket with the ``hold_embed`` fault holding the transformer.
 """
 
 from __future__ import annotations
@@ -36,13 +37,29 @@ EXPECTED = "textwrap.py::dedent"
 PINNED = next(iter(static.PINNED_STATIC.values()))
 
 
-@pytest.fixture(scope="module")
-def cache_root(tmp_path_factory):
-    """A private runtime folder holding one real distillation, shared by the module's tests.
+class _Records(logging.Handler):
+    """The messages logged while it is attached."""
 
-    The int8 model it is distilled from is copied in from this user's runtime folder when one was
-    derived there already (it is hashed again on load; a bad copy is derived anew), else derived."""
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
+@pytest.fixture(scope="module")
+def distillation(tmp_path_factory):
+    """A private runtime folder holding the int8 model and the module's one real distillation:
+    ``{"root": folder, "log": [messages of cogd.embed.model], "stale_manifest": dict}``.
+
+    The int8 model is copied in from this user's runtime folder when one was derived there already
+    (it is hashed again on load; a bad copy is derived anew), else derived. The static table is
+    always distilled here, from a tampered start: its folder holds a table whose bytes fail
+    verification (mode 0644) and a manifest that is not the distillation's, so the one
+    distillation is also the re-distillation the tamper test checks, on every machine."""
     root = tmp_path_factory.mktemp("xdg-static")
+    records = _Records()
     with pytest.MonkeyPatch.context() as mp:
         mine = root / "cogd" / "models"
         try:
@@ -56,15 +73,31 @@ def cache_root(tmp_path_factory):
                 mine.mkdir(parents=True, exist_ok=True, mode=0o700)
                 (root / "cogd").chmod(0o700)
                 shutil.copytree(folder, mine / folder.name)
-        resolve_model(EmbedConfig(model=STATIC_MODEL))
-    return root
+        source = resolve_model(EmbedConfig(model=DERIVED_MODEL))
+        folder = static.static_dir(source.sha256)
+        folder.mkdir(mode=0o700)
+        (folder / static.STATIC_FILE).write_bytes(b"\x93NUMPY not the distilled table")
+        (folder / static.STATIC_FILE).chmod(0o644)
+        stale = {"name": static.STATIC_NAME, "recipe": static.RECIPE_VERSION, "source_sha256": source.sha256,
+                 "sha256": PINNED, "dim": 0, "onnxruntime": "stale", "numpy": "stale"}
+        (folder / static.MANIFEST_FILE).write_text(json.dumps(stale), encoding="utf-8")
+        logger = logging.getLogger("cogd.embed.model")
+        logger.addHandler(records)
+        level = logger.level
+        logger.setLevel(logging.INFO)
+        try:
+            resolve_model(EmbedConfig(model=STATIC_MODEL))
+        finally:
+            logger.removeHandler(records)
+            logger.setLevel(level)
+    return {"root": root, "log": records.messages, "stale_manifest": stale}
 
 
 @pytest.fixture
-def cache(cache_root, tmp_path, monkeypatch):
+def cache(distillation, tmp_path, monkeypatch):
     """A copy of the module's runtime folder for one test (tampering stays in it)."""
     mine = tmp_path / "cache"
-    shutil.copytree(cache_root, mine)
+    shutil.copytree(distillation["root"], mine)
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(mine))
     return mine
 
@@ -92,16 +125,24 @@ def test_static_table_is_pinned_private_and_has_its_own_id(cache):
     assert not table[0].any() and not table[101].any()  # [PAD] and [CLS]: special tokens are zero rows
 
 
-def test_tampered_table_is_distilled_again_to_the_pinned_bytes(cache, caplog):
+def test_tampered_table_is_distilled_again_to_the_pinned_bytes(distillation, cache):
+    """The module's distillation started from a table that fails verification (see :func:`distillation`)."""
+    warned = [m for m in distillation["log"] if "failed verification" in m]
+    assert len(warned) == 1 and "distilling it again" in warned[0]
+    assert any(m.startswith("distilled the static model") and PINNED in m for m in distillation["log"])
     info = resolve_model(EmbedConfig(model=STATIC_MODEL))
-    data = bytearray(info.path.read_bytes())
-    data[-1] ^= 0xFF
-    info.path.write_bytes(bytes(data))
-    with caplog.at_level(logging.WARNING, logger="cogd.embed.model"):
-        again = resolve_model(EmbedConfig(model=STATIC_MODEL))
-    assert "failed verification" in caplog.text and "distilling it again" in caplog.text
-    # A second, independent distillation: the same bytes (the recipe is deterministic).
-    assert again.sha256 == PINNED == derive.sha256_file(again.path)
+    source = resolve_model(EmbedConfig(model=DERIVED_MODEL))
+    folder = info.path.parent
+    # A real distillation from the verified int8 bytes: the pinned bytes (the recipe is
+    # deterministic), in the distillation's own file (0600, not the tampered 0644 one), and a
+    # manifest written anew that names its source and the tools that made it.
+    assert info.sha256 == PINNED == derive.sha256_file(info.path)
+    assert stat.S_IMODE(info.path.stat().st_mode) == 0o600 and stat.S_IMODE(folder.stat().st_mode) == 0o700
+    manifest = json.loads((folder / "static.json").read_text())
+    assert manifest != distillation["stale_manifest"]
+    assert (manifest["sha256"], manifest["source_sha256"], manifest["dim"]) == (PINNED, source.sha256, static.DIM)
+    assert (manifest["onnxruntime"], manifest["numpy"]) == static.tool_versions()
+    assert not [p.name for p in folder.iterdir() if p.name.startswith(".")]  # no scratch file left
 
 
 def test_table_changed_after_resolve_is_refused_at_load(cache):
@@ -131,7 +172,9 @@ def test_static_vectors_find_stdlib_code_and_tiers_never_meet(cache):
 
 
 @pytest.fixture
-def held_repo(tmp_path, monkeypatch):
+def held_repo(cache, tmp_path, monkeypatch):
+    """A repository of stdlib files whose daemon's transformer is held; the daemon's runtime folder
+    is a copy of the module's (``cache``), so it loads the verified table and distils nothing."""
     files = {f"lib/{name}": (STDLIB / name).read_text(encoding="utf-8") for name in FILES}
     root = make_repo(tmp_path / "repo", files)
     (root / ".cogd").mkdir(exist_ok=True)

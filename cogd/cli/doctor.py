@@ -24,7 +24,7 @@ def doctor(ctx: click.Context, as_json: bool, no_model_load: bool) -> None:
 
     Exits 1 when any check fails (warnings do not). Works with or without a running daemon.
     """
-    from cogd.cli.doctor_checks import exit_code, make_context, run_checks  # the checks load sqlite, git, the model
+    from cogd.cli.doctor_checks import counted, exit_code, make_context, run_checks  # the checks load sqlite, git, the model
 
     layout = layout_from(ctx, create=False)
     results = run_checks(make_context(layout, load_model=not no_model_load))
@@ -41,5 +41,5 @@ def doctor(ctx: click.Context, as_json: bool, no_model_load: bool) -> None:
         console.print(table)
         fails = sum(c.status == "fail" for c in results)
         warns = sum(c.status == "warn" for c in results)
-        console.print(f"{fails} failed, {warns} warnings, {len(results) - fails - warns} ok")
+        console.print(f"{fails} failed, {counted(warns, 'warning')}, {len(results) - fails - warns} ok")
     sys.exit(code)

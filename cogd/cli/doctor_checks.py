@@ -45,6 +45,17 @@ LOW_DISK_BYTES = 200 * 1024 * 1024
 RTT_WARN_SHARE = 3  # an RTT above a third of the hook deadline leaves hooks too little time
 
 
+def counted(n: int, singular: str, plural: str | None = None) -> str:
+    """``n`` and its noun, which agrees with it: ``counted(1, "memory file")`` → ``"1 memory file"``,
+    ``counted(2, "memory file")`` → ``"2 memory files"``; ``plural`` when adding "s" is wrong."""
+    return f"{n} {singular if n == 1 else plural or singular + 's'}"
+
+
+def agrees(n: int, singular: str, plural: str) -> str:
+    """The verb of ``n`` things: ``agrees(1, "needs", "need")`` → ``"needs"``."""
+    return singular if n == 1 else plural
+
+
 @dataclass
 class Check:
     """One finding. ``status``: ok | warn | fail; ``fix``: what to run or do ("" when ok)."""
@@ -239,19 +250,19 @@ def check_inotify(ctx: DoctorContext) -> Check:
     if watch:
         details["daemon_mode"] = watch.get("mode")
     if limit is None:
-        return Check("inotify", WARN, f"cannot read the inotify limit; {dirs} directories to watch",
+        return Check("inotify", WARN, f"cannot read the inotify limit; {counted(dirs, 'directory', 'directories')} to watch",
                      "none needed if `cogd status` shows watching: inotify", details)
     budget = watch_budget(limit)
     details["budget"] = budget
     if dirs > budget:
         return Check("inotify", WARN,
-                     f"{dirs} directories to watch but fs.inotify.max_user_watches is {limit} "
+                     f"{counted(dirs, 'directory', 'directories')} to watch but fs.inotify.max_user_watches is {limit} "
                      f"(cogd uses at most {budget}): the daemon polls instead",
                      f"`{SYSCTL_FIX}` (persist it in /etc/sysctl.d/), then `cogd stop; cogd start`", details)
     if watch.get("mode") == "polling" and not ctx.config.watch.force_polling:
         return Check("inotify", WARN, f"the daemon polls: {watch.get('reason') or 'reason unknown'}",
                      "see the reason; then `cogd stop; cogd start`", details)
-    return Check("inotify", OK, f"{dirs} directories to watch, limit {limit} (budget {budget})", "", details)
+    return Check("inotify", OK, f"{counted(dirs, 'directory', 'directories')} to watch, limit {limit} (budget {budget})", "", details)
 
 
 def check_index_drift(ctx: DoctorContext) -> Check:
@@ -318,10 +329,10 @@ def check_index_drift(ctx: DoctorContext) -> Check:
                "removed": len(removed), "changed": len(changed),
                "sample": (changed + added + removed)[:DRIFT_SAMPLE]}
     if not total:
-        return Check("index drift", OK, f"index matches the work tree ({len(rows)} files)", "", details)
+        return Check("index drift", OK, f"index matches the work tree ({counted(len(rows), 'file')})", "", details)
     running = (ctx.status or {}).get("index", {})
     busy = running.get("state") not in (None, "idle") or running.get("queue_depth")
-    finding = (f"{total} files differ from the index ({len(changed)} changed, {len(added)} new, "
+    finding = (f"{counted(total, 'file')} {agrees(total, 'differs', 'differ')} from the index ({len(changed)} changed, {len(added)} new, "
                f"{len(removed)} gone), e.g. {', '.join(details['sample'][:3])}")
     fix = "the daemon is indexing: wait, then run doctor again" if busy else "`cogd index`"
     return Check("index drift", WARN, finding, fix, details)
@@ -649,11 +660,11 @@ def check_memory_files(ctx: DoctorContext) -> Check:
                          "message": recorded.get("message", ""), "fix": recorded.get("fix", "fix the file")})
     details = {"files": len(on_disk), "problems": problems[:DRIFT_SAMPLE], "problem_count": len(problems)}
     if not problems:
-        return Check("memory files", OK, f"{len(on_disk)} memory files parse and follow the lattice", "", details)
+        return Check("memory files", OK, f"{counted(len(on_disk), 'memory file')} {agrees(len(on_disk), 'parses and follows', 'parse and follow')} the lattice", "", details)
     first = problems[0]
     kinds = sorted({p["kind"] for p in problems})
     return Check("memory files", FAIL,
-                 f"{len(problems)} memory files need attention ({', '.join(kinds)}), e.g. {first['path']}: "
+                 f"{counted(len(problems), 'memory file')} {agrees(len(problems), 'needs', 'need')} attention ({', '.join(kinds)}), e.g. {first['path']}: "
                  f"{first['message']}", f"{first['path']}: {first['fix']}", details)
 
 
@@ -677,10 +688,10 @@ def check_memory_anchors(ctx: DoctorContext) -> Check:
     dangling = [{"memory": mid, "entity": e} for mid, ids in sorted(wanted.items()) for e in ids if e not in present]
     details = {"anchored_memories": len(rows), "dangling": dangling[:DRIFT_SAMPLE], "dangling_count": len(dangling)}
     if not dangling:
-        return Check("memory anchors", OK, f"{len(rows)} anchored live memories, every anchor resolves", "", details)
+        return Check("memory anchors", OK, f"{counted(len(rows), 'anchored live memory', 'anchored live memories')}, every anchor resolves", "", details)
     d = dangling[0]
     return Check("memory anchors", WARN,
-                 f"{len(dangling)} anchors point at entities the index does not hold, e.g. {d['memory']} → {d['entity']}",
+                 f"{counted(len(dangling), 'anchor')} {agrees(len(dangling), 'points', 'point')} at entities the index does not hold, e.g. {d['memory']} → {d['entity']}",
                  "update the anchor in the memory's file (or reject the memory); if the code moved, `cogd index` first",
                  details)
 
@@ -747,7 +758,7 @@ def check_memory_intents(ctx: DoctorContext) -> Check:
                             "files": [f.get("path") for f in i["plan"].get("files") or [] if isinstance(f, dict)]}
                            for i in intents[:DRIFT_SAMPLE]], "count": len(intents)}
     return Check("memory intents", WARN,
-                 f"{len(intents)} memory writes ({ops}) were interrupted by a crash; "
+                 f"{counted(len(intents), 'memory write')} ({ops}) {agrees(len(intents), 'was', 'were')} interrupted by a crash; "
                  + ("the daemon completes them within a second" if running else "the next sync completes them"),
                  "" if running else "start the daemon (`cogd start`) or run any `cogd memory` command", details)
 
@@ -766,7 +777,7 @@ def check_memory_git(ctx: DoctorContext) -> Check:
     if not got["count"]:
         return Check("memory in git", OK, "every memory file is committed to git", "", got)
     return Check("memory in git", WARN,
-                 f"{got['count']} memory files are not committed to git (e.g. {got['paths'][0]}); they live only in "
+                 f"{counted(got['count'], 'memory file')} {agrees(got['count'], 'is', 'are')} not committed to git (e.g. {got['paths'][0]}); they live only in "
                  "this checkout, and removing it (`git worktree remove --force`) loses them", COMMIT_HINT, got)
 
 

@@ -12,6 +12,7 @@ from rich.table import Table
 
 from cogd.ages import format_age
 from cogd.cli.base import ULID, backend, console, err, layout_from
+from cogd.cli.cells import Name
 from cogd.cli.memory import show as show_memory
 from cogd.cli.progress import index_with_progress
 from cogd.config import load_config
@@ -60,21 +61,23 @@ _MODE = click.option("--mode", type=click.Choice(MODES), default=None,
 def search(ctx: click.Context, query: str, kind: str | None, limit: int, mode: str | None, explain: bool,
            as_json: bool) -> None:
     """Search the index: BM25, vectors, or both fused (hybrid)."""
-    with backend(layout_from(ctx)) as be:
+    layout = layout_from(ctx)
+    with backend(layout) as be:
         result = be.call("search", {"query": query, "kind": kind, "limit": limit, "mode": mode})
     hits = result["hits"]
     if as_json:
         click.echo(json.dumps(hits, indent=2))
         return
-    if result["mode"] != BM25 and not result["vectors"]:
+    # "yet" is only true when vectors are coming: with [embed] enabled = false, lexical is the design
+    if result["mode"] != BM25 and not result["vectors"] and load_config(layout.config_file).embed.enabled:
         err.print("(no vectors yet: lexical results only — see `cogd status`)")
     if not hits:
         err.print(f"nothing in the index matches {query!r}", markup=False)
         return
     table = Table("score", "kind", "id", "lines")
-    table.columns[2].overflow = "fold"  # ids stay whole: they are meant to be copied
-    for hit in hits:
-        table.add_row(f"{hit['score']:.4f}", hit["kind"], escape(hit["id"]), f"{hit['start_line']}-{hit['end_line']}")
+    table.columns[2].overflow = "fold"  # the --explain rows: wrapped at spaces, a long word folded
+    for hit in hits:  # an id is broken only between its parts (cogd.cli.cells): it is meant to be copied
+        table.add_row(f"{hit['score']:.4f}", hit["kind"], Name(hit["id"]), f"{hit['start_line']}-{hit['end_line']}")
         if explain:
             table.add_row("", "", f"[dim]{escape(_explain(hit['signals']))}[/]", "")
     console.print(table)
@@ -204,7 +207,8 @@ def _print_by_client(by_client: dict, title: str = "hit rate by client") -> None
 @click.command()
 @click.argument("prompt")
 @_MODE
-@click.option("--explain", is_flag=True, help="After the pack, each item's ranking signals.")
+@click.option("--explain", is_flag=True,
+              help="After the pack, each item's ranking signals, on stderr (stdout stays the exact pack).")
 @click.option("--json", "as_json", is_flag=True, help="The pack with its items and scores.")
 @click.pass_context
 def context(ctx: click.Context, prompt: str, mode: str | None, explain: bool, as_json: bool) -> None:
@@ -220,11 +224,11 @@ def context(ctx: click.Context, prompt: str, mode: str | None, explain: bool, as
         err.print("no pack: nothing in the index matches (a pack needs at least one searchable word)")
     if explain:
         err.rule("ranking signals")
-        for item in pack["items"]:
-            err.print(f"{item['rank']:>2}. {item['entity_id']}", markup=False)
+        for item in pack["items"]:  # soft_wrap: one line per fact, an id never cut by rich's wrapping
+            err.print(f"{item['rank']:>2}. {item['entity_id']}", markup=False, soft_wrap=True)
             if item.get("reason"):
-                err.print(f"    why: {item['reason']}", markup=False)
-            err.print(f"    score={item['score']}  {_explain(item['signals'])}", markup=False, style="dim")
+                err.print(f"    why: {item['reason']}", markup=False, soft_wrap=True)
+            err.print(f"    score={item['score']}  {_explain(item['signals'])}", markup=False, style="dim", soft_wrap=True)
 
 
 @click.command()
@@ -241,11 +245,9 @@ def models(ctx: click.Context, as_json: bool) -> None:
         click.echo(json.dumps(found, indent=2, default=str))
         return
     table = Table("active", "name", "id", "dim", "path")
-    for column in table.columns[1:]:
-        column.overflow = "fold"
     for m in found:
-        table.add_row("*" if m.get("active") else "", escape(str(m.get("name", ""))), escape(str(m.get("id", ""))),
-                      str(m.get("dim", "")), escape(str(m.get("path", ""))))
+        table.add_row("*" if m.get("active") else "", Name(str(m.get("name", ""))), Name(str(m.get("id", ""))),
+                      str(m.get("dim", "")), Name(str(m.get("path", ""))))
     console.print(table)
     if not config.embed.enabled:
-        console.print("embeddings are disabled ([embed] enabled = false): retrieval is lexical")
+        console.print("embeddings are disabled ([embed] enabled = false): retrieval is lexical", markup=False)

@@ -194,8 +194,10 @@ def print_memory_status(result: dict) -> None:
     git = memory.get("uncommitted") or {}
     if git.get("count"):  # memory lives in this checkout only until it is committed (a removed worktree loses it)
         example = f" (e.g. {escape(git['paths'][0])})" if git.get("paths") else ""
-        console.print(f"  [yellow]{git['count']} memory files not committed to git[/]{example}; "
-                      f"lost if this worktree is removed; commit them: {escape(COMMIT_HINT)}", soft_wrap=True)
+        one = git["count"] == 1
+        console.print(f"  [yellow]{git['count']} memory file{'' if one else 's'} not committed to git[/]{example}; "
+                      f"lost if this worktree is removed; commit {'it' if one else 'them'}: {escape(COMMIT_HINT)}",
+                      soft_wrap=True)
     for p in memory.get("problems") or []:
         where = f":{p['line']}:{p['column']}" if p.get("line") else ""
         move = f" (attempted {p['from']} → {p['to']})" if p.get("from") or p.get("to") else ""

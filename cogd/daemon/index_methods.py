@@ -17,6 +17,8 @@ from cogd.index import store
 from cogd.index.boundary import tree_relpath
 from cogd.retrieve.feedback import LEARNED_SOURCES, Feedback
 from cogd.retrieve.hybrid import retrieve
+from cogd.retrieve.lexical import query_terms, stopword_names
+from cogd.retrieve.prompt import analyze
 from cogd.usage.touches import Touch
 from cogd.fusion import MODES
 
@@ -92,8 +94,14 @@ def search(parts: Parts, params: dict) -> dict:
     limit = p.integer(params, "limit", 20, 1, 1000)
     mode = p.choice(params, "mode", MODES, parts.config.retrieve.mode)
     vector, dense = parts.query_vector(query, mode)
+    # A searched word that prose drops as filler (``hello``, ``get``) may be a definition's name:
+    # it is looked up as one, and a search of nothing but such words is a BM25 search of them.
+    names = stopword_names(query)
+    analysed = analyze(query)
+    analysed.identifiers += [w for w in names if w not in analysed.identifiers]
+    extra = () if query_terms(query) else tuple(dict.fromkeys(w.lower() for w in names))
     hits = retrieve(parts.reader(), query, parts.config.retrieve, mode=mode, query_vector=vector, dense=dense,
-                    kinds=(kind,) if kind else None, limit=limit)
+                    kinds=(kind,) if kind else None, limit=limit, parts=analysed, extra_terms=extra)
     return {"mode": mode, "vectors": vector is not None,
             "hits": [{**h.__dict__, "score": round(h.score, 6)} for h in hits]}
 

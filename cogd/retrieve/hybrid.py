@@ -296,7 +296,8 @@ def _fuse_learned(feedback: Feedback, text: str, config: RetrieveConfig, fused: 
 
 def _bm25_list(conn: sqlite3.Connection, text: str, parts: PromptParts, config: RetrieveConfig,
                kinds: tuple[str, ...] | None, signals: dict[str, dict],
-               own: frozenset[str] = frozenset()) -> tuple[str, float, list[str]]:
+               own: frozenset[str] = frozenset(),
+               extra_terms: tuple[str, ...] = ()) -> tuple[str, float, list[str]]:
     """The BM25 list of the fusion: a long prompt's terms chosen by weight from its text without
     the issue template's scaffolding (in every report, so no clue), a short one's as always."""
     searched = strip_template(text) if config.template_filter and is_long(parts) else text
@@ -304,6 +305,8 @@ def _bm25_list(conn: sqlite3.Connection, text: str, parts: PromptParts, config: 
     budget = config.long_prompt_terms if len(text) > SHORT_PROMPT_CHARS else MAX_QUERY_TERMS
     terms = (weighted_terms(conn, searched, term_boosts(parts, own), max_terms=budget)
              if config.idf_terms else None)
+    if extra_terms:
+        terms = list(dict.fromkeys([*(query_terms(searched) if terms is None else terms), *extra_terms]))
     lexical = bm25_search(conn, searched, limit=config.candidates, kinds=kinds, terms=terms)
     for rank, hit in enumerate(lexical, 1):
         signals.setdefault(hit.id, {}).update(bm25_rank=rank, bm25=round(hit.score, 3))
@@ -387,13 +390,15 @@ def retrieve(
     feedback: Feedback | None = None,
     parts: PromptParts | None = None,
     clues: Clues | None = None,
+    extra_terms: tuple[str, ...] = (),
 ) -> list[Hit]:
     """Ranked candidates for ``text`` (before MMR), best first, at most ``limit``.
 
     ``parts``: the prompt's analysis (:func:`cogd.retrieve.prompt.analyze`; computed when
     None); ``clues``: filled in place with what its frames, paths and identifiers resolved
     to (:func:`cogd.retrieve.clues.resolve`), each a list of its own in the fusion
-    (``retrieve.frame_weight``, ``path_weight``, ``identifier_weight``).
+    (``retrieve.frame_weight``, ``path_weight``, ``identifier_weight``); ``extra_terms``:
+    lower-case words searched by BM25 besides the prompt's own terms (``cogd search get``).
 
     ``mode``: ``bm25``, ``vector`` or ``hybrid`` (default ``config.mode``);
     without a query vector or a dense index the vector source is empty and
@@ -411,7 +416,7 @@ def retrieve(
     parts, own = without_own_names(parts, config.own_names)
     found = resolve(conn, parts, tests_ok=tests_wanted(text, parts, config.strict_test_prior))
     if mode in (BM25, HYBRID):
-        lists.append(_bm25_list(conn, text, parts, config, kinds, signals, own))
+        lists.append(_bm25_list(conn, text, parts, config, kinds, signals, own, extra_terms))
     if mode in (VECTOR, HYBRID) and query_vector is not None and dense is not None:
         lists.extend(_vector_lists(query_vector, dense, config, kinds, signals))
 

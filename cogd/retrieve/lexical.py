@@ -64,6 +64,24 @@ def query_terms(text: str, max_terms: int = MAX_QUERY_TERMS) -> list[str]:
     return list(seen)
 
 
+def stopword_names(text: str, max_names: int = 16) -> list[str]:
+    """The whole words of ``text`` that :func:`query_terms` drops as stopwords, as written.
+
+    A search box is not a prompt: ``cogd search hello`` asks for a definition named ``hello``,
+    which prose analysis drops as filler. The caller looks these words up as exact names
+    (``cogd.retrieve.clues.resolve``) so a definition that carries one is found, while the BM25
+    terms (and every prompt's pack) stay as they are. Distinct, in order of first appearance,
+    at most ``max_names``; only the first ``MAX_QUERY_CHARS`` characters are read.
+    """
+    seen: dict[str, None] = {}
+    for token in _WORD.findall(text[:MAX_QUERY_CHARS]):
+        if len(token) >= 2 and token.lower() in STOPWORDS:
+            seen.setdefault(token, None)
+            if len(seen) >= max_names:
+                break
+    return list(seen)
+
+
 # Words of tracebacks, install paths and issue templates ("Describe the bug", "Environment info"):
 # frequent in a pasted report, about no project's code. Dropped from long prompts only.
 LOG_WORDS = frozenset(
