@@ -23,6 +23,7 @@ from cogd.daemon.scheduling import RequestTracker, Yielding, lower_thread_priori
 from cogd.embed.encoder import Encoder
 from cogd.embed.text import entity_text
 from cogd.index import store
+from cogd.index.vectors import quantize_rows
 from cogd.index.indexer import Indexer
 from cogd.paths import Layout
 
@@ -189,7 +190,12 @@ def test_a_request_in_flight_pauses_embedding_between_batches(indexed, monkeypat
         stored = np.stack([worker.dense._matrix[worker.dense._pos[r[0]]] for r in rows])
     finally:
         worker.stop()
-    assert len(rows) == ENTITIES and np.allclose(stored, whole, atol=1e-5)
+    # the KNN matrix keeps int8 codes (cogd.index.vectors.quantize_rows): batch and whole-list floats
+    # differ by ~1e-6, which can move a component lying on a rounding boundary by one code, never more
+    codes, _factors = quantize_rows(whole)
+    assert len(rows) == ENTITIES and stored.dtype == np.int8
+    assert np.abs(stored.astype(np.int16) - codes.astype(np.int16)).max() <= 1
+    assert (stored == codes).mean() > 0.95
 
 
 def test_batches_run_on_one_thread_while_a_request_is_in_flight(indexed):
