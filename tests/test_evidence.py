@@ -171,15 +171,21 @@ def session(ledger: Ledger, stdlib_index, n: int, target: tuple[str, str, int, i
     ledger.end_session(sid, "other", now=now + 10)
 
 
+def low_target(stdlib_index, ledger) -> tuple[list[str], tuple[str, str, int, int]]:
+    """``(the plain ranking's ids, (id, path, start, end) of its last item)``: the sessions' target,
+    a definition the ranking without feedback puts low in the pack."""
+    _root, conn = stdlib_index
+    off = [e for e, _ in ranked(stdlib_index, ASKED, feedback_of(ledger, OFF))]
+    row = conn.execute("SELECT path, start_line, end_line FROM entities WHERE id = ?", (off[-1],)).fetchone()
+    return off, (off[-1], row[0], row[1], row[2])
+
+
 def test_evidence_growing_raises_what_sessions_kept_editing(stdlib_index, tmp_path):
     root, conn = stdlib_index
     ledger = Ledger(tmp_path / "state.db")
     try:
-        off = [e for e, _ in ranked(stdlib_index, ASKED, feedback_of(ledger, OFF))]
-        # the sessions' target: a definition the plain ranking puts low in the pack
-        target_id = off[-1]
-        row = conn.execute("SELECT path, start_line, end_line FROM entities WHERE id = ?", (target_id,)).fetchone()
-        target = (target_id, row[0], row[1], row[2])
+        off, target = low_target(stdlib_index, ledger)
+        target_id = target[0]
         k = RankConfig().evidence_k
         positions, association_weights = [off.index(target_id)], []
         for n in range(1, 9):
@@ -210,10 +216,9 @@ def test_one_session_moves_the_fusion_by_the_shrunk_weight_only(stdlib_index, tm
     root, conn = stdlib_index
     ledger = Ledger(tmp_path / "state.db")
     try:
-        off = [e for e, _ in ranked(stdlib_index, ASKED, feedback_of(ledger, OFF))]
-        target_id = off[-1]
-        row = conn.execute("SELECT path, start_line, end_line FROM entities WHERE id = ?", (target_id,)).fetchone()
-        session(ledger, stdlib_index, 1, (target_id, row[0], row[1], row[2]))
+        _off, target = low_target(stdlib_index, ledger)
+        target_id = target[0]
+        session(ledger, stdlib_index, 1, target)
         config = RankConfig(utility_weight=0, recency_weight=0, working_set_weight=0)
         shrunk = [h for h in prompt_pack(conn, root, ASKED, PackConfig(), RetrieveConfig(), mode="bm25",
                                          feedback=feedback_of(ledger, config)).items if h.entity_id == target_id]

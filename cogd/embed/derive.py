@@ -160,16 +160,29 @@ def expected_sha256(source_sha256: str, manifest: dict | None) -> str | None:
     pinned = PINNED_DERIVED.get((source_sha256, ort_version, onnx_version or ""))
     if pinned:
         return pinned
-    if manifest and manifest.get("source_sha256") == source_sha256 and manifest.get("recipe") == RECIPE_VERSION:
+    return manifest_sha256(manifest, source_sha256, RECIPE_VERSION)
+
+
+def read_manifest(folder: Path) -> dict | None:
+    """The derivation's manifest in ``folder``, or None when absent or unreadable."""
+    return load_manifest(folder / MANIFEST_FILE)
+
+
+def manifest_sha256(manifest: dict | None, source_sha256: str, recipe: int) -> str | None:
+    """The output hash ``manifest`` records (64 hex characters) when it was made from
+    ``source_sha256`` by ``recipe``; None otherwise (a manifest of another source or recipe,
+    or a malformed one, vouches for nothing)."""
+    if manifest and manifest.get("source_sha256") == source_sha256 and manifest.get("recipe") == recipe:
         value = manifest.get("sha256")
         return value if isinstance(value, str) and len(value) == 64 else None
     return None
 
 
-def read_manifest(folder: Path) -> dict | None:
-    """The derivation's manifest in ``folder``, or None when absent or unreadable."""
+def load_manifest(path: Path) -> dict | None:
+    """The JSON object at ``path`` (a manifest :func:`write_manifest` wrote), or None when the
+    file is absent, unreadable, not JSON or not an object. Raises nothing."""
     try:
-        data = json.loads((folder / MANIFEST_FILE).read_text(encoding="utf-8"))
+        data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError):
         return None
     return data if isinstance(data, dict) else None

@@ -63,7 +63,7 @@ from pathlib import Path
 
 import numpy as np
 
-from cogd.embed.derive import remove_quietly, write_manifest
+from cogd.embed.derive import load_manifest, manifest_sha256, remove_quietly, write_manifest
 
 RECIPE_VERSION = 2
 DIM = 256
@@ -106,19 +106,12 @@ def expected_sha256(source_sha256: str, manifest: dict | None) -> str | None:
     pinned = PINNED_STATIC.get((source_sha256, *tool_versions()))
     if pinned:
         return pinned
-    if manifest and manifest.get("source_sha256") == source_sha256 and manifest.get("recipe") == RECIPE_VERSION:
-        value = manifest.get("sha256")
-        return value if isinstance(value, str) and len(value) == 64 else None
-    return None
+    return manifest_sha256(manifest, source_sha256, RECIPE_VERSION)
 
 
 def read_manifest(folder: Path) -> dict | None:
     """The distillation's manifest in ``folder``, or None when absent or unreadable."""
-    try:
-        data = json.loads((folder / MANIFEST_FILE).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-        return None
-    return data if isinstance(data, dict) else None
+    return load_manifest(folder / MANIFEST_FILE)
 
 
 def skipped_ids(vocab: dict[str, int]) -> set[int]:
