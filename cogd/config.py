@@ -22,7 +22,7 @@ from cogd.rpc.client import DEADLINE_ENV, DEFAULT_DEADLINE_MS, parse_deadline_ms
 
 # How the two association sources combine per entity, [rank] association_combine
 # (cogd.retrieve.feedback.Feedback.association_terms).
-ASSOCIATION_COMBINES: tuple[str, ...] = ("sum", "max", "pooled")
+ASSOCIATION_COMBINES: tuple[str, ...] = ("sum", "max", "pooled", "single")
 
 # The pack must stay under Claude Code's 10,000-character limit on injected
 # text: beyond it the client swaps the pack for a short preview and a file path.
@@ -139,7 +139,8 @@ class RankConfig:
     history_association_weight: float = 0.5
     # How an entity's two association terms (sessions', history's) combine in the fusion:
     # "sum" (each source a list of its own), "max" (the stronger one), "pooled" (one list ordered
-    # by their sum, fused at the larger weight); cogd.retrieve.feedback.Feedback.association_terms.
+    # by their sum, fused at the larger weight), "single" (pooled, cut to one source's length);
+    # cogd.retrieve.feedback.Feedback.association_terms.
     association_combine: str = "sum"
     # Co-change (cogd.history): a seed's definitions changed with it in past commits gain
     # expand_decay × this × confidence(seed → partner) × the seed's score in the expansion step. 0 = off.

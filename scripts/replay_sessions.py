@@ -144,7 +144,7 @@ CANDIDATE_KEYS = {"utility_weight": "u", "association_weight": "a", "recency_wei
                   "evidence_k": "k", "history_association_weight": "h", "co_change_weight": "c",
                   "history_evidence_k": "hk", "association_combine": "ac"}
 # --candidate keys whose value is a word (a TOML string), not a number, and the words allowed
-WORD_KEYS = {"association_combine": ("sum", "max", "pooled")}
+WORD_KEYS = {"association_combine": ("sum", "max", "pooled", "single")}
 # Seconds after the session's start at which each event happens (on the injected clock).
 T_PROMPT, T_STEP, T_END, T_GAP = 3, 20, 30, 60
 STOPWORDS = set("""

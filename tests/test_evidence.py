@@ -147,7 +147,7 @@ def test_association_combine_is_validated(tmp_path):
     path.write_text('[rank]\nassociation_combine = "max"\n')
     assert load_config(path).rank.association_combine == "max"
     path.write_text('[rank]\nassociation_combine = "product"\n')
-    with pytest.raises(ConfigError, match="sum, max, pooled"):
+    with pytest.raises(ConfigError, match="sum, max, pooled, single"):
         load_config(path)
 
 

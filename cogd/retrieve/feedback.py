@@ -143,7 +143,8 @@ class Feedback:
         * ``sum`` — ``Σ_s t_s(e)``: each source a list of its own in the fusion;
         * ``max`` — ``max_s t_s(e)``: the stronger source's term alone;
         * ``pooled`` — one list: the union ordered by ``Σ_s t_s(e)`` (ties by id), fused once
-          at the larger weight, ``max_s W_s / (k + rank)``.
+          at the larger weight, ``max_s W_s / (k + rank)``;
+        * ``single`` — ``pooled`` cut to ``limit`` entries: one list as long as one source's.
 
         The two sources are not independent evidence: a session whose work was committed is
         also a commit, its prompt and its commit message two wordings of one request, so
@@ -167,9 +168,11 @@ class Feedback:
                     terms[entity_id] = max(terms.get(entity_id, 0.0), term)
                 else:
                     terms[entity_id] = terms.get(entity_id, 0.0) + term
-        if mode == "pooled" and terms:
+        if mode in ("pooled", "single") and terms:
             top = max(weight for weight, _ in per_source)
             order = sorted(terms, key=lambda e: (-terms[e], e))
+            if mode == "single":
+                order = order[:limit]
             terms = {entity_id: top / (rrf_k + rank) for rank, entity_id in enumerate(order, 1)}
         return terms, lists
 
