@@ -285,6 +285,38 @@ def test_one_session_moves_the_fusion_by_the_shrunk_weight_only(stdlib_index, tm
         ledger.close()
 
 
+def test_an_edit_both_the_ledger_and_history_hold_is_fused_once_unless_summed(stdlib_index, tmp_path):
+    """One session edited the target and its work was committed: the ledger and history both name
+    it first. ``sum`` adds both sources' terms to its fused score; ``max`` and ``pooled`` one."""
+    from cogd.history.store import Association
+
+    root, conn = stdlib_index
+    ledger = Ledger(tmp_path / "state.db")
+    try:
+        _off, target = low_target(stdlib_index, ledger)
+        target_id = target[0]
+        session(ledger, stdlib_index, 1, target)
+        plain = [h for h in prompt_pack(conn, root, ASKED, PackConfig(), RetrieveConfig(), mode="bm25",
+                                        feedback=feedback_of(ledger, OFF)).items if h.entity_id == target_id]
+        before = plain[0].signals.get("rrf", 0.0)
+        rrf = {}
+        for combine in ("sum", "max", "pooled"):
+            config = RankConfig(utility_weight=0, recency_weight=0, working_set_weight=0, evidence_k=0,
+                                history_evidence_k=0, association_combine=combine)
+            feedback = feedback_of(ledger, config)
+            feedback.history = lambda text: [Association(target_id, 1.0, 1, ["c1"])]  # the same edit, committed
+            items = prompt_pack(conn, root, ASKED, PackConfig(), RetrieveConfig(), mode="bm25", feedback=feedback).items
+            hit = next(h for h in items if h.entity_id == target_id)
+            assert (hit.signals["association_rank"], hit.signals["history_rank"]) == (1, 1)
+            rrf[combine] = hit.signals["rrf"] - before
+        w_session, w_history = RankConfig().association_weight, RankConfig().history_association_weight
+        assert rrf["sum"] == pytest.approx((w_session + w_history) / (RRF_K + 1), abs=2e-5)
+        assert rrf["max"] == pytest.approx(max(w_session, w_history) / (RRF_K + 1), abs=2e-5)
+        assert rrf["pooled"] == pytest.approx(rrf["max"], abs=2e-5)
+    finally:
+        ledger.close()
+
+
 def test_history_file_evidence_is_shrunk_with_the_history_source():
     from cogd.history.store import Association
 
