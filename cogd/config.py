@@ -119,8 +119,8 @@ class RetrieveConfig:
 class RankConfig:
     """How the usage ledger feeds ranking (:mod:`cogd.usage.utility`). Every weight 0 = feedback off.
 
-    The defaults of ``utility_weight``, ``association_weight``, ``recency_weight`` and
-    ``evidence_k`` were chosen by cross-validation over the development set's folds
+    The defaults of ``utility_weight``, ``association_weight``, ``recency_weight``,
+    ``evidence_k`` and ``association_combine`` were chosen by cross-validation over the development set's folds
     (``scripts/replay_sessions.py --cv``; README, "Replay evaluation").
     """
 
@@ -140,8 +140,10 @@ class RankConfig:
     # How an entity's two association terms (sessions', history's) combine in the fusion:
     # "sum" (each source a list of its own), "max" (the stronger one), "pooled" (one list ordered
     # by their sum, fused at the larger weight), "single" (pooled, cut to one source's length);
-    # cogd.retrieve.feedback.Feedback.association_terms.
-    association_combine: str = "sum"
+    # cogd.retrieve.feedback.Feedback.association_terms. "pooled" by cross-validation (README,
+    # "Why the two sources did not add up"): a committed session is in both sources, and "sum"
+    # counted it twice.
+    association_combine: str = "pooled"
     # Co-change (cogd.history): a seed's definitions changed with it in past commits gain
     # expand_decay × this × confidence(seed → partner) × the seed's score in the expansion step. 0 = off.
     co_change_weight: float = 0.5

@@ -98,8 +98,15 @@ def _two_sources(combine: str) -> Feedback:
                     history=lambda text: [Association("b", 2.0, 2, ["c1", "c2"]), Association("c", 1.0, 1, ["c3"])])
 
 
-def test_association_sources_sum_by_default_each_a_list_of_its_own():
-    assert RankConfig().association_combine == "sum"
+def test_association_sources_pool_by_default():
+    assert RankConfig().association_combine == "pooled"  # chosen by the replay's cross-validation
+    assert _two_sources("pooled").association_terms("q", 10, RRF_K) == \
+        Feedback(RankConfig(association_weight=0.25, history_association_weight=0.5, evidence_k=0,
+                            history_evidence_k=0), associations=lambda text: [("a", 3.0), ("b", 2.0)],
+                 history=_two_sources("sum").history).association_terms("q", 10, RRF_K)
+
+
+def test_association_sum_adds_each_source_as_a_list_of_its_own():
     terms, lists = _two_sources("sum").association_terms("q", 10, RRF_K)
     assert [source for source, _ in lists] == ["session", "history"]
     assert terms == pytest.approx({"a": 0.25 / 61, "b": 0.25 / 62 + 0.5 / 61, "c": 0.5 / 62})

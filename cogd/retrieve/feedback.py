@@ -18,8 +18,10 @@ All weights 0 turns feedback off (the replay's control arm).
 The learned association list (fused in retrieval, step 2) has two sources, one mechanism
 (:meth:`Feedback.association_lists`): ``session`` (the ledger: code edited after similar
 prompts) and ``history`` (:mod:`cogd.history`: code changed by commits with similar
-messages, each item carrying the number of independent commits behind it). Each item's
-weight comes from one place, :meth:`Feedback.source_weight`.
+messages, each item carrying the number of independent commits behind it). Each source's
+weight comes from one place, :meth:`Feedback.source_weight`; how an entity's two terms combine
+(``rank.association_combine``, default ``pooled``: one list, what both sources hold counted
+once) from another, :meth:`Feedback.association_terms`.
 
 Every learned source goes through one shrinkage towards no effect (:mod:`cogd.evidence`,
 :data:`LEARNED_SOURCES`): the weight applied is ``w · n / (n + k)``, ``n`` the independent
