@@ -161,6 +161,9 @@ def _add_calls(found: dict[Reference, None], tag_matches: list, enclosing: _Encl
     ``log.info`` forty times needs one edge, not forty.
     """
     seen_calls: set[tuple[str, str, str]] = set()
+    add_seen = seen_calls.add
+    spans, starts, file_id = enclosing.spans, enclosing.starts, enclosing.file_id
+    receiver_chars, receiver_of = _RECEIVER_CHARS, _receiver_of
     for _pattern, captures in tag_matches:
         calls = captures.get("reference.call")
         if not calls:
@@ -171,18 +174,26 @@ def _add_calls(found: dict[Reference, None], tag_matches: list, enclosing: _Encl
         if not names:
             continue
         name_node = names[0]
-        start_byte = name_node.start_byte
+        at = name_node.start_byte
         # The source's own bytes: what Node.text returns, without a call into the tree.
-        name = (source[start_byte:name_node.end_byte].decode("utf-8", errors="replace")[:MAX_TEXT] if source
-                else _text(name_node))
+        name = source[at:name_node.end_byte].decode("utf-8", errors="replace")[:MAX_TEXT] if source else _text(name_node)
         if not name:
             continue
-        src = enclosing(start_byte)
-        receiver = _receiver_before(source, start_byte) if source else ""
+        # enclosing(at), inlined: the innermost span holding the name (spans nest)
+        i = bisect.bisect_right(starts, at) - 1
+        while i >= 0 and not at < spans[i][1]:
+            i -= 1
+        src = spans[i][2] if i >= 0 else file_id
+        receiver = ""
+        if source:  # _receiver_before(source, at), inlined
+            before = source[max(0, at - _RECEIVER_SCAN) : at]
+            run = len(before) - len(before.rstrip(receiver_chars))
+            if run:
+                receiver = receiver_of(before[len(before) - run:].decode("ascii"))
         key = (src, name, receiver)
         if key in seen_calls:
             continue
-        seen_calls.add(key)
+        add_seen(key)
         found[Reference(src, "calls", name, receiver, "", name_node.start_point.row + 1)] = None
         if len(found) >= MAX_REFERENCES:
             return True
