@@ -20,6 +20,10 @@ from cogd import safepath
 from cogd.fusion import HYBRID, MODES, RRF_K, describe_modes
 from cogd.rpc.client import DEADLINE_ENV, DEFAULT_DEADLINE_MS, parse_deadline_ms
 
+# How the two association sources combine per entity, [rank] association_combine
+# (cogd.retrieve.feedback.Feedback.association_terms).
+ASSOCIATION_COMBINES: tuple[str, ...] = ("sum", "max", "pooled", "single")
+
 # The pack must stay under Claude Code's 10,000-character limit on injected
 # text: beyond it the client swaps the pack for a short preview and a file path.
 PACK_HARD_CAP_CHARS = 9_500
@@ -115,8 +119,8 @@ class RetrieveConfig:
 class RankConfig:
     """How the usage ledger feeds ranking (:mod:`cogd.usage.utility`). Every weight 0 = feedback off.
 
-    The defaults of ``utility_weight``, ``association_weight``, ``recency_weight`` and
-    ``evidence_k`` were chosen by cross-validation over the development set's folds
+    The defaults of ``utility_weight``, ``association_weight``, ``recency_weight``,
+    ``evidence_k`` and ``association_combine`` were chosen by cross-validation over the development set's folds
     (``scripts/replay_sessions.py --cv``; README, "Replay evaluation").
     """
 
@@ -133,6 +137,13 @@ class RankConfig:
     # The same association list's second source: commit messages → the definitions those commits
     # changed (cogd.history; BM25 over the messages, recency decay, a cap per commit). 0 = off.
     history_association_weight: float = 0.5
+    # How an entity's two association terms (sessions', history's) combine in the fusion:
+    # "sum" (each source a list of its own), "max" (the stronger one), "pooled" (one list ordered
+    # by their sum, fused at the larger weight), "single" (pooled, cut to one source's length);
+    # cogd.retrieve.feedback.Feedback.association_terms. "pooled" by cross-validation (README,
+    # "Why the two sources did not add up"): a committed session is in both sources, and "sum"
+    # counted it twice.
+    association_combine: str = "pooled"
     # Co-change (cogd.history): a seed's definitions changed with it in past commits gain
     # expand_decay × this × confidence(seed → partner) × the seed's score in the expansion step. 0 = off.
     co_change_weight: float = 0.5
@@ -361,6 +372,9 @@ def load_config(path: Path | None) -> Config:
     if config.rank.prior_hits <= 0 or config.rank.prior_misses <= 0:
         raise ConfigError("rank.prior_hits and rank.prior_misses must be above 0 (a Beta prior)")
     _check_finite(config.rank, "rank")
+    if config.rank.association_combine not in ASSOCIATION_COMBINES:
+        raise ConfigError(f"rank.association_combine must be one of {', '.join(ASSOCIATION_COMBINES)}, "
+                          f"got {config.rank.association_combine!r}")
     if config.retrieve.mode not in MODES:
         raise ConfigError(f"retrieve.mode must be {describe_modes()}, got {config.retrieve.mode!r}")
     if config.consolidate.similarity > 1 or config.consolidate.token_agreement > 100:

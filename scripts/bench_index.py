@@ -67,7 +67,11 @@ How to run
 ``--incremental-only`` times only the one-file saves (in child processes, rounds of 10,
 wall and CPU time of the saving thread); ``--baseline-src DIR`` does the same for another
 version's checkout too (``git worktree add DIR COMMIT``), alternating with this one, each on
-its own index: before/after in the same run.
+its own index: before/after in the same run. Without ``--incremental-only``, ``--baseline-src``
+also runs that checkout's full index in every round (parallel and serial, the order of the
+versions alternating between rounds; ratios this/baseline of wall and CPU printed), prints the
+stage table of both versions side by side (each in a child process), and times the saves as
+``--incremental-only`` does instead of the in-process incremental series.
 
 Other options: ``--ctags PATH`` (default ``/usr/bin/ctags``, then ``ctags``
 on PATH), ``--workers N`` (parser processes of the parallel run), ``--edit-file REL``,
@@ -179,13 +183,16 @@ def find_ctags(option: str | None) -> str:
     sys.exit("universal-ctags not found (give --ctags PATH)")
 
 
-def run_cogd(repo: Path, db: Path, workers: int) -> dict:
-    """One child-process full index (see :func:`child_index`): its JSON plus wall, CPU and load before."""
+def run_cogd(repo: Path, db: Path, workers: int, src: Path | None = None) -> dict:
+    """One child-process full index (see :func:`child_index`): its JSON plus wall, CPU and load before.
+
+    ``src``: a checkout whose ``cogd`` package the child imports (``PYTHONPATH``); None: this one."""
     load = load1()
     cpu = children_cpu()
+    env = {**os.environ, "PYTHONPATH": str(src if src is not None else Path(__file__).resolve().parent.parent)}
     started = time.perf_counter()
     proc = subprocess.run([sys.executable, __file__, "--child-index", str(repo), str(db), str(workers)],
-                          capture_output=True, text=True, check=True)
+                          capture_output=True, text=True, check=True, env=env)
     info = json.loads(proc.stdout.strip().splitlines()[-1])
     info.update(wall=time.perf_counter() - started, cpu=children_cpu() - cpu, load=load)
     for suffix in ("", "-wal", "-shm"):
@@ -193,15 +200,23 @@ def run_cogd(repo: Path, db: Path, workers: int) -> dict:
     return info
 
 
-def run_full(repo: Path, work: Path, ctags: str, rounds: int, workers: int) -> dict:
+def run_full(repo: Path, work: Path, ctags: str, rounds: int, workers: int, baseline: Path | None = None) -> dict:
+    """``rounds`` rounds of the full index: cogd parallel and serial (and, with ``baseline``, the
+    same for that checkout, the order of the versions alternating between rounds), then ctags."""
     languages = ctags_languages()
     print(f"  ctags --languages={languages}")
     runs: dict[str, list[dict]] = {"parallel": [], "serial": []}
+    if baseline is not None:
+        runs.update({"baseline parallel": [], "baseline serial": []})
     ctags_wall, ctags_load = [], []
     tag_lines = 0
     for r in range(rounds):
-        for name, n in (("parallel", workers), ("serial", 0)):
-            runs[name].append(run_cogd(repo, work / f"full-{name}-{r}.db", n))
+        plan = [("parallel", workers, None), ("serial", 0, None)]
+        if baseline is not None:
+            other = [("baseline parallel", workers, baseline), ("baseline serial", 0, baseline)]
+            plan = plan + other if r % 2 == 0 else other + plan
+        for name, n, src in plan:
+            runs[name].append(run_cogd(repo, work / f"full-{name.replace(' ', '-')}-{r}.db", n, src))
         tags = work / f"tags-{r}"
         ctags_load.append(load1())
         started = time.perf_counter()
@@ -212,6 +227,11 @@ def run_full(repo: Path, work: Path, ctags: str, rounds: int, workers: int) -> d
             tag_lines = sum(1 for line in fh if not line.startswith("!_"))
         tags.unlink()
         par, ser = runs["parallel"][-1], runs["serial"][-1]
+        if baseline is not None:
+            bpar, bser = runs["baseline parallel"][-1], runs["baseline serial"][-1]
+            print(f"  round {r + 1}: baseline parallel {bpar['wall']:.2f} s (cpu {bpar['cpu']:.1f} s, load "
+                  f"{bpar['load']:.1f}), baseline serial {bser['wall']:.2f} s (cpu {bser['cpu']:.1f} s, load "
+                  f"{bser['load']:.1f})", flush=True)
         print(f"  round {r + 1}: parallel {par['wall']:.2f} s (refresh {par['refresh_s']:.2f} s, cpu {par['cpu']:.1f} s, "
               f"load {par['load']:.1f}), serial {ser['wall']:.2f} s (refresh {ser['refresh_s']:.2f} s, "
               f"cpu {ser['cpu']:.1f} s, load {ser['load']:.1f}), ctags {ctags_wall[-1]:.2f} s "
@@ -219,7 +239,7 @@ def run_full(repo: Path, work: Path, ctags: str, rounds: int, workers: int) -> d
     for key in ("files", "entities", "edges", "skipped"):
         values = {json.dumps(run[key], sort_keys=True) for series in runs.values() for run in series}
         if len(values) != 1:
-            raise SystemExit(f"the parallel and serial indexes differ in {key}: {sorted(values)}")
+            raise SystemExit(f"the indexes of the runs differ in {key}: {sorted(values)}")
     first = runs["parallel"][0]
     out = {"ctags_wall": statistics.median(ctags_wall), "files": first["files"], "entities": first["entities"],
            "edges": first["edges"], "skipped": first["skipped"], "tags": tag_lines, "workers": workers}
@@ -458,6 +478,38 @@ def stage_profile(repo: Path, db: Path) -> tuple[dict[str, float], float]:
     return stages.seconds, total
 
 
+def child_stages(repo: Path, db: Path) -> None:
+    """``--child-stages``: :func:`stage_profile` in this (child) process, printed as one JSON line."""
+    seconds, total = stage_profile(repo, db)
+    print(json.dumps({"seconds": seconds, "total": total}))
+
+
+def print_stages(repo: Path, work: Path, baseline: Path | None) -> None:
+    """The stage table: in this process, or with ``baseline`` one child process per version (this
+    one, then the baseline's), side by side."""
+    load = load1()
+    if baseline is None:
+        seconds, total = stage_profile(repo, work / "stages.db")
+        print(f"  where the time goes (one serial refresh in this process, CPU s of its thread, "
+              f"load {load:.1f}): total {total:.2f} s")
+        for name, spent in sorted(seconds.items(), key=lambda item: -item[1]):
+            print(f"    {name:38s} {spent:6.2f} s  {100 * spent / total:5.1f}%")
+        return
+    found = {}
+    for name, src in (("this", Path(__file__).resolve().parent.parent), ("baseline", baseline)):
+        proc = subprocess.run([sys.executable, __file__, "--child-stages", str(repo), str(work / f"stages-{name}.db")],
+                              capture_output=True, text=True, check=True, env={**os.environ, "PYTHONPATH": str(src)})
+        found[name] = json.loads(proc.stdout.strip().splitlines()[-1])
+    this, base = found["this"], found["baseline"]
+    print(f"  where the time goes (one serial refresh per version in a child process, CPU s of its thread, "
+          f"load {load:.1f} before): total this {this['total']:.2f} s, baseline {base['total']:.2f} s "
+          f"({this['total'] / base['total']:.2f}x)")
+    print(f"    {'stage':38s} {'this':>7s} {'':6s}  {'baseline':>8s}")
+    for name in sorted(set(this["seconds"]) | set(base["seconds"]), key=lambda n: -base["seconds"].get(n, 0.0)):
+        a, b = this["seconds"].get(name, 0.0), base["seconds"].get(name, 0.0)
+        print(f"    {name:38s} {a:6.2f} s {100 * a / this['total']:5.1f}%  {b:6.2f} s {100 * b / base['total']:5.1f}%")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=3)
@@ -472,12 +524,16 @@ def main() -> None:
                         help="a checkout of another cogd version (its cogd/ package): the one-file saves are timed "
                              "for it and for this one, alternating, each on its own copy of the index")
     parser.add_argument("--child-index", nargs=3, metavar=("REPO", "DB", "WORKERS"), help=argparse.SUPPRESS)
+    parser.add_argument("--child-stages", nargs=2, metavar=("REPO", "DB"), help=argparse.SUPPRESS)
     parser.add_argument("--child-edits", nargs=5, metavar=("REPO", "DB", "REL", "N", "START"), help=argparse.SUPPRESS)
     parser.add_argument("--no-warmup", action="store_true",
                         help="--incremental-only: time the first save of every child process too (cold)")
     args = parser.parse_args()
     if args.child_index:
         child_index(Path(args.child_index[0]), Path(args.child_index[1]), int(args.child_index[2]))
+        return
+    if args.child_stages:
+        child_stages(Path(args.child_stages[0]), Path(args.child_stages[1]))
         return
     if args.child_edits:
         repo, db, rel, n, start = args.child_edits
@@ -503,11 +559,12 @@ def main() -> None:
         print(f"tree: {sysconfig.get_paths()['stdlib']} -> {repo}, {len(listed)} files in git "
               f"(made in {time.perf_counter() - started:.1f} s)")
 
-        if args.incremental_only or args.baseline_src:
+        if args.incremental_only:
             compare_saves(repo, work, args.edit_file, args.edits, args.baseline_src, warmup=not args.no_warmup)
             return
-        print(f"\nfull index, {args.rounds} rounds (fresh index each run); parallel = {workers} parser processes")
-        full = run_full(repo, work, ctags, args.rounds, workers)
+        print(f"\nfull index, {args.rounds} rounds (fresh index each run); parallel = {workers} parser processes"
+              + (f"; baseline = {args.baseline_src}" if args.baseline_src else ""))
+        full = run_full(repo, work, ctags, args.rounds, workers, args.baseline_src)
         par, ser = full["parallel"], full["serial"]
         print(f"  cogd files indexed: {full['files']}, code entities: {full['entities']}, edges: {full['edges']}, "
               f"skipped: {full['skipped']} (same for both)")
@@ -516,6 +573,16 @@ def main() -> None:
               f"cpu {par['cpu']:.1f} s, load {par['load']:.1f})")
         print(f"  median wall, cogd serial (process):   {ser['wall']:.2f} s (refresh {ser['refresh_s']:.2f} s, "
               f"cpu {ser['cpu']:.1f} s, load {ser['load']:.1f})")
+        if args.baseline_src:
+            bpar, bser = full["baseline parallel"], full["baseline serial"]
+            print(f"  median wall, baseline parallel:       {bpar['wall']:.2f} s (refresh {bpar['refresh_s']:.2f} s, "
+                  f"cpu {bpar['cpu']:.1f} s, load {bpar['load']:.1f})")
+            print(f"  median wall, baseline serial:         {bser['wall']:.2f} s (refresh {bser['refresh_s']:.2f} s, "
+                  f"cpu {bser['cpu']:.1f} s, load {bser['load']:.1f})")
+            print(f"  this / baseline, parallel:            wall {par['wall'] / bpar['wall']:.2f}x, "
+                  f"cpu {par['cpu'] / bpar['cpu']:.2f}x")
+            print(f"  this / baseline, serial:              wall {ser['wall'] / bser['wall']:.2f}x, "
+                  f"cpu {ser['cpu'] / bser['cpu']:.2f}x")
         print(f"  median wall, ctags -R:                {full['ctags_wall']:.2f} s")
         print(f"  parallel / serial:                    {par['wall'] / ser['wall']:.2f}x")
         print(f"  ratio cogd/ctags:                     parallel {par['wall'] / full['ctags_wall']:.2f}x, "
@@ -525,12 +592,13 @@ def main() -> None:
         print(f"  cogd peak RSS (main process):         parallel {par['rss_kb'] / 1024:.0f} MiB, "
               f"serial {ser['rss_kb'] / 1024:.0f} MiB")
         if not args.no_stages:
-            load = load1()
-            seconds, total = stage_profile(repo, work / "stages.db")
-            print(f"  where the time goes (one serial refresh in this process, CPU s of its thread, "
-                  f"load {load:.1f}): total {total:.2f} s")
-            for name, spent in sorted(seconds.items(), key=lambda item: -item[1]):
-                print(f"    {name:34s} {spent:6.2f} s  {100 * spent / total:5.1f}%")
+            print_stages(repo, work, args.baseline_src)
+        if args.baseline_src:
+            compare_saves(repo, work, args.edit_file, args.edits, args.baseline_src, warmup=not args.no_warmup)
+            print(f"\ngoals (load average now {' '.join(f'{x:.2f}' for x in os.getloadavg())})")
+            print(f"  full lexical index (parallel, process wall) <= {GOAL_FULL_S:.0f} s: {par['wall']:.2f} s "
+                  f"{'PASS' if par['wall'] <= GOAL_FULL_S else 'FAIL'}")
+            return
 
         print(f"\nincremental, {args.edits} one-file edits of {args.edit_file}")
         inc = run_incremental(repo, work, args.edit_file, args.edits, workers)

@@ -142,7 +142,9 @@ ARMS: dict[str, dict[str, str]] = {
 # --candidate keys and their short names in an arm's name (u0.5_a0.5_r0_k10)
 CANDIDATE_KEYS = {"utility_weight": "u", "association_weight": "a", "recency_weight": "r", "working_set_weight": "w",
                   "evidence_k": "k", "history_association_weight": "h", "co_change_weight": "c",
-                  "history_evidence_k": "hk"}
+                  "history_evidence_k": "hk", "association_combine": "ac"}
+# --candidate keys whose value is a word (a TOML string), not a number, and the words allowed
+WORD_KEYS = {"association_combine": ("sum", "max", "pooled", "single")}
 # Seconds after the session's start at which each event happens (on the injected clock).
 T_PROMPT, T_STEP, T_END, T_GAP = 3, 20, 30, 60
 STOPWORDS = set("""
@@ -772,7 +774,8 @@ def select_tasks(rows: list[dict], last: int, offset: int, limit: int) -> list[d
 def parse_candidate(spec: str) -> tuple[str, dict[str, str]]:
     """``"utility_weight=0.5,evidence_k=10"`` → (arm name ``u0.5_k10``, ``[rank]`` values).
 
-    Only :data:`CANDIDATE_KEYS` may be set (finite numbers ≥ 0); the rest of ``[rank]``
+    Only :data:`CANDIDATE_KEYS` may be set (finite numbers ≥ 0, or for :data:`WORD_KEYS` one of
+    their words, e.g. ``association_combine=max`` → ``acmax``); the rest of ``[rank]``
     is cogd's defaults. Raises ValueError on a bad spec.
     """
     rank: dict[str, str] = {}
@@ -781,13 +784,18 @@ def parse_candidate(spec: str) -> tuple[str, dict[str, str]]:
         key = key.strip()
         if not sep or key not in CANDIDATE_KEYS:
             raise ValueError(f"candidate {spec!r}: {part!r} is not KEY=VALUE with KEY one of {', '.join(CANDIDATE_KEYS)}")
+        if key in WORD_KEYS:
+            if value.strip() not in WORD_KEYS[key]:
+                raise ValueError(f"candidate {spec!r}: {key} must be one of {', '.join(WORD_KEYS[key])}")
+            rank[key] = json.dumps(value.strip())  # a TOML basic string
+            continue
         number = float(value)
         if not (number >= 0 and number != float("inf")):
             raise ValueError(f"candidate {spec!r}: {key} must be a finite number >= 0")
         rank[key] = repr(number) if number != int(number) else str(int(number))
     if not rank:
         raise ValueError(f"candidate {spec!r} sets nothing")
-    name = "_".join(f"{CANDIDATE_KEYS[k]}{v}" for k, v in sorted(rank.items(), key=lambda kv: list(CANDIDATE_KEYS).index(kv[0])))
+    name = "_".join(f"{CANDIDATE_KEYS[k]}{v.strip(chr(34))}" for k, v in sorted(rank.items(), key=lambda kv: list(CANDIDATE_KEYS).index(kv[0])))
     return name, rank
 
 

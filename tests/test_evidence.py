@@ -87,6 +87,57 @@ def test_history_sources_shrink_by_their_commits():
     assert Feedback(RankConfig(history_evidence_k=0)).weight("co_change") == RankConfig().co_change_weight  # k = 0: off
 
 
+
+def _two_sources(combine: str) -> Feedback:
+    """Session list a, b; history list b, c (b in both), both sources at their full weight."""
+    from cogd.history.store import Association
+
+    config = RankConfig(association_weight=0.25, history_association_weight=0.5, evidence_k=0,
+                        history_evidence_k=0, association_combine=combine)
+    return Feedback(config, associations=lambda text: [("a", 3.0), ("b", 2.0)],
+                    history=lambda text: [Association("b", 2.0, 2, ["c1", "c2"]), Association("c", 1.0, 1, ["c3"])])
+
+
+def test_association_sources_pool_by_default():
+    assert RankConfig().association_combine == "pooled"  # chosen by the replay's cross-validation
+    assert _two_sources("pooled").association_terms("q", 10, RRF_K) == \
+        Feedback(RankConfig(association_weight=0.25, history_association_weight=0.5, evidence_k=0,
+                            history_evidence_k=0), associations=lambda text: [("a", 3.0), ("b", 2.0)],
+                 history=_two_sources("sum").history).association_terms("q", 10, RRF_K)
+
+
+def test_association_sum_adds_each_source_as_a_list_of_its_own():
+    terms, lists = _two_sources("sum").association_terms("q", 10, RRF_K)
+    assert [source for source, _ in lists] == ["session", "history"]
+    assert terms == pytest.approx({"a": 0.25 / 61, "b": 0.25 / 62 + 0.5 / 61, "c": 0.5 / 62})
+
+
+def test_association_max_counts_an_entity_both_sources_name_once():
+    terms, _ = _two_sources("max").association_terms("q", 10, RRF_K)
+    # b: history's 0.5 / 61 alone, not that plus the session's 0.25 / 62
+    assert terms == pytest.approx({"a": 0.25 / 61, "b": 0.5 / 61, "c": 0.5 / 62})
+    assert sum(terms.values()) < sum(_two_sources("sum").association_terms("q", 10, RRF_K)[0].values())
+
+
+def test_association_pooled_is_one_list_ordered_by_agreement_at_one_weight():
+    terms, _ = _two_sources("pooled").association_terms("q", 10, RRF_K)
+    # order by the summed terms: b (both) 0.0121, c 0.0081, a 0.0041; each fused once at 0.5
+    assert list(terms) == ["b", "c", "a"]
+    assert terms == pytest.approx({"b": 0.5 / 61, "c": 0.5 / 62, "a": 0.5 / 63})
+
+
+def test_association_combine_with_one_source_is_that_source():
+    from cogd.history.store import Association
+
+    for combine in ("sum", "max", "pooled"):
+        only = Feedback(RankConfig(history_association_weight=0.5, association_weight=0.0, history_evidence_k=0,
+                                   association_combine=combine),
+                        associations=lambda text: [("a", 3.0)],
+                        history=lambda text: [Association("b", 2.0, 2, ["c1"]), Association("c", 1.0, 1, ["c3"])])
+        assert only.association_terms("q", 10, RRF_K)[0] == pytest.approx({"b": 0.5 / 61, "c": 0.5 / 62})
+    fresh = Feedback(RankConfig(association_combine="pooled"), associations=lambda text: [("a", 3.0)])
+    assert fresh.association_terms("q", 10, RRF_K) == ({}, [])  # no evidence yet: nothing learned is fused
+
 # ---------------------------------------------------------------- config
 
 @pytest.mark.parametrize("value, message", [("-1", "non-negative"), ("nan", "finite"), ("inf", "finite"),
@@ -95,6 +146,15 @@ def test_evidence_k_is_validated(tmp_path, value, message):
     path = tmp_path / "config.toml"
     path.write_text(f"[rank]\nevidence_k = {value}\n")
     with pytest.raises(ConfigError, match=message):
+        load_config(path)
+
+
+def test_association_combine_is_validated(tmp_path):
+    path = tmp_path / "config.toml"
+    path.write_text('[rank]\nassociation_combine = "max"\n')
+    assert load_config(path).rank.association_combine == "max"
+    path.write_text('[rank]\nassociation_combine = "product"\n')
+    with pytest.raises(ConfigError, match="sum, max, pooled, single"):
         load_config(path)
 
 
@@ -228,6 +288,38 @@ def test_one_session_moves_the_fusion_by_the_shrunk_weight_only(stdlib_index, tm
         # the association list ranks the target first: RRF adds w / (k_rrf + 1) to its fused score (plain:
         # the target came by expansion alone, no list of its own)
         assert shrunk[0].signals["rrf"] == pytest.approx(plain[0].signals.get("rrf", 0.0) + w / (RRF_K + 1), abs=2e-5)
+    finally:
+        ledger.close()
+
+
+def test_an_edit_both_the_ledger_and_history_hold_is_fused_once_unless_summed(stdlib_index, tmp_path):
+    """One session edited the target and its work was committed: the ledger and history both name
+    it first. ``sum`` adds both sources' terms to its fused score; ``max`` and ``pooled`` one."""
+    from cogd.history.store import Association
+
+    root, conn = stdlib_index
+    ledger = Ledger(tmp_path / "state.db")
+    try:
+        _off, target = low_target(stdlib_index, ledger)
+        target_id = target[0]
+        session(ledger, stdlib_index, 1, target)
+        plain = [h for h in prompt_pack(conn, root, ASKED, PackConfig(), RetrieveConfig(), mode="bm25",
+                                        feedback=feedback_of(ledger, OFF)).items if h.entity_id == target_id]
+        before = plain[0].signals.get("rrf", 0.0)
+        rrf = {}
+        for combine in ("sum", "max", "pooled"):
+            config = RankConfig(utility_weight=0, recency_weight=0, working_set_weight=0, evidence_k=0,
+                                history_evidence_k=0, association_combine=combine)
+            feedback = feedback_of(ledger, config)
+            feedback.history = lambda text: [Association(target_id, 1.0, 1, ["c1"])]  # the same edit, committed
+            items = prompt_pack(conn, root, ASKED, PackConfig(), RetrieveConfig(), mode="bm25", feedback=feedback).items
+            hit = next(h for h in items if h.entity_id == target_id)
+            assert (hit.signals["association_rank"], hit.signals["history_rank"]) == (1, 1)
+            rrf[combine] = hit.signals["rrf"] - before
+        w_session, w_history = RankConfig().association_weight, RankConfig().history_association_weight
+        assert rrf["sum"] == pytest.approx((w_session + w_history) / (RRF_K + 1), abs=2e-5)
+        assert rrf["max"] == pytest.approx(max(w_session, w_history) / (RRF_K + 1), abs=2e-5)
+        assert rrf["pooled"] == pytest.approx(rrf["max"], abs=2e-5)
     finally:
         ledger.close()
 

@@ -6,10 +6,21 @@ under a deadline), indexed once in this thread and once through a pool of two
 parser processes, then compared row by row: entities, edges, unresolved
 references, FTS5 rows (joined to their entity by rowid) and files. And the
 pool's kill-on-timeout guarantee with several files in flight.
+
+The same index is also pinned: a digest of every table, rowids included, is kept in
+``tests/fixtures/index_digests.json`` per interpreter and grammar version, so a change to
+extraction, resolution or the writes that alters any stored row fails here. A deliberate
+change of the index writes the new digest with ``COGD_WRITE_INDEX_DIGEST=1`` (then review
+the diff of the rows, not only of the digest).
 """
 
 from __future__ import annotations
 
+import hashlib
+import importlib.metadata
+import json
+import os
+import platform
 import shutil
 import sqlite3
 from pathlib import Path
@@ -23,6 +34,9 @@ from cogd.index.indexer import (GUARDED_PARSE_BYTES, Indexer, ParseLimits, parse
 from cogd.index.parsepool import ParsePool
 
 PACKAGES = ("json", "email", "http", "logging")
+DIGESTS = Path(__file__).parent / "fixtures" / "index_digests.json"
+# The pinned slice: more kinds of code (async, XML, tests with their helpers, import machinery).
+PINNED_PACKAGES = (*PACKAGES, "asyncio", "importlib", "unittest", "urllib", "xml", "concurrent", "idlelib", "multiprocessing")
 LARGE_MODULES = ("_pydecimal.py", "typing.py")  # each over GUARDED_PARSE_BYTES
 
 
@@ -61,6 +75,53 @@ def stdlib_repo(tmp_path_factory) -> Path:
         assert (STDLIB / name).stat().st_size > GUARDED_PARSE_BYTES
         shutil.copy(STDLIB / name, root / name)
     return make_repo(root)
+
+
+def index_digests(conn: sqlite3.Connection) -> dict[str, str]:
+    """sha256 (16 hex digits) of each table's rows, canonical as :func:`content` reads them, plus
+    the stored order: entity ids and FTS rowids by rowid (row for row, not only as sets)."""
+    reader = sqlite3.connect(conn.execute("PRAGMA database_list").fetchone()[2])
+    try:
+        tables = {**_content(reader),
+                  "entity_order": list(reader.execute("SELECT rowid, id FROM entities ORDER BY rowid")),
+                  "fts_order": list(reader.execute("SELECT rowid FROM entities_fts ORDER BY rowid"))}
+    finally:
+        reader.close()
+    return {name: hashlib.sha256(repr(rows).encode()).hexdigest()[:16] for name, rows in sorted(tables.items())}
+
+
+def digest_key() -> str:
+    """What the pinned digests depend on besides cogd: the standard library's and the grammar's versions."""
+    return (f"python {platform.python_version()}, tree-sitter {importlib.metadata.version('tree-sitter')}, "
+            f"tree-sitter-python {importlib.metadata.version('tree-sitter-python')}")
+
+
+@pytest.fixture(scope="module")
+def pinned_repo(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("pinned") / "repo"
+    root.mkdir()
+    for name in PINNED_PACKAGES:
+        shutil.copytree(STDLIB / name, root / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    for name in LARGE_MODULES:
+        shutil.copy(STDLIB / name, root / name)
+    return make_repo(root)
+
+
+def test_the_index_of_the_standard_library_slice_is_the_pinned_one(pinned_repo, tmp_path):
+    ix = Indexer(pinned_repo, tmp_path / "pinned.db")
+    try:
+        result = ix.refresh()
+        found = index_digests(ix.conn)
+    finally:
+        ix.close()
+    assert result.parsed == result.scanned > 250 and result.skipped == {}
+    pinned = json.loads(DIGESTS.read_text(encoding="utf-8")) if DIGESTS.exists() else {}
+    if os.environ.get("COGD_WRITE_INDEX_DIGEST") == "1":
+        pinned[digest_key()] = found
+        DIGESTS.write_text(json.dumps(pinned, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    if digest_key() not in pinned:
+        pytest.skip(f"no pinned index digest for {digest_key()} (write one with COGD_WRITE_INDEX_DIGEST=1)")
+    assert found == pinned[digest_key()]
 
 
 def pool_for(root: Path, rows: bool = True) -> ParsePool:

@@ -8,6 +8,7 @@ in its own weight choice, and the per-fold verdicts are computed over that fold'
 from __future__ import annotations
 
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
 
 import _replay_cv as cv  # noqa: E402
 import replay_sessions  # noqa: E402
+from _replay_tree import render_config  # noqa: E402
 
 
 def records(values: dict[str, tuple[float, float]]) -> list[dict]:
@@ -97,7 +99,12 @@ def test_candidate_specs():
     assert replay_sessions.parse_candidate("utility_weight=0.5,association_weight=1,recency_weight=0,evidence_k=10") \
         == ("u0.5_a1_r0_k10", {"utility_weight": "0.5", "association_weight": "1", "recency_weight": "0",
                                "evidence_k": "10"})
-    for bad in ("utility_weight", "bm25_weight=1", "evidence_k=-1", "evidence_k=inf", ""):
+    # a word key is written as a TOML string, named by its word; the config reads it back
+    name, rank = replay_sessions.parse_candidate("history_association_weight=0.25,association_combine=max")
+    assert (name, rank) == ("h0.25_acmax", {"history_association_weight": "0.25", "association_combine": '"max"'})
+    assert tomllib.loads(render_config({"rank": rank}, []))["rank"]["association_combine"] == "max"
+    for bad in ("utility_weight", "bm25_weight=1", "evidence_k=-1", "evidence_k=inf", "", "association_combine=1",
+                "association_combine=product"):
         with pytest.raises(ValueError):
             replay_sessions.parse_candidate(bad)
 

@@ -132,11 +132,13 @@ def _python_docstring(body: tree_sitter.Node | None, src: bytes) -> str:
     """The docstring of a Python block (module or def body), cleaned, or ''."""
     if body is None:
         return ""
-    for child in body.named_children:
+    # Child by child (Node.named_children would make a node of every statement of the block).
+    for i in range(body.named_child_count):
+        child = body.named_child(i)
         if child.type == "comment":
             continue
         if child.type == "expression_statement" and child.named_child_count:
-            first = child.named_children[0]
+            first = child.named_child(0)
             if first.type == "string":
                 raw = _text(src, first.start_byte, first.end_byte)
                 match = _STRING_PREFIX.match(raw)
@@ -325,6 +327,8 @@ def _scope_key(definition: _Definition, src: bytes) -> tuple[str, str]:
 def _definitions(matches: list, src: bytes) -> list[_Definition]:
     found: dict[tuple[int, int], _Definition] = {}
     for _pattern, captures in matches:
+        if len(captures) == 2 and "reference.call" in captures:
+            continue  # a call (`@name` and `@reference.call`): most matches, no definition among them
         names = captures.get("name")
         if not names:
             continue

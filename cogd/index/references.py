@@ -15,7 +15,7 @@ from __future__ import annotations
 import bisect
 import functools
 import re
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import tree_sitter
 
@@ -29,9 +29,10 @@ _GENERICS = re.compile(r"<.*>|\(.*\)|\[.*\]", re.S)
 _LAST_PART = re.compile(r"[\w$]+$")
 
 
-@dataclass(frozen=True)
-class Reference:
-    """One unresolved reference. ``line`` is 1-based.
+class Reference(NamedTuple):
+    """One unresolved reference. ``line`` is 1-based. A named tuple in the column order of the
+    index's ``refs`` rows (it is hashed and compared as that tuple: hundreds of thousands are
+    made per full index, so no per-instance ``__init__``).
 
     - ``calls``: ``name`` is the callee's simple name, ``qualifier`` the
       receiver text before it (``self``, ``os.path``, ``''``).
@@ -76,23 +77,29 @@ def _text(node: tree_sitter.Node) -> str:
 
 # The receiver chain right before a callee's name: `self.`, `os.path.`, `a->`, `A::`, `x?.`, `f().`.
 _RECEIVER = re.compile(r"(?:[\w$]+(?:\(\))?(?:\?\.|\.|->|::))+")
-_RECEIVER_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_$.?->:()")
+_RECEIVER_CHARS = b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_$.?->:()"
 _NOT_RECEIVER = {"new", "await", "yield", "return"}
+_RECEIVER_SCAN = 120  # bytes before the name looked at
 
 
 def _receiver(name: tree_sitter.Node, source: bytes) -> str:
     """The text before the callee's name: ``self`` for ``self.f()``, ``''`` for ``f()``.
 
-    Read by scanning back from the name over at most 120 bytes of receiver
-    characters, so it costs the same for any syntax (``a.f()``, ``a->f()``,
-    ``A::f()``, Ruby's ``a.f``) and never walks the tree (``Node.parent`` is
-    linear in the depth; an end-anchored regex search would be quadratic).
+    The run of receiver characters (all ASCII) that ends right before the name, within
+    ``_RECEIVER_SCAN`` bytes, found by one ``bytes.rstrip`` over those bytes: it costs the same
+    for any syntax (``a.f()``, ``a->f()``, ``A::f()``, Ruby's ``a.f``) and never walks the tree
+    (``Node.parent`` is linear in the depth; an end-anchored regex search would be quadratic).
+    No byte of a multi-byte UTF-8 character is ASCII, so the run is the same in the bytes as in
+    their decoded text.
     """
-    before = source[max(0, name.start_byte - 120) : name.start_byte].decode("utf-8", errors="replace")
-    start = len(before)
-    while start > 0 and before[start - 1] in _RECEIVER_CHARS:
-        start -= 1
-    return _receiver_of(before[start:]) if start < len(before) else ""
+    return _receiver_before(source, name.start_byte)
+
+
+def _receiver_before(source: bytes, end: int) -> str:
+    """:func:`_receiver` for a name starting at byte ``end`` of ``source``."""
+    before = source[max(0, end - _RECEIVER_SCAN) : end]
+    run = len(before) - len(before.rstrip(_RECEIVER_CHARS))
+    return _receiver_of(before[len(before) - run:].decode("ascii")) if run else ""
 
 
 @functools.lru_cache(maxsize=4096)
@@ -154,24 +161,39 @@ def _add_calls(found: dict[Reference, None], tag_matches: list, enclosing: _Encl
     ``log.info`` forty times needs one edge, not forty.
     """
     seen_calls: set[tuple[str, str, str]] = set()
+    add_seen = seen_calls.add
+    spans, starts, file_id = enclosing.spans, enclosing.starts, enclosing.file_id
+    receiver_chars, receiver_of = _RECEIVER_CHARS, _receiver_of
     for _pattern, captures in tag_matches:
-        calls = captures.get("reference.call") or [
-            n for n in captures.get("reference.class", []) if n.type == "new_expression"
-        ]
+        calls = captures.get("reference.call")
         if not calls:
-            continue
+            classes = captures.get("reference.class")
+            if not classes or not any(n.type == "new_expression" for n in classes):
+                continue
         names = captures.get("name")
         if not names:
             continue
         name_node = names[0]
-        name = _text(name_node)
+        at = name_node.start_byte
+        # The source's own bytes: what Node.text returns, without a call into the tree.
+        name = source[at:name_node.end_byte].decode("utf-8", errors="replace")[:MAX_TEXT] if source else _text(name_node)
         if not name:
             continue
-        src = enclosing(name_node.start_byte)
-        receiver = _receiver(name_node, source) if source else ""
-        if (src, name, receiver) in seen_calls:
+        # enclosing(at), inlined: the innermost span holding the name (spans nest)
+        i = bisect.bisect_right(starts, at) - 1
+        while i >= 0 and not at < spans[i][1]:
+            i -= 1
+        src = spans[i][2] if i >= 0 else file_id
+        receiver = ""
+        if source:  # _receiver_before(source, at), inlined
+            before = source[max(0, at - _RECEIVER_SCAN) : at]
+            run = len(before) - len(before.rstrip(receiver_chars))
+            if run:
+                receiver = receiver_of(before[len(before) - run:].decode("ascii"))
+        key = (src, name, receiver)
+        if key in seen_calls:
             continue
-        seen_calls.add((src, name, receiver))
+        add_seen(key)
         found[Reference(src, "calls", name, receiver, "", name_node.start_point.row + 1)] = None
         if len(found) >= MAX_REFERENCES:
             return True

@@ -70,7 +70,8 @@ class Resolver:
         self._go_module: str | None | bool = False
         self._families: dict[str, str] = {}
         self._refs: dict[str, list[tuple[str, str, str, str, str]]] | None = None  # preloaded, by path
-        self._family_languages: dict[str, list[str]] = {}  # family → the tree's languages in it
+        # family → the tree's languages in it: derived from the file list alone, so shared through the layout
+        self._family_languages: dict[str, list[str]] = self._layout.setdefault("family_languages", {})
         self._partial: dict[str, set[str]] = {}  # crowded name → the files its definitions were read in
         self._crowded_rows: dict[str, list[tuple]] = {}  # crowded name → (rowid, id, kind, path, parent, name)
 
@@ -141,6 +142,13 @@ class Resolver:
             self._by_name[name] = [(entity_id, kind, path, parent) for _rowid, entity_id, kind, path, parent, _n in listing]
         for _rowid, entity_id, kind, _path, parent, _name in rows:
             self._parent[entity_id] = (kind, parent)
+
+    def _load_parents(self, path: str) -> None:
+        """Kind and parent of every entity of ``path`` in one query (the callers of its references and
+        the classes around them are its own entities), where :meth:`_kind_parent` would ask one id
+        at a time. An id it does not find is still asked for alone."""
+        for entity_id, kind, parent in store.entities_in_paths(self.conn, [path], ("id", "kind", "parent_id")):
+            self._parent.setdefault(entity_id, (kind, parent))
 
     def _members_of(self, container: str) -> dict[str, str]:
         if self._refs is not None:  # preloaded: a container with no members has none
@@ -302,13 +310,21 @@ class Resolver:
         return self._import_cache[key]
 
     # ---- resolution -----------------------------------------------------------
-    def _in_files(self, name: str, files: Iterable[str], kinds: tuple[str, ...]) -> str | None:
+    def _in_files(self, name: str, files: list[str], kinds: tuple[str, ...]) -> str | None:
         candidates = self._by_name.get(name)
         if not candidates:
             return None
-        wanted = set(files)
         best = None
-        for entity_id, kind, path, parent in self._by_name.get(name, []):
+        if len(files) == 1:  # the caller's own file, most lookups: no set to build
+            only = files[0]
+            for entity_id, kind, path, parent in candidates:
+                if path == only and kind in kinds:
+                    if parent == path:  # top level beats nested
+                        return entity_id
+                    best = best or entity_id
+            return best
+        wanted = set(files)
+        for entity_id, kind, path, parent in candidates:
             if path in wanted and kind in kinds:
                 if parent == path:  # top level beats nested
                     return entity_id
@@ -397,6 +413,7 @@ class Resolver:
         if self._refs is None:
             self.load_names({name for _s, kind, name, _q, _a in refs if kind in ("calls", "inherits")},
                             {path, *imported_files})
+            self._load_parents(path)
         self._resolve_refs(path, refs, bound, external, imported_files, edges)
         return [(s, d, k, path, how) for (s, d, k), how in edges.items()]
 
@@ -419,6 +436,7 @@ class Resolver:
         if not chosen:
             return 0
         self.load_names({r[2] for r in chosen}, {path, *imported_files})
+        self._load_parents(path)
         self._resolve_refs(path, chosen, bound, external, imported_files, edges)
         sources = sorted({r[0] for r in chosen})
         written_bases = {(r[0], r[3] or r[2]) for r in chosen if r[1] == "inherits"}
@@ -491,7 +509,8 @@ _layouts_lock = threading.Lock()
 
 
 def _layout_for(root: str, files: dict[str, str]) -> dict:
-    """Tables derived from the file list alone (directories, Python module stems), shared between resolvers.
+    """Tables derived from the file list alone (directories, Python module stems, the languages of
+    each family), shared between resolvers.
 
     Kept per root while the file list (path → language) stays exactly the
     same, which is every save of a file already indexed: building the stems

@@ -252,7 +252,7 @@ def file_rows(parsed: ParsedFile) -> FileRows:
         [tuple(getattr(entity, column) for column in ENTITY_COLUMNS) for entity in parsed.entities],
         [_fts_row(entity) for entity in parsed.entities],
         [(edge.src, edge.dst, edge.kind) for edge in parsed.edges],
-        [(r.src, r.kind, r.name, r.qualifier, r.alias, r.line) for r in parsed.references],
+        list(map(tuple, parsed.references)),
     )
 
 

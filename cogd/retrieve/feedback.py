@@ -18,8 +18,10 @@ All weights 0 turns feedback off (the replay's control arm).
 The learned association list (fused in retrieval, step 2) has two sources, one mechanism
 (:meth:`Feedback.association_lists`): ``session`` (the ledger: code edited after similar
 prompts) and ``history`` (:mod:`cogd.history`: code changed by commits with similar
-messages, each item carrying the number of independent commits behind it). Each item's
-weight comes from one place, :meth:`Feedback.source_weight`.
+messages, each item carrying the number of independent commits behind it). Each source's
+weight comes from one place, :meth:`Feedback.source_weight`; how an entity's two terms combine
+(``rank.association_combine``, default ``pooled``: one list, what both sources hold counted
+once) from another, :meth:`Feedback.association_terms`.
 
 Every learned source goes through one shrinkage towards no effect (:mod:`cogd.evidence`,
 :data:`LEARNED_SOURCES`): the weight applied is ``w · n / (n + k)``, ``n`` the independent
@@ -131,6 +133,50 @@ class Feedback:
                 path = a.entity_id.split("::", 1)[0]
                 self._history_files[path] = self._history_files.get(path, 0.0) + a.score
         return out
+
+    def association_terms(self, text: str, limit: int, rrf_k: int) -> tuple[dict[str, float], list]:
+        """The learned association lists as fusion terms: ``({entity_id: term}, lists)``.
+
+        ``lists`` is :meth:`association_lists` (for the signals); ``term`` is what an entity adds
+        to its fused score, by ``rank.association_combine``. With ``s`` a source, ``r_s(e)`` the
+        entity's rank in it (from 1), ``W_s`` its shrunk weight (:meth:`source_weight`) and ``k``
+        = ``rrf_k``, its RRF term is ``t_s(e) = W_s / (k + r_s(e))`` (Cormack et al., SIGIR 2009):
+
+        * ``sum`` — ``Σ_s t_s(e)``: each source a list of its own in the fusion;
+        * ``max`` — ``max_s t_s(e)``: the stronger source's term alone;
+        * ``pooled`` — one list: the union ordered by ``Σ_s t_s(e)`` (ties by id), fused once
+          at the larger weight, ``max_s W_s / (k + rank)``;
+        * ``single`` — ``pooled`` cut to ``limit`` entries: one list as long as one source's.
+
+        The two sources are not independent evidence: a session whose work was committed is
+        also a commit, its prompt and its commit message two wordings of one request, so
+        history and the ledger hold the same (request, change) pair. ``sum`` counts it twice
+        and spreads twice the learned weight over the union of two lists; ``max`` counts an
+        entity's strongest source once; ``pooled`` keeps agreement as the order (an entity
+        both sources name comes first) while the learned list weighs what one source weighs.
+        ``limit``: each source's length; ``rrf_k`` > 0.
+        """
+        lists = self.association_lists(text, limit)
+        mode = self.config.association_combine
+        per_source = []
+        for source, items in lists:
+            weight = self.source_weight(source)
+            per_source.append((weight, {entity_id: weight / (rrf_k + rank)
+                                        for rank, (entity_id, _e, _c) in enumerate(items, 1)}))
+        terms: dict[str, float] = {}
+        for _weight, source_terms in per_source:
+            for entity_id, term in source_terms.items():
+                if mode == "max":
+                    terms[entity_id] = max(terms.get(entity_id, 0.0), term)
+                else:
+                    terms[entity_id] = terms.get(entity_id, 0.0) + term
+        if mode in ("pooled", "single") and terms:
+            top = max(weight for weight, _ in per_source)
+            order = sorted(terms, key=lambda e: (-terms[e], e))
+            if mode == "single":
+                order = order[:limit]
+            terms = {entity_id: top / (rrf_k + rank) for rank, entity_id in enumerate(order, 1)}
+        return terms, lists
 
     def history_file_shares(self) -> dict[str, float]:
         """``{path: share}`` for the file-level ranking (:func:`cogd.retrieve.hybrid.file_ranking`'s

@@ -277,16 +277,17 @@ def _clue_lists(conn: sqlite3.Connection, found: Clues, config: RetrieveConfig, 
 
 def _fuse_learned(feedback: Feedback, text: str, config: RetrieveConfig, fused: dict[str, float],
                   signals: dict[str, dict]) -> None:
-    """Add the learned association lists to ``fused`` in place (:meth:`Feedback.association_lists`).
+    """Add the learned association terms to ``fused`` in place (:meth:`Feedback.association_terms`).
 
     Retrieval alone can only rerank what it found; past prompts (and past commit messages) bring
-    back the code that requests like this one changed, whatever words that code uses. Each item
-    adds the RRF term ``w / (k + rank)`` with its own weight (:meth:`Feedback.source_weight`)."""
-    for source, items in feedback.association_lists(text, max(config.candidates // 3, 1)):
+    back the code that requests like this one changed, whatever words that code uses. How the
+    two sources' RRF terms combine per entity is ``rank.association_combine``."""
+    terms, lists = feedback.association_terms(text, max(config.candidates // 3, 1), config.rrf_k)
+    for entity_id, term in terms.items():
+        fused[entity_id] = fused.get(entity_id, 0.0) + term
+    for source, items in lists:
         key = "association_rank" if source == "session" else f"{source}_rank"
         for rank, (entity_id, evidence, commits) in enumerate(items, 1):
-            weight = feedback.source_weight(source, evidence)
-            fused[entity_id] = fused.get(entity_id, 0.0) + weight / (config.rrf_k + rank)
             sig = signals.setdefault(entity_id, {})
             sig[key] = rank
             if commits:
