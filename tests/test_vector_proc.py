@@ -55,6 +55,25 @@ def test_rows_round_trip_through_the_child_and_match_the_table(folder):
     assert VectorStore(folder, DIM).state() == {"a": ("m@1", "h1"), "c": ("m@1", "h5"), "x": ("other@2", "h4")}
 
 
+
+def test_holds_and_stale_ids_compare_model_and_text_hash(folder):
+    store = ChildVectorStore(folder, DIM, "m@1")
+    store.open()
+    store.upsert([row("a", 1), row("c", 3), row("x", 4, model="other@2")])
+    assert store.holds("a", "h1") and store.holds("c", "h3")
+    assert not store.holds("a", "h9")  # the entity's text changed since its vector was made
+    assert not store.holds("x", "h4")  # made by another model
+    assert not store.holds("zz", "h1")  # never stored
+    # Rows of another model, and rows of entities the index no longer has, are the stale ones.
+    assert sorted(store.stale_ids({"a": 0, "x": 0})) == ["c", "x"]
+    store.delete(["c"])
+    assert sorted(store.stale_ids({"a": 0})) == ["x"] and not store.holds("c", "h3")
+    store.close()
+    # The same answers from a fresh store that reads the state back from the table.
+    again = ChildVectorStore(folder, DIM, "m@1")
+    assert again.holds("a", "h1") and not again.holds("x", "h4") and sorted(again.stale_ids({"a": 0})) == ["x"]
+    again.close()
+
 def test_the_caller_never_imports_lancedb_or_pyarrow(folder):
     code = (
         "import sys, json, numpy as np\n"

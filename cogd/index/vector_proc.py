@@ -36,7 +36,7 @@ import struct
 import subprocess
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 import numpy as np
@@ -100,7 +100,9 @@ class ChildVectorStore:
         self.dim = dim
         self.model = model
         self._proc: subprocess.Popen | None = None
-        self._state: dict[str, tuple[str, str]] | None = None
+        # id → src_hash for rows of ``model`` (the usual case), id → (model, src_hash) for others:
+        # one small string per row instead of a tuple and a copy of the model id per row.
+        self._state: dict[str, str | tuple[str, str]] | None = None
         self._used = time.monotonic()
         self._loaded: tuple | None = None
         self._deletes: list[str] = []  # deleted here, not yet in the table: sent before the next write
@@ -143,7 +145,8 @@ class ChildVectorStore:
         if not reply.get("ok"):
             self._end()
             raise VectorProcError(f"vector child: {reply.get('error', 'unknown error')}")
-        self._state = {i: (m, h) for i, m, h in reply["state"]}
+        model = self.model
+        self._state = {i: (h if m == model else (m, h)) for i, m, h in reply["state"]}
         for i in self._deletes:  # queued deletions the table does not know yet
             self._state.pop(i, None)
         if rows:
@@ -181,12 +184,25 @@ class ChildVectorStore:
         assert loaded is not None
         return loaded
 
-    def state(self) -> dict[str, tuple[str, str]]:
-        """id → (model, src_hash) of every stored row (a copy; read by a child once, then kept here)."""
+    def _known(self) -> dict[str, str | tuple[str, str]]:
         if self._state is None:
             self._ensure()
         assert self._state is not None
-        return dict(self._state)
+        return self._state
+
+    def state(self) -> dict[str, tuple[str, str]]:
+        """id → (model, src_hash) of every stored row (a copy; read by a child once, then kept here)."""
+        model = self.model
+        return {i: (v if isinstance(v, tuple) else (model, v)) for i, v in self._known().items()}
+
+    def holds(self, entity_id: str, src_hash: str) -> bool:
+        """True when the table has ``entity_id``'s row made by ``model`` from text of ``src_hash``."""
+        return self._known().get(entity_id) == src_hash
+
+    def stale_ids(self, current: Mapping[str, object]) -> list[str]:
+        """Stored ids that are not keys of ``current`` (the index's entities) or were made by
+        another model: the rows a pass deletes before it embeds."""
+        return [i for i, v in self._known().items() if isinstance(v, tuple) or i not in current]
 
     def upsert(self, rows: list[dict]) -> None:
         """Insert or replace rows (dicts with id, kind, path, model, src_hash, vector; optional status)."""
@@ -197,7 +213,9 @@ class ChildVectorStore:
         matrix = np.stack([np.asarray(r["vector"], dtype="<f4").reshape(self.dim) for r in rows])
         self._call({"op": "upsert", "rows": meta}, matrix.tobytes())
         if self._state is not None:
-            self._state.update((r["id"], (r["model"], r["src_hash"])) for r in rows)
+            model = self.model
+            self._state.update((r["id"], r["src_hash"] if r["model"] == model else (r["model"], r["src_hash"]))
+                               for r in rows)
 
     def delete(self, ids: Iterable[str]) -> int:
         """Delete rows by id; returns how many ids were asked for.
