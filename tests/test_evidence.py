@@ -272,18 +272,24 @@ def test_evidence_growing_raises_what_sessions_kept_editing(stdlib_index, tmp_pa
         ledger.close()
 
 
+
+def one_session_on_a_low_target(stdlib_index, ledger) -> tuple[str, list]:
+    """One session edits the low target; returns its id and its hits in a pack with feedback off."""
+    root, conn = stdlib_index
+    _off, target = low_target(stdlib_index, ledger)
+    session(ledger, stdlib_index, 1, target)
+    plain = [h for h in prompt_pack(conn, root, ASKED, PackConfig(), RetrieveConfig(), mode="bm25",
+                                    feedback=feedback_of(ledger, OFF)).items if h.entity_id == target[0]]
+    return target[0], plain
+
 def test_one_session_moves_the_fusion_by_the_shrunk_weight_only(stdlib_index, tmp_path):
     root, conn = stdlib_index
     ledger = Ledger(tmp_path / "state.db")
     try:
-        _off, target = low_target(stdlib_index, ledger)
-        target_id = target[0]
-        session(ledger, stdlib_index, 1, target)
+        target_id, plain = one_session_on_a_low_target(stdlib_index, ledger)
         config = RankConfig(utility_weight=0, recency_weight=0, working_set_weight=0)
         shrunk = [h for h in prompt_pack(conn, root, ASKED, PackConfig(), RetrieveConfig(), mode="bm25",
                                          feedback=feedback_of(ledger, config)).items if h.entity_id == target_id]
-        plain = [h for h in prompt_pack(conn, root, ASKED, PackConfig(), RetrieveConfig(), mode="bm25",
-                                        feedback=feedback_of(ledger, OFF)).items if h.entity_id == target_id]
         w = config.association_weight / (1 + config.evidence_k)
         # the association list ranks the target first: RRF adds w / (k_rrf + 1) to its fused score (plain:
         # the target came by expansion alone, no list of its own)
@@ -300,11 +306,7 @@ def test_an_edit_both_the_ledger_and_history_hold_is_fused_once_unless_summed(st
     root, conn = stdlib_index
     ledger = Ledger(tmp_path / "state.db")
     try:
-        _off, target = low_target(stdlib_index, ledger)
-        target_id = target[0]
-        session(ledger, stdlib_index, 1, target)
-        plain = [h for h in prompt_pack(conn, root, ASKED, PackConfig(), RetrieveConfig(), mode="bm25",
-                                        feedback=feedback_of(ledger, OFF)).items if h.entity_id == target_id]
+        target_id, plain = one_session_on_a_low_target(stdlib_index, ledger)
         before = plain[0].signals.get("rrf", 0.0)
         rrf = {}
         for combine in ("sum", "max", "pooled"):

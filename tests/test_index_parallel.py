@@ -65,16 +65,21 @@ def _content(conn: sqlite3.Connection) -> dict[str, list[tuple]]:
     }
 
 
+def stdlib_slice(tmp_path_factory, name: str, packages: tuple[str, ...]) -> Path:
+    """A git repository holding copies of standard-library ``packages`` and the LARGE_MODULES."""
+    root = tmp_path_factory.mktemp(name) / "repo"
+    root.mkdir()
+    for package in packages:
+        shutil.copytree(STDLIB / package, root / package, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    for module in LARGE_MODULES:
+        assert (STDLIB / module).stat().st_size > GUARDED_PARSE_BYTES
+        shutil.copy(STDLIB / module, root / module)
+    return make_repo(root)
+
+
 @pytest.fixture(scope="module")
 def stdlib_repo(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("parallel") / "repo"
-    root.mkdir()
-    for name in PACKAGES:
-        shutil.copytree(STDLIB / name, root / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    for name in LARGE_MODULES:
-        assert (STDLIB / name).stat().st_size > GUARDED_PARSE_BYTES
-        shutil.copy(STDLIB / name, root / name)
-    return make_repo(root)
+    return stdlib_slice(tmp_path_factory, "parallel", PACKAGES)
 
 
 def index_digests(conn: sqlite3.Connection) -> dict[str, str]:
@@ -98,13 +103,7 @@ def digest_key() -> str:
 
 @pytest.fixture(scope="module")
 def pinned_repo(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("pinned") / "repo"
-    root.mkdir()
-    for name in PINNED_PACKAGES:
-        shutil.copytree(STDLIB / name, root / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    for name in LARGE_MODULES:
-        shutil.copy(STDLIB / name, root / name)
-    return make_repo(root)
+    return stdlib_slice(tmp_path_factory, "pinned", PINNED_PACKAGES)
 
 
 def test_the_index_of_the_standard_library_slice_is_the_pinned_one(pinned_repo, tmp_path):
