@@ -1,12 +1,17 @@
 """A crash at every step of every memory write is completed (or undone) on restart, never taken for a hand edit.
 
-Each case prepares a tiny repository, then runs the real operation in a real process — the CLI
-in-process, or a real daemon for consolidation — with ``COGD_FAULT=<op>:<step>``, which makes
+Each case prepares a tiny repository, then runs the real operation in a real process — a ``cogd``
+CLI process, or a real daemon for consolidation — with ``COGD_FAULT=<op>:<step>``, which makes
 that process ``os._exit(137)`` at the step (what ``kill -9`` leaves). It checks what the crash
 left on disk (so the step was really reached), restarts cogd, and asserts: the operation is
 fully done (every step from the intent on) or fully undone (``planned``: nothing was durable yet)
 — exact files and exact events —, no ``illegal_transition``, ``refused`` or hand-edit event,
 files, projection and ledger agree, no intent is left, and ``cogd doctor`` passes its memory checks.
+
+The crashing operation is always a real process (it must die); what comes after it — the restart's
+``cogd memory list``, a consolidation daemon's start and stop — is the same CLI code run in this
+process (:func:`cli`), the daemon a real process on its real socket. A process start costs more
+than the rest of a case on a busy machine, and the restart's recovery is the same code either way.
 """
 
 from __future__ import annotations
@@ -14,10 +19,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import sqlite3
 import subprocess
 import sys
 import time
+import traceback
 from pathlib import Path
 
 import pytest
@@ -59,6 +66,22 @@ def cogd(root: Path, *args: str, fault: str = "", timeout: float = 120, env: dic
     return subprocess.run([COGD, *args], cwd=root, capture_output=True, text=True, timeout=timeout, env=environment)
 
 
+def cli(root: Path, *args: str) -> subprocess.CompletedProcess:
+    """``cogd --root <root> <args>`` run in this process (click's test runner) as a CompletedProcess:
+    the command's own code (daemon or in-process backend alike) without a Python start-up. No
+    ``COGD_FAULT`` reaches it (this process has none), so it never crashes on purpose."""
+    from click.testing import CliRunner
+
+    from cogd.cli import main
+
+    assert not os.environ.get("COGD_FAULT"), "an in-process command must not carry a crash point"
+    result = CliRunner().invoke(main, ["--root", str(root), *args])
+    stderr = result.stderr
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        stderr += "".join(traceback.format_exception(result.exception))
+    return subprocess.CompletedProcess(["cogd (in-process)", *args], result.exit_code, result.stdout, stderr)
+
+
 def ok(proc: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
     assert proc.returncode == 0, f"{proc.args} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
     return proc
@@ -93,9 +116,16 @@ def intents(root: Path) -> list[sqlite3.Row]:
     return ledger_rows(root, "SELECT * FROM intents ORDER BY id")
 
 
+@pytest.fixture(scope="module")
+def template(tmp_path_factory) -> Path:
+    """:data:`SMALL` as a committed git repository (copied by each test, never changed)."""
+    return make_repo(tmp_path_factory.mktemp("intents") / "repo", SMALL)
+
+
 @pytest.fixture
-def repo(tmp_path):
-    root = make_repo(tmp_path / "repo", SMALL)
+def repo(tmp_path, template):
+    root = tmp_path / "repo"
+    shutil.copytree(template, root, symlinks=True)
     (root / ".cogd").mkdir()
     yield root
     Daemon(root).stop()  # what `cogd stop` does, in this process (most cases start no daemon at all)
@@ -128,9 +158,9 @@ def prepare(root: Path, case: str) -> dict:
         elif case == "retention":
             ids["a"] = store.record("observation", A_TEXT)["record"]["id"]
             store.transition(ids["a"], "rejected", reason="wrong header")
-        elif case == "stale":  # anchored to alpha through the real CLI (it indexes first), then alpha changes
+        elif case == "stale":  # anchored to alpha through the CLI (it indexes first), then alpha changes
             store.close()
-            out = ok(cogd(root, "memory", "add", "observation", A_TEXT, "--anchor", "pkg/mod.py::alpha", "--json"))
+            out = ok(cli(root, "memory", "add", "observation", A_TEXT, "--anchor", "pkg/mod.py::alpha", "--json"))
             ids["a"] = json.loads(out.stdout)["record"]["id"]
             (root / "pkg" / "mod.py").write_text(SMALL["pkg/mod.py"].replace("return 1", "return 2"), encoding="utf-8")
             store = open_store(root)
@@ -148,13 +178,14 @@ def prepare(root: Path, case: str) -> dict:
 def run_crashing(root: Path, tmp_path: Path, case: str, ids: dict, fault: str) -> None:
     """The operation under ``fault``: the process must die with 137 at that point."""
     if case in ("merge", "promote"):
-        ok(cogd(root, "start", fault=fault))
-        pid = json.loads(ok(cogd(root, "status", "--json")).stdout)["pid"]
-        proc = cogd(root, "consolidate", "--json")
+        ok(cogd(root, "start", fault=fault))  # a real CLI process, so the daemon it starts inherits the fault
+        pid = json.loads(ok(cli(root, "status", "--json")).stdout)["pid"]
+        proc = cli(root, "consolidate", "--json")
         assert proc.returncode != 0, proc.stdout
         wait_for(lambda: not Path(f"/proc/{pid}").exists(), 60, "the daemon to die at the fault point")
         return
-    time.sleep(0.05)  # retention: the rejection is older than retention_days (0.0086 s) by now
+    if case == "retention":
+        time.sleep(0.05)  # the rejection is older than retention_days (0.0086 s) by now
     editor = tmp_path / "editor.py"
     editor.write_text(EDITOR, encoding="utf-8")
     args = {"retention": ["consolidate", "--json"], "record": ["memory", "add", "observation", A_TEXT],
@@ -240,13 +271,13 @@ def test_crash_at_every_step_is_completed_or_undone(repo, tmp_path, case, fault)
         assert [e[2] for e in events(repo)] == ["create"] + (["stale"] if step == "logged" or "project" in step else [])
     recovered = step == "intent" or step.startswith("file")
 
-    # restart: a real process that syncs (a daemon for consolidation, the CLI in-process otherwise)
+    # restart: what syncs is a real daemon process for consolidation, the CLI's in-process backend otherwise
     if case in ("merge", "promote"):
-        ok(cogd(repo, "start"))
-        listed = json.loads(ok(cogd(repo, "memory", "list", "--json")).stdout)
-        ok(cogd(repo, "stop"))
+        ok(cli(repo, "start"))
+        listed = json.loads(ok(cli(repo, "memory", "list", "--json")).stdout)
+        ok(cli(repo, "stop"))
     else:
-        listed = json.loads(ok(cogd(repo, "memory", "list", "--json")).stdout)
+        listed = json.loads(ok(cli(repo, "memory", "list", "--json")).stdout)
     new_ids = [m["id"] for m in listed if m["id"] not in ids.values()]
     new_id = new_ids[0] if new_ids else None
     assert len(new_ids) == (1 if case == "record" and done else 0)
@@ -304,7 +335,7 @@ def test_hand_edit_after_a_crash_before_any_file_wins(repo, tmp_path):
     run_crashing(repo, tmp_path, "reject", ids, "transition:intent")
     path = repo / ".cogd" / "memory" / "observations" / f"{ids['a']}.md"
     _append_line(path, "callers must attach UTC themselves")
-    ok(cogd(repo, "memory", "list", "--json"))
+    ok(cli(repo, "memory", "list", "--json"))
     a = ids["a"]
     assert events(repo) == [("human", a, "create", None, "active", False), ("human", a, "edit", "active", "active", False)]
     assert read(path).status == "active" and read(path).body.endswith("callers must attach UTC themselves")
@@ -320,7 +351,7 @@ def test_hand_edit_after_a_crash_half_way_is_judged_after_the_completed_write(re
     run_crashing(repo, tmp_path, "supersede", ids, "supersede:file1")
     new_path = repo / ".cogd" / "memory" / "observations" / f"{ids['b']}.md"
     _append_line(new_path, "checked against email.utils in 3.11")
-    ok(cogd(repo, "memory", "list", "--json"))
+    ok(cli(repo, "memory", "list", "--json"))
     a, b = ids["a"], ids["b"]
     assert events(repo) == [
         ("human", a, "create", None, "active", False), ("human", b, "create", None, "active", False),
