@@ -100,6 +100,42 @@ def run_cogd(root: Path, *args: str, timeout: float = 120, check: bool = True) -
     return proc
 
 
+def cogd_in_process(root: Path, *args: str, check: bool = True,
+                    env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """``cogd --root <root> <args>`` run in this process (click's test runner), returned as
+    :func:`run_cogd` returns the real command: ``returncode``, ``stdout``, ``stderr``.
+
+    The same command code (talking to a running daemon over its socket, or doing the work
+    in-process when none runs) without a Python start-up and the CLI's imports, which cost more
+    than most commands on a busy machine: for the steps around what a test is about. A test
+    whose subject is the command's process (its exit, signals, the environment it reads at
+    start, a crash point) runs :func:`run_cogd`. An exception the command did not turn into a
+    message is appended to ``stderr`` as its traceback, so "no Traceback" assertions still
+    catch it. The umask the command sets (077) is put back afterwards; ``env`` (name → value)
+    is set for the call only. ``check`` raises AssertionError on a non-zero exit.
+    """
+    import traceback
+
+    from click.testing import CliRunner
+
+    from cogd.cli import main
+
+    before = os.umask(0o022)
+    os.umask(before)
+    try:
+        result = CliRunner().invoke(main, ["--root", str(root), *args], env=env)
+    finally:
+        os.umask(before)
+    stderr = result.stderr
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        stderr += "".join(traceback.format_exception(result.exception))
+    proc = subprocess.CompletedProcess(["cogd (in-process)", "--root", str(root), *args], result.exit_code,
+                                       result.stdout, stderr)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"cogd {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
 # Hooks whose test asserts what they print (not how fast) run with this deadline, set by the
 # test (``run_hook(..., deadline_ms=HOOK_DEADLINE_MS)``): a loaded machine must not turn a
 # content assertion into a timeout. Latency is measured by scripts/bench_hooks.py, not here.

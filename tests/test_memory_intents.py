@@ -24,12 +24,11 @@ import sqlite3
 import subprocess
 import sys
 import time
-import traceback
 from pathlib import Path
 
 import pytest
 
-from conftest import COGD, Daemon, make_repo, wait_for
+from conftest import COGD, Daemon, cogd_in_process, make_repo, wait_for
 from cogd.memory.api import MemoryStore
 from cogd.memory.record import read
 from cogd.paths import Layout
@@ -67,19 +66,10 @@ def cogd(root: Path, *args: str, fault: str = "", timeout: float = 120, env: dic
 
 
 def cli(root: Path, *args: str) -> subprocess.CompletedProcess:
-    """``cogd --root <root> <args>`` run in this process (click's test runner) as a CompletedProcess:
-    the command's own code (daemon or in-process backend alike) without a Python start-up. No
-    ``COGD_FAULT`` reaches it (this process has none), so it never crashes on purpose."""
-    from click.testing import CliRunner
-
-    from cogd.cli import main
-
+    """``cogd`` in this process (:func:`conftest.cogd_in_process`). No ``COGD_FAULT`` reaches it
+    (this process has none), so it never crashes on purpose."""
     assert not os.environ.get("COGD_FAULT"), "an in-process command must not carry a crash point"
-    result = CliRunner().invoke(main, ["--root", str(root), *args])
-    stderr = result.stderr
-    if result.exception is not None and not isinstance(result.exception, SystemExit):
-        stderr += "".join(traceback.format_exception(result.exception))
-    return subprocess.CompletedProcess(["cogd (in-process)", *args], result.exit_code, result.stdout, stderr)
+    return cogd_in_process(root, *args, check=False)
 
 
 def ok(proc: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
