@@ -377,14 +377,17 @@ class Daemon:
         self.root = root
 
     def start(self, index: bool = True) -> "Daemon":
-        """``cogd start``, then (``index``) ``cogd index`` so that the index is current."""
+        """``cogd start`` (the real command), then (``index``) ``cogd index`` so that the index is
+        current (its code in this process, asking the daemon: :func:`cogd_in_process`)."""
         run_cogd(self.root, "start")
         if index:
-            run_cogd(self.root, "index")
+            cogd_in_process(self.root, "index")
         return self
 
     def status(self) -> dict:
-        return json.loads(run_cogd(self.root, "status", "--json").stdout)
+        """What ``cogd status --json`` prints, from its code in this process (tests poll it while
+        they wait: a CLI process per poll took CPU from the daemon being waited for)."""
+        return json.loads(cogd_in_process(self.root, "status", "--json").stdout)
 
     def stop(self) -> None:
         """What ``cogd stop`` does (:func:`cogd.rpc.control.stop`: SIGTERM, then wait until the
