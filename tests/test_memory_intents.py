@@ -1,17 +1,19 @@
 """A crash at every step of every memory write is completed (or undone) on restart, never taken for a hand edit.
 
 Each case prepares a tiny repository, then runs the real operation in a real process — a ``cogd``
-CLI process, or a real daemon for consolidation — with ``COGD_FAULT=<op>:<step>``, which makes
+command's process, or a real daemon for consolidation — with ``COGD_FAULT=<op>:<step>``, which makes
 that process ``os._exit(137)`` at the step (what ``kill -9`` leaves). It checks what the crash
 left on disk (so the step was really reached), restarts cogd, and asserts: the operation is
 fully done (every step from the intent on) or fully undone (``planned``: nothing was durable yet)
 — exact files and exact events —, no ``illegal_transition``, ``refused`` or hand-edit event,
 files, projection and ledger agree, no intent is left, and ``cogd doctor`` passes its memory checks.
 
-The crashing operation is always a real process (it must die); what comes after it — the restart's
-``cogd memory list``, a consolidation daemon's start and stop — is the same CLI code run in this
-process (:func:`cli`), the daemon a real process on its real socket. A process start costs more
-than the rest of a case on a busy machine, and the restart's recovery is the same code either way.
+The crashing operation is always a real process of its own (it must die): forked from one that
+imported the CLI once (:data:`PREFORK`), with the command's environment and its crash point read
+from it. What comes after it — the restart's ``cogd memory list``, a consolidation daemon's start
+and stop — is the same CLI code run in this process (:func:`cli`), the daemon a real process on
+its real socket. A Python start-up with the CLI's imports costs more than the rest of a case on a
+busy machine, and the restart's recovery is the same code either way.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import COGD, Daemon, cogd_in_process, make_repo, wait_for
+from conftest import Daemon, cogd_in_process, make_repo, wait_for
 from cogd.memory.api import MemoryStore
 from cogd.memory.record import read
 from cogd.paths import Layout
@@ -57,12 +59,114 @@ CASES = ([("merge", p) for p in points("merge", 2)] + [("promote", p) for p in p
          + [("verify", p) for p in points("verify", 1)] + [("stale", p) for p in points("stale", 1)])
 
 
+# The crashing command runs in a process forked from this one, which imported the CLI and its
+# in-process backend once: a real process of its own that dies at the fault point (os._exit(137)),
+# without the Python start-up and the imports, which cost more than the command on a busy machine.
+# Each child takes the command's environment and re-reads the crash point from it as a fresh
+# ``cogd`` process does (cogd/faults.py reads COGD_FAULT at import); a daemon it starts inherits it.
+PREFORK = r"""
+import importlib, json, os, sys, traceback
+import cogd.cli, cogd.cli.base, cogd.daemon.service, cogd.faults
+from cogd.cli import main
+
+replies = os.fdopen(os.dup(1), "w")
+os.dup2(os.open(os.devnull, os.O_WRONLY), 1)  # nothing of this process reaches the reply pipe
+for line in sys.stdin:
+    request = json.loads(line)
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            os.environ.clear()
+            os.environ.update(request["env"])
+            importlib.reload(cogd.faults)  # COGD_FAULT and COGD_FAULT_AFTER, from this command's environment
+            os.chdir(request["cwd"])
+            os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
+            os.dup2(os.open(request["stdout"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), 1)
+            os.dup2(os.open(request["stderr"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), 2)
+            sys.argv = ["cogd", *request["args"]]
+            main(request["args"], prog_name="cogd")
+            code = 0
+        except SystemExit as exit_:
+            code = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
+        except BaseException:
+            traceback.print_exc()
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+    replies.write(json.dumps({"pid": pid}) + "\n")
+    replies.flush()
+    _, status = os.waitpid(pid, 0)
+    replies.write(json.dumps({"returncode": os.waitstatus_to_exitcode(status)}) + "\n")
+    replies.flush()
+"""
+
+
+class Prefork:
+    """The forking process of :data:`PREFORK`; :meth:`run` is ``subprocess.run([COGD, ...])``'s equivalent."""
+
+    def __init__(self, folder: Path):
+        self.folder = folder
+        self.proc = subprocess.Popen([sys.executable, "-c", PREFORK], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     text=True, cwd=folder)
+        self.count = 0
+
+    def _reply(self, timeout: float) -> dict:
+        import select
+
+        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
+        if not ready:
+            raise subprocess.TimeoutExpired("cogd (forked)", timeout)
+        line = self.proc.stdout.readline()
+        assert line, f"the forking process exited ({self.proc.poll()})"
+        return json.loads(line)
+
+    def run(self, root: Path, args: list[str], env: dict[str, str], timeout: float) -> subprocess.CompletedProcess:
+        """``cogd <args>`` in ``root`` with exactly ``env``, in a forked child; killed after ``timeout`` s."""
+        self.count += 1
+        out, err = self.folder / f"{self.count}.out", self.folder / f"{self.count}.err"
+        self.proc.stdin.write(json.dumps({"args": args, "env": env, "cwd": str(root), "stdout": str(out),
+                                          "stderr": str(err)}) + "\n")
+        self.proc.stdin.flush()
+        pid = self._reply(30)["pid"]
+        try:
+            returncode = self._reply(timeout)["returncode"]
+        except subprocess.TimeoutExpired:
+            os.kill(pid, 9)
+            self._reply(30)
+            raise
+        return subprocess.CompletedProcess(["cogd (forked)", *args], returncode,
+                                           out.read_text(encoding="utf-8"), err.read_text(encoding="utf-8"))
+
+    def close(self) -> None:
+        self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+_prefork: list[Prefork] = []
+
+
+@pytest.fixture(scope="module", autouse=True)
+def prefork(tmp_path_factory):
+    forker = Prefork(tmp_path_factory.mktemp("prefork"))
+    _prefork.append(forker)
+    yield forker
+    _prefork.remove(forker)
+    forker.close()
+
+
 def cogd(root: Path, *args: str, fault: str = "", timeout: float = 120, env: dict | None = None):
+    """The real ``cogd`` command in its own process (forked, see :data:`PREFORK`), with ``COGD_FAULT=fault``."""
     environment = {k: v for k, v in os.environ.items() if not k.startswith("COGD_FAULT")}
     environment.update(env or {})
     if fault:
         environment["COGD_FAULT"] = fault
-    return subprocess.run([COGD, *args], cwd=root, capture_output=True, text=True, timeout=timeout, env=environment)
+    return _prefork[0].run(root, list(args), environment, timeout)
 
 
 def cli(root: Path, *args: str) -> subprocess.CompletedProcess:
