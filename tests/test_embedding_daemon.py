@@ -56,7 +56,7 @@ def repo(tmp_path):
 
 def test_vectors_follow_the_index_and_the_cache_spares_the_model(repo):
     run_cogd(repo, "start")
-    run_cogd(repo, "index")
+    cogd_in_process(repo, "index")  # after the real start: its code here, asking the daemon
     first = wait_embedded(repo)
     assert first["entities"] == 6 and first["computed"] == 6  # 2 files, 1 class, 3 functions
 
@@ -90,7 +90,7 @@ def test_vectors_follow_the_index_and_the_cache_spares_the_model(repo):
 
 def test_explain_shows_each_signal(repo):
     run_cogd(repo, "start")
-    run_cogd(repo, "index")
+    cogd_in_process(repo, "index")  # after the real start: its code here, asking the daemon
     wait_embedded(repo)
     proc = run_cogd(repo, "context", "how much does the customer owe", "--explain")
     assert "shop/cart.py::Cart.total_price" in proc.stdout

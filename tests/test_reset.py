@@ -182,7 +182,7 @@ def test_a_reset_after_the_daemon_embedded_computes_only_what_the_cache_lacks(tm
     root = make_repo(tmp_path / "repo", files)
     try:
         run_cogd(root, "start")
-        run_cogd(root, "index")
+        cogd_in_process(root, "index")  # after the real start: its code here, asking the daemon
         wait_for(lambda: (e := json.loads(cogd_in_process(root, "status", "--json").stdout)["embedding"])["phase"] == "current"
                  and e["embedded_entities"] == 6 and e, what="the daemon's embedding")
     finally:
