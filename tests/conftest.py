@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import sysconfig
+import threading
 import time
 from pathlib import Path
 
@@ -100,6 +101,15 @@ def run_cogd(root: Path, *args: str, timeout: float = 120, check: bool = True) -
     return proc
 
 
+_interruptions: list[int] = []  # signals that interrupted the session (SIGINT, or SIGTERM: pytest_configure)
+
+
+def _note_interruption(signum, frame) -> None:  # noqa: ARG001
+    """A SIGINT or SIGTERM handler: note it (click swallows the KeyboardInterrupt), then raise one."""
+    _interruptions.append(signum)
+    raise KeyboardInterrupt(signal.Signals(signum).name)
+
+
 def cogd_in_process(root: Path, *args: str, check: bool = True,
                     env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     """``cogd --root <root> <args>`` run in this process (click's test runner), returned as
@@ -111,8 +121,11 @@ def cogd_in_process(root: Path, *args: str, check: bool = True,
     whose subject is the command's process (its exit, signals, the environment it reads at
     start, a crash point) runs :func:`run_cogd`. An exception the command did not turn into a
     message is appended to ``stderr`` as its traceback, so "no Traceback" assertions still
-    catch it. The umask the command sets (077) is put back afterwards; ``env`` (name → value)
-    is set for the call only. ``check`` raises AssertionError on a non-zero exit.
+    catch it. An interruption during the command (Ctrl-C, or the SIGTERM this conftest turns into
+    one), which click would print as "Aborted!" with exit 1, is raised again as KeyboardInterrupt:
+    it ends the session as it does around a real process. The umask the command sets (077) is
+    put back afterwards; ``env`` (name → value) is set for the call only. ``check`` raises
+    AssertionError on a non-zero exit.
     """
     import traceback
 
@@ -122,10 +135,20 @@ def cogd_in_process(root: Path, *args: str, check: bool = True,
 
     before = os.umask(0o022)
     os.umask(before)
+    interruptions = len(_interruptions)
+    # Ctrl-C is noted too, where it would interrupt (never where it is ignored, as in a background job)
+    noted = (threading.current_thread() is threading.main_thread()
+             and signal.getsignal(signal.SIGINT) is signal.default_int_handler)
+    if noted:
+        signal.signal(signal.SIGINT, _note_interruption)
     try:
         result = CliRunner().invoke(main, ["--root", str(root), *args], env=env)
     finally:
         os.umask(before)
+        if noted:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+    if len(_interruptions) > interruptions:  # click made it "Aborted!" and exit 1: it is the session's
+        raise KeyboardInterrupt("during an in-process cogd command")
     stderr = result.stderr
     if result.exception is not None and not isinstance(result.exception, SystemExit):
         stderr += "".join(traceback.format_exception(result.exception))
@@ -474,9 +497,7 @@ def pytest_configure(config):
     # A SIGTERM (a CI job's timeout, scripts/stress_suite.sh interrupted) would end the
     # interpreter without atexit or finalisers: turn it into an interruption pytest handles.
     if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
-        def interrupted(signum, frame):  # noqa: ARG001
-            raise KeyboardInterrupt("SIGTERM")
-        signal.signal(signal.SIGTERM, interrupted)
+        signal.signal(signal.SIGTERM, _note_interruption)
 
 
 def _leaks(base: Path, within: Path | None, since: set[int]) -> dict[int, str]:
