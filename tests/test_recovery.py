@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import COGD_HOOK, Daemon, cogd_in_process as here, git, make_repo, run_cogd, wait_for
+from conftest import COGD_HOOK, HOOK_DEADLINE_MS, Daemon, cogd_in_process as here, git, make_repo, run_cogd, wait_for
 
 CODE = {
     "shapes.py": (
@@ -289,8 +289,11 @@ def _reject_and_deliver(root: Path) -> tuple[str, str]:
     rule = json.loads(here(root, "memory", "add", "rule", "Keep the shape tests fast",
                                "--json").stdout)["record"]["id"]
     prompt = {"session_id": "s1", "prompt": "circle area", "cwd": str(root), "hook_event_name": "UserPromptSubmit"}
+    # The pack is what this hook must print: the index is current first (the daemon's first index
+    # runs in the background after a start), and the hook's deadline is the test's, generous.
+    here(root, "index")
     proc = subprocess.run([COGD_HOOK, "prompt-submit"], input=json.dumps(prompt).encode(), capture_output=True,
-                          timeout=30)
+                          timeout=60, env={**os.environ, "COGD_HOOK_DEADLINE_MS": str(HOOK_DEADLINE_MS)})
     assert b"additionalContext" in proc.stdout
     return rejected, rule
 
