@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import sysconfig
+import threading
 import time
 from pathlib import Path
 
@@ -95,6 +96,64 @@ def stdlib_template(tmp_path_factory) -> Path:
 def run_cogd(root: Path, *args: str, timeout: float = 120, check: bool = True) -> subprocess.CompletedProcess:
     """Run the real ``cogd`` console script in ``root``."""
     proc = subprocess.run([COGD, *args], cwd=root, capture_output=True, text=True, timeout=timeout)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"cogd {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+_interruptions: list[int] = []  # signals that interrupted the session (SIGINT, or SIGTERM: pytest_configure)
+
+
+def _note_interruption(signum, frame) -> None:  # noqa: ARG001
+    """A SIGINT or SIGTERM handler: note it (click swallows the KeyboardInterrupt), then raise one."""
+    _interruptions.append(signum)
+    raise KeyboardInterrupt(signal.Signals(signum).name)
+
+
+def cogd_in_process(root: Path, *args: str, check: bool = True,
+                    env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """``cogd --root <root> <args>`` run in this process (click's test runner), returned as
+    :func:`run_cogd` returns the real command: ``returncode``, ``stdout``, ``stderr``.
+
+    The same command code (talking to a running daemon over its socket, or doing the work
+    in-process when none runs) without a Python start-up and the CLI's imports, which cost more
+    than most commands on a busy machine: for the steps around what a test is about. A test
+    whose subject is the command's process (its exit, signals, the environment it reads at
+    start, a crash point) runs :func:`run_cogd`. An exception the command did not turn into a
+    message is appended to ``stderr`` as its traceback, so "no Traceback" assertions still
+    catch it. An interruption during the command (Ctrl-C, or the SIGTERM this conftest turns into
+    one), which click would print as "Aborted!" with exit 1, is raised again as KeyboardInterrupt:
+    it ends the session as it does around a real process. The umask the command sets (077) is
+    put back afterwards; ``env`` (name → value) is set for the call only. ``check`` raises
+    AssertionError on a non-zero exit.
+    """
+    import traceback
+
+    from click.testing import CliRunner
+
+    from cogd.cli import main
+
+    before = os.umask(0o022)
+    os.umask(before)
+    interruptions = len(_interruptions)
+    # Ctrl-C is noted too, where it would interrupt (never where it is ignored, as in a background job)
+    noted = (threading.current_thread() is threading.main_thread()
+             and signal.getsignal(signal.SIGINT) is signal.default_int_handler)
+    if noted:
+        signal.signal(signal.SIGINT, _note_interruption)
+    try:
+        result = CliRunner().invoke(main, ["--root", str(root), *args], env=env)
+    finally:
+        os.umask(before)
+        if noted:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+    if len(_interruptions) > interruptions:  # click made it "Aborted!" and exit 1: it is the session's
+        raise KeyboardInterrupt("during an in-process cogd command")
+    stderr = result.stderr
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        stderr += "".join(traceback.format_exception(result.exception))
+    proc = subprocess.CompletedProcess(["cogd (in-process)", "--root", str(root), *args], result.exit_code,
+                                       result.stdout, stderr)
     if check and proc.returncode != 0:
         raise AssertionError(f"cogd {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
     return proc
@@ -341,14 +400,17 @@ class Daemon:
         self.root = root
 
     def start(self, index: bool = True) -> "Daemon":
-        """``cogd start``, then (``index``) ``cogd index`` so that the index is current."""
+        """``cogd start`` (the real command), then (``index``) ``cogd index`` so that the index is
+        current (its code in this process, asking the daemon: :func:`cogd_in_process`)."""
         run_cogd(self.root, "start")
         if index:
-            run_cogd(self.root, "index")
+            cogd_in_process(self.root, "index")
         return self
 
     def status(self) -> dict:
-        return json.loads(run_cogd(self.root, "status", "--json").stdout)
+        """What ``cogd status --json`` prints, from its code in this process (tests poll it while
+        they wait: a CLI process per poll took CPU from the daemon being waited for)."""
+        return json.loads(cogd_in_process(self.root, "status", "--json").stdout)
 
     def stop(self) -> None:
         """What ``cogd stop`` does (:func:`cogd.rpc.control.stop`: SIGTERM, then wait until the
@@ -435,9 +497,7 @@ def pytest_configure(config):
     # A SIGTERM (a CI job's timeout, scripts/stress_suite.sh interrupted) would end the
     # interpreter without atexit or finalisers: turn it into an interruption pytest handles.
     if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
-        def interrupted(signum, frame):  # noqa: ARG001
-            raise KeyboardInterrupt("SIGTERM")
-        signal.signal(signal.SIGTERM, interrupted)
+        signal.signal(signal.SIGTERM, _note_interruption)
 
 
 def _leaks(base: Path, within: Path | None, since: set[int]) -> dict[int, str]:

@@ -21,8 +21,8 @@ import pytest
 from mcp import Client, StdioServerParameters
 
 from cogd.paths import Layout
-from conftest import (COGD, HOOK_DEADLINE_MS, HOOK_EXIT_SLACK_S, WAIT_S, Daemon, copy_stdlib, payload, run_cogd, run_hook,
-                      wait_for)
+from conftest import (COGD, HOOK_DEADLINE_MS, HOOK_EXIT_SLACK_S, WAIT_S, Daemon, cogd_in_process, copy_stdlib, payload,
+                      run_cogd, run_hook, wait_for)
 from test_reset import dump, stats
 
 pytestmark = pytest.mark.timeout(900)  # a hang guard: the real model loads, embeds and merges on a busy machine
@@ -45,6 +45,12 @@ def mcp_session(root, calls):
 
 def cogd_json(root, *args):
     return json.loads(run_cogd(root, *args, "--json").stdout)
+
+
+def polled_json(root, *args):
+    """``cogd_json`` for a wait's poll: the command's code in this process (a CLI process per poll
+    took CPU from the daemon being waited for); the commands around the waits are the real ones."""
+    return json.loads(cogd_in_process(root, *args, "--json").stdout)
 
 
 @pytest.fixture
@@ -79,7 +85,7 @@ def test_acceptance(repo, daemon_factory):
     proc, seconds = run_hook("session-end", end, deadline_ms=HOOK_DEADLINE_MS)
     assert proc.returncode == 0 and proc.stdout == b"" and seconds < HOOK_DEADLINE_MS / 1000 + HOOK_EXIT_SLACK_S
     merged = wait_for(lambda: (lambda r: r if r["record"]["status"] == "superseded" else None)(
-        cogd_json(repo, "memory", "show", second)), 3 * WAIT_S, "the merge")
+        polled_json(repo, "memory", "show", second)), 3 * WAIT_S, "the merge")
     assert merged["record"]["superseded_by"] == first and merged["survivor"]["id"] == first
     consolidation = [e for e in merged["events"] if e["actor"] == "consolidation"]
     assert [(e["action"], e["old_status"], e["new_status"]) for e in consolidation] == [
@@ -101,7 +107,7 @@ def test_acceptance(repo, daemon_factory):
     path.write_text(text.replace("status: candidate\n", f"status: rejected\nrejected_reason: '{REASON}'\n"),
                     encoding="utf-8")
     rejected = wait_for(lambda: (lambda r: r if r["record"]["status"] == "rejected" else None)(
-        cogd_json(repo, "memory", "show", third)), 3 * WAIT_S, "the hand edit")
+        polled_json(repo, "memory", "show", third)), 3 * WAIT_S, "the hand edit")
     assert [(e["actor"], e["action"]) for e in rejected["events"]][-1] == ("human", "reject")
 
     # 4. the next session's attempt to record that claim again is refused with a pointer

@@ -15,7 +15,7 @@ import pytest
 
 from cogd.memory.api import BODY_MAX
 from cogd.memory.record import MAX_FILE_BYTES
-from conftest import WAIT_S, Daemon, lexical_only, make_repo, refused, run_cogd
+from conftest import WAIT_S, Daemon, cogd_in_process, lexical_only, make_repo, refused, run_cogd
 
 APP = '''"""A tiny app."""
 
@@ -152,8 +152,9 @@ def test_reset_all_keeps_rejected_claims_tombstoned(tmp_path):
     recorded again at once. Now the tombstone comes back from the file."""
     repo = lexical_only(make_repo(tmp_path / "repo", {"app.py": APP}))
     claim = "parse_date always returns aware datetimes"
-    rid = json.loads(run_cogd(repo, "memory", "add", "observation", claim, "--json").stdout)["record"]["id"]
-    run_cogd(repo, "memory", "reject", rid, "--reason", "it returns naive ones")
+    # the steps before the reset in this process (the same CLI code); the reset and the refusal are real commands
+    rid = json.loads(cogd_in_process(repo, "memory", "add", "observation", claim, "--json").stdout)["record"]["id"]
+    cogd_in_process(repo, "memory", "reject", rid, "--reason", "it returns naive ones")
     run_cogd(repo, "reset", "--all", "--yes")
     again = run_cogd(repo, "memory", "add", "observation", "Parse_date ALWAYS returns aware datetimes!",
                      check=False)
@@ -171,13 +172,14 @@ def test_invisible_format_characters_do_not_dodge_a_tombstone():
 
 def test_memory_show_states_why_a_memory_was_rejected(tmp_path):
     root = lexical_only(make_repo(tmp_path / "repo", {"a.py": "def f():\n    return 1\n"}))
-    run_cogd(root, "memory", "add", "rule", "Indent with tabs everywhere")
-    listed = run_cogd(root, "memory", "list", "--json")
+    # `memory show` is the real command; the steps around it run the same CLI code in this process
+    cogd_in_process(root, "memory", "add", "rule", "Indent with tabs everywhere")
+    listed = cogd_in_process(root, "memory", "list", "--json")
     [memory] = json.loads(listed.stdout)
-    run_cogd(root, "memory", "reject", memory["id"], "--reason", "Makefiles only; Python uses spaces")
+    cogd_in_process(root, "memory", "reject", memory["id"], "--reason", "Makefiles only; Python uses spaces")
     shown = run_cogd(root, "memory", "show", memory["id"])
     assert "rejected: Makefiles only; Python uses spaces" in shown.stdout
-    assert run_cogd(root, "show", memory["id"]).stdout == shown.stdout  # a pack's memory id expands too
-    assert json.loads(run_cogd(root, "show", memory["id"], "--json").stdout)["record"]["status"] == "rejected"
-    assert memory["id"] in run_cogd(root, "memory", "list").stdout  # whole, on one line
-    run_cogd(root, "stop", check=False)
+    assert cogd_in_process(root, "show", memory["id"]).stdout == shown.stdout  # a pack's memory id expands too
+    assert json.loads(cogd_in_process(root, "show", memory["id"], "--json").stdout)["record"]["status"] == "rejected"
+    assert memory["id"] in cogd_in_process(root, "memory", "list").stdout  # whole, on one line
+    Daemon(root).stop()

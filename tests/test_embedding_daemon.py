@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 
-from conftest import Daemon, make_repo, run_cogd, wait_for
+from conftest import Daemon, cogd_in_process, make_repo, run_cogd, wait_for
 
 EMBED_WAIT_S = 600.0  # loading the real model and embedding a handful of entities, on a busy machine
 pytestmark = pytest.mark.timeout(4 * EMBED_WAIT_S)
@@ -32,9 +32,11 @@ CODE = {
 
 
 def wait_embedded(root, timeout: float = EMBED_WAIT_S) -> dict:
-    """The status's embedding section once every entity and file of the current index has its vector."""
+    """The status's embedding section once every entity and file of the current index has its vector
+    (polled through ``cogd status --json``'s code in this process: a CLI process per poll took CPU
+    from the embedder being waited for)."""
     def done() -> dict | None:
-        status = json.loads(run_cogd(root, "status", "--json").stdout)
+        status = json.loads(cogd_in_process(root, "status", "--json").stdout)
         embedding, index = status["embedding"], status["index"]
         assert embedding["state"] != "error", embedding
         # compare counts too: an embedder that has not yet seen the latest index is idle at 1.0
@@ -54,7 +56,7 @@ def repo(tmp_path):
 
 def test_vectors_follow_the_index_and_the_cache_spares_the_model(repo):
     run_cogd(repo, "start")
-    run_cogd(repo, "index")
+    cogd_in_process(repo, "index")  # after the real start: its code here, asking the daemon
     first = wait_embedded(repo)
     assert first["entities"] == 6 and first["computed"] == 6  # 2 files, 1 class, 3 functions
 
@@ -88,7 +90,7 @@ def test_vectors_follow_the_index_and_the_cache_spares_the_model(repo):
 
 def test_explain_shows_each_signal(repo):
     run_cogd(repo, "start")
-    run_cogd(repo, "index")
+    cogd_in_process(repo, "index")  # after the real start: its code here, asking the daemon
     wait_embedded(repo)
     proc = run_cogd(repo, "context", "how much does the customer owe", "--explain")
     assert "shop/cart.py::Cart.total_price" in proc.stdout

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import HOOK_EXIT_SLACK_S, WAIT_S, Daemon, lexical_only, make_repo, payload, run_cogd, run_hook, wait_for
+from conftest import (HOOK_EXIT_SLACK_S, WAIT_S, Daemon, cogd_in_process, lexical_only, make_repo, payload, run_cogd,
+                      run_hook, wait_for)
 from cogd.rpc.client import MAX_DEADLINE_MS
 from cogd.rpc import control
 from cogd.rpc.client import call
@@ -55,7 +56,7 @@ def test_deeply_nested_file_does_not_freeze_the_daemon(repo):
 
 def test_deleted_index_database_is_rebuilt(repo):
     run_cogd(repo, "start")
-    run_cogd(repo, "index")
+    cogd_in_process(repo, "index")  # after the real start: its code here, asking the daemon
     layout = Layout(repo)
     for suffix in ("", "-wal", "-shm"):
         Path(str(layout.index_db) + suffix).unlink(missing_ok=True)
@@ -76,7 +77,7 @@ def test_deleted_index_database_is_rebuilt(repo):
 
 def test_touch_with_nothing_to_do_returns_at_once(repo):
     run_cogd(repo, "start")
-    run_cogd(repo, "index")
+    cogd_in_process(repo, "index")  # after the real start: its code here, asking the daemon
     layout = Layout(repo)
     wait_s = 600  # what a touch that waited for nothing would take
     started = time.monotonic()

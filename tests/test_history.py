@@ -17,7 +17,7 @@ from cogd.history.query import HistoryQueries
 from cogd.history.store import HistoryStore, associated, entity_commits, status
 from cogd.index import store as index_store
 from cogd.index.indexer import Indexer
-from conftest import run_cogd, wait_for, write
+from conftest import cogd_in_process, run_cogd, wait_for, write
 
 BASE_TIME = 1_700_000_000
 
@@ -314,7 +314,7 @@ def history_daemon(tmp_path_factory):
 
 def test_a_daemon_mines_and_a_pack_explains_the_commit_behind_an_association(history_daemon):
     root, first, second = history_daemon
-    state = wait_for(lambda: (s := json.loads(run_cogd(root, "history", "--json").stdout))["usable"] and s,
+    state = wait_for(lambda: (s := json.loads(cogd_in_process(root, "history", "--json").stdout))["usable"] and s,
                      what="the history miner to synchronise")
     assert state["mined"] == 3 and state["skipped"] == {} and state["synced_head"] == second
     pack = json.loads(run_cogd(root, "context", "outline grows", "--json").stdout)
@@ -340,7 +340,7 @@ def test_the_daemon_uses_no_commit_after_head(history_daemon):
     subprocess.run(["git", "-C", str(root), "checkout", "-q", "--detach", first], check=True)
     try:
         run_cogd(root, "index")
-        wait_for(lambda: (s := json.loads(run_cogd(root, "history", "--json").stdout))["usable"]
+        wait_for(lambda: (s := json.loads(cogd_in_process(root, "history", "--json").stdout))["usable"]
                  and s["synced_head"] == first, what="the miner to follow HEAD backwards")
         pack = json.loads(run_cogd(root, "context", "circle radius outline", "--json").stdout)
         labels = [str(x) for i in pack["items"] for x in i["signals"].get("history_commits", [])]

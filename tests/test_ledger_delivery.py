@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import lexical_only, make_repo, payload, run_cogd, run_hook, wait_for
+from conftest import cogd_in_process, lexical_only, make_repo, payload, run_cogd, run_hook, wait_for
 from cogd.config import Config
 from cogd.daemon import server as server_module
 from cogd.rpc.client import call
@@ -50,7 +50,7 @@ def running(tmp_path):
         root = _repo(tmp_path / f"r{len(roots)}", extra_config)
         roots.append(root)
         run_cogd(root, "start")
-        run_cogd(root, "index")
+        cogd_in_process(root, "index")  # after the real start: its code here, asking the daemon
         return root
 
     yield start

@@ -41,7 +41,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import COGD_HOOK, copy_stdlib, lexical_only, make_repo, payload, run_cogd, run_hook, wait_for
+from conftest import COGD_HOOK, cogd_in_process, copy_stdlib, lexical_only, make_repo, payload, run_cogd, run_hook, wait_for
 from cogd.rpc.client import DaemonUnavailable, call
 from cogd.index.indexer import Indexer
 
@@ -138,7 +138,7 @@ def _still_serving(root: Path) -> dict:
 
 def _start(root: Path) -> Path:
     run_cogd(root, "start")
-    run_cogd(root, "index")
+    cogd_in_process(root, "index")  # after the real start: its code here, asking the daemon
     return root
 
 

@@ -17,7 +17,7 @@ import pytest
 
 from cogd.rpc.client import RemoteError, call
 from cogd.paths import Layout
-from conftest import COGD, lexical_only, make_repo, run_cogd, running_daemon, wait_for
+from conftest import COGD, cogd_in_process, lexical_only, make_repo, run_cogd, running_daemon, wait_for
 
 APP = '''"""A tiny app."""
 
@@ -54,6 +54,12 @@ def record_json(root: Path, entity_id: str) -> dict:
     return json.loads(run_cogd(root, "memory", "show", entity_id, "--json").stdout)
 
 
+def polled_record(root: Path, entity_id: str) -> dict:
+    """:func:`record_json` for a wait's poll: the command's code in this process (a CLI process
+    per poll took CPU from the daemon being waited for)."""
+    return json.loads(cogd_in_process(root, "memory", "show", entity_id, "--json").stdout)
+
+
 def test_anchored_function_edited_goes_stale_and_verify_reactivates(repo):
     out = run_cogd(repo, "memory", "add", "observation", "parse_date strips whitespace before parsing",
                    "--anchor", "app.py::parse_date", "--json").stdout
@@ -68,11 +74,11 @@ def test_anchored_function_edited_goes_stale_and_verify_reactivates(repo):
                                   "--anchor", "app.py::format_date", "--json").stdout)["record"]["id"]
     (repo / "app.py").write_text(APP.replace("return str(value)", "return repr(value)"), encoding="utf-8")
     run_cogd(repo, "index")
-    assert wait_for(lambda: record_json(repo, witness)["record"]["status"] == "stale"), record_json(repo, witness)
+    assert wait_for(lambda: polled_record(repo, witness)["record"]["status"] == "stale"), record_json(repo, witness)
     assert record_json(repo, rid)["record"]["status"] == "active"
     # the anchored function changes: the daemon (watcher → index → housekeeping) marks it stale
     (repo / "app.py").write_text(APP.replace("return text.strip()", "return text.strip().lower()"), encoding="utf-8")
-    assert wait_for(lambda: record_json(repo, rid)["record"]["status"] == "stale"), record_json(repo, rid)
+    assert wait_for(lambda: polled_record(repo, rid)["record"]["status"] == "stale"), record_json(repo, rid)
     stale_event = record_json(repo, rid)["events"][-1]
     assert (stale_event["action"], stale_event["actor"], stale_event["old_status"]) == ("stale", "daemon", "active")
     assert stale_event["detail"]["anchors"][0]["entity"] == "app.py::parse_date"
@@ -89,7 +95,7 @@ def test_anchored_function_edited_goes_stale_and_verify_reactivates(repo):
     # the function disappears: stale again, and verify says what is gone
     (repo / "app.py").write_text(APP.split("def parse_date")[0] + "def format_date(value):\n    return 1\n",
                                  encoding="utf-8")
-    assert wait_for(lambda: record_json(repo, rid)["record"]["status"] == "stale")
+    assert wait_for(lambda: polled_record(repo, rid)["record"]["status"] == "stale")
     proc = run_cogd(repo, "memory", "verify", rid, check=False)
     assert proc.returncode == 1 and "app.py::parse_date" in proc.stderr and "not_found" in proc.stderr
     (repo / "app.py").write_text(APP, encoding="utf-8")
@@ -104,8 +110,8 @@ def test_illegal_hand_edit_shows_in_status_and_the_file_is_left_alone(repo):
     path.write_text(text, encoding="utf-8")
     written = path.read_bytes()
 
-    def problem():
-        status = json.loads(run_cogd(repo, "status", "--json").stdout)
+    def problem():  # polled: the command's code in this process; the text form below is the real command
+        status = json.loads(cogd_in_process(repo, "status", "--json").stdout)
         return [p for p in status["memory"]["problems"] if p.get("id") == rid]
 
     found = wait_for(problem)

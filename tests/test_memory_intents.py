@@ -1,12 +1,19 @@
 """A crash at every step of every memory write is completed (or undone) on restart, never taken for a hand edit.
 
-Each case prepares a tiny repository, then runs the real operation in a real process — the CLI
-in-process, or a real daemon for consolidation — with ``COGD_FAULT=<op>:<step>``, which makes
+Each case prepares a tiny repository, then runs the real operation in a real process — a ``cogd``
+command's process, or a real daemon for consolidation — with ``COGD_FAULT=<op>:<step>``, which makes
 that process ``os._exit(137)`` at the step (what ``kill -9`` leaves). It checks what the crash
 left on disk (so the step was really reached), restarts cogd, and asserts: the operation is
 fully done (every step from the intent on) or fully undone (``planned``: nothing was durable yet)
 — exact files and exact events —, no ``illegal_transition``, ``refused`` or hand-edit event,
 files, projection and ledger agree, no intent is left, and ``cogd doctor`` passes its memory checks.
+
+The crashing operation is always a real process of its own (it must die): forked from one that
+imported the CLI once (:data:`PREFORK`), with the command's environment and its crash point read
+from it. What comes after it — the restart's ``cogd memory list``, a consolidation daemon's start
+and stop — is the same CLI code run in this process (:func:`cli`), the daemon a real process on
+its real socket. A Python start-up with the CLI's imports costs more than the rest of a case on a
+busy machine, and the restart's recovery is the same code either way.
 """
 
 from __future__ import annotations
@@ -14,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -22,7 +30,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import COGD, Daemon, make_repo, wait_for
+from conftest import Daemon, cogd_in_process, make_repo, wait_for
 from cogd.memory.api import MemoryStore
 from cogd.memory.record import read
 from cogd.paths import Layout
@@ -51,12 +59,121 @@ CASES = ([("merge", p) for p in points("merge", 2)] + [("promote", p) for p in p
          + [("verify", p) for p in points("verify", 1)] + [("stale", p) for p in points("stale", 1)])
 
 
+# The crashing command runs in a process forked from this one, which imported the CLI and its
+# in-process backend once: a real process of its own that dies at the fault point (os._exit(137)),
+# without the Python start-up and the imports, which cost more than the command on a busy machine.
+# Each child takes the command's environment and re-reads the crash point from it as a fresh
+# ``cogd`` process does (cogd/faults.py reads COGD_FAULT at import); a daemon it starts inherits it.
+PREFORK = r"""
+import importlib, json, os, sys, traceback
+import cogd.cli, cogd.cli.base, cogd.daemon.service, cogd.faults
+from cogd.cli import main
+
+replies = os.fdopen(os.dup(1), "w")
+os.dup2(os.open(os.devnull, os.O_WRONLY), 1)  # nothing of this process reaches the reply pipe
+for line in sys.stdin:
+    request = json.loads(line)
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            os.environ.clear()
+            os.environ.update(request["env"])
+            importlib.reload(cogd.faults)  # COGD_FAULT and COGD_FAULT_AFTER, from this command's environment
+            os.chdir(request["cwd"])
+            os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
+            os.dup2(os.open(request["stdout"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), 1)
+            os.dup2(os.open(request["stderr"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), 2)
+            sys.argv = ["cogd", *request["args"]]
+            main(request["args"], prog_name="cogd")
+            code = 0
+        except SystemExit as exit_:
+            code = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
+        except BaseException:
+            traceback.print_exc()
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+    replies.write(json.dumps({"pid": pid}) + "\n")
+    replies.flush()
+    _, status = os.waitpid(pid, 0)
+    replies.write(json.dumps({"returncode": os.waitstatus_to_exitcode(status)}) + "\n")
+    replies.flush()
+"""
+
+
+class Prefork:
+    """The forking process of :data:`PREFORK`; :meth:`run` is ``subprocess.run([COGD, ...])``'s equivalent."""
+
+    def __init__(self, folder: Path):
+        self.folder = folder
+        self.proc = subprocess.Popen([sys.executable, "-c", PREFORK], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     text=True, cwd=folder)
+        self.count = 0
+
+    def _reply(self, timeout: float) -> dict:
+        import select
+
+        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
+        if not ready:
+            raise subprocess.TimeoutExpired("cogd (forked)", timeout)
+        line = self.proc.stdout.readline()
+        assert line, f"the forking process exited ({self.proc.poll()})"
+        return json.loads(line)
+
+    def run(self, root: Path, args: list[str], env: dict[str, str], timeout: float) -> subprocess.CompletedProcess:
+        """``cogd <args>`` in ``root`` with exactly ``env``, in a forked child; killed after ``timeout`` s."""
+        self.count += 1
+        out, err = self.folder / f"{self.count}.out", self.folder / f"{self.count}.err"
+        self.proc.stdin.write(json.dumps({"args": args, "env": env, "cwd": str(root), "stdout": str(out),
+                                          "stderr": str(err)}) + "\n")
+        self.proc.stdin.flush()
+        pid = self._reply(30)["pid"]
+        try:
+            returncode = self._reply(timeout)["returncode"]
+        except subprocess.TimeoutExpired:
+            os.kill(pid, 9)
+            self._reply(30)
+            raise
+        return subprocess.CompletedProcess(["cogd (forked)", *args], returncode,
+                                           out.read_text(encoding="utf-8"), err.read_text(encoding="utf-8"))
+
+    def close(self) -> None:
+        self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+_prefork: list[Prefork] = []
+
+
+@pytest.fixture(scope="module", autouse=True)
+def prefork(tmp_path_factory):
+    forker = Prefork(tmp_path_factory.mktemp("prefork"))
+    _prefork.append(forker)
+    yield forker
+    _prefork.remove(forker)
+    forker.close()
+
+
 def cogd(root: Path, *args: str, fault: str = "", timeout: float = 120, env: dict | None = None):
+    """The real ``cogd`` command in its own process (forked, see :data:`PREFORK`), with ``COGD_FAULT=fault``."""
     environment = {k: v for k, v in os.environ.items() if not k.startswith("COGD_FAULT")}
     environment.update(env or {})
     if fault:
         environment["COGD_FAULT"] = fault
-    return subprocess.run([COGD, *args], cwd=root, capture_output=True, text=True, timeout=timeout, env=environment)
+    return _prefork[0].run(root, list(args), environment, timeout)
+
+
+def cli(root: Path, *args: str) -> subprocess.CompletedProcess:
+    """``cogd`` in this process (:func:`conftest.cogd_in_process`). No ``COGD_FAULT`` reaches it
+    (this process has none), so it never crashes on purpose."""
+    assert not os.environ.get("COGD_FAULT"), "an in-process command must not carry a crash point"
+    return cogd_in_process(root, *args, check=False)
 
 
 def ok(proc: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
@@ -93,9 +210,16 @@ def intents(root: Path) -> list[sqlite3.Row]:
     return ledger_rows(root, "SELECT * FROM intents ORDER BY id")
 
 
+@pytest.fixture(scope="module")
+def template(tmp_path_factory) -> Path:
+    """:data:`SMALL` as a committed git repository (copied by each test, never changed)."""
+    return make_repo(tmp_path_factory.mktemp("intents") / "repo", SMALL)
+
+
 @pytest.fixture
-def repo(tmp_path):
-    root = make_repo(tmp_path / "repo", SMALL)
+def repo(tmp_path, template):
+    root = tmp_path / "repo"
+    shutil.copytree(template, root, symlinks=True)
     (root / ".cogd").mkdir()
     yield root
     Daemon(root).stop()  # what `cogd stop` does, in this process (most cases start no daemon at all)
@@ -128,9 +252,9 @@ def prepare(root: Path, case: str) -> dict:
         elif case == "retention":
             ids["a"] = store.record("observation", A_TEXT)["record"]["id"]
             store.transition(ids["a"], "rejected", reason="wrong header")
-        elif case == "stale":  # anchored to alpha through the real CLI (it indexes first), then alpha changes
+        elif case == "stale":  # anchored to alpha through the CLI (it indexes first), then alpha changes
             store.close()
-            out = ok(cogd(root, "memory", "add", "observation", A_TEXT, "--anchor", "pkg/mod.py::alpha", "--json"))
+            out = ok(cli(root, "memory", "add", "observation", A_TEXT, "--anchor", "pkg/mod.py::alpha", "--json"))
             ids["a"] = json.loads(out.stdout)["record"]["id"]
             (root / "pkg" / "mod.py").write_text(SMALL["pkg/mod.py"].replace("return 1", "return 2"), encoding="utf-8")
             store = open_store(root)
@@ -148,13 +272,14 @@ def prepare(root: Path, case: str) -> dict:
 def run_crashing(root: Path, tmp_path: Path, case: str, ids: dict, fault: str) -> None:
     """The operation under ``fault``: the process must die with 137 at that point."""
     if case in ("merge", "promote"):
-        ok(cogd(root, "start", fault=fault))
-        pid = json.loads(ok(cogd(root, "status", "--json")).stdout)["pid"]
-        proc = cogd(root, "consolidate", "--json")
+        ok(cogd(root, "start", fault=fault))  # a real CLI process, so the daemon it starts inherits the fault
+        pid = json.loads(ok(cli(root, "status", "--json")).stdout)["pid"]
+        proc = cli(root, "consolidate", "--json")
         assert proc.returncode != 0, proc.stdout
         wait_for(lambda: not Path(f"/proc/{pid}").exists(), 60, "the daemon to die at the fault point")
         return
-    time.sleep(0.05)  # retention: the rejection is older than retention_days (0.0086 s) by now
+    if case == "retention":
+        time.sleep(0.05)  # the rejection is older than retention_days (0.0086 s) by now
     editor = tmp_path / "editor.py"
     editor.write_text(EDITOR, encoding="utf-8")
     args = {"retention": ["consolidate", "--json"], "record": ["memory", "add", "observation", A_TEXT],
@@ -240,13 +365,13 @@ def test_crash_at_every_step_is_completed_or_undone(repo, tmp_path, case, fault)
         assert [e[2] for e in events(repo)] == ["create"] + (["stale"] if step == "logged" or "project" in step else [])
     recovered = step == "intent" or step.startswith("file")
 
-    # restart: a real process that syncs (a daemon for consolidation, the CLI in-process otherwise)
+    # restart: what syncs is a real daemon process for consolidation, the CLI's in-process backend otherwise
     if case in ("merge", "promote"):
-        ok(cogd(repo, "start"))
-        listed = json.loads(ok(cogd(repo, "memory", "list", "--json")).stdout)
-        ok(cogd(repo, "stop"))
+        ok(cli(repo, "start"))
+        listed = json.loads(ok(cli(repo, "memory", "list", "--json")).stdout)
+        ok(cli(repo, "stop"))
     else:
-        listed = json.loads(ok(cogd(repo, "memory", "list", "--json")).stdout)
+        listed = json.loads(ok(cli(repo, "memory", "list", "--json")).stdout)
     new_ids = [m["id"] for m in listed if m["id"] not in ids.values()]
     new_id = new_ids[0] if new_ids else None
     assert len(new_ids) == (1 if case == "record" and done else 0)
@@ -304,7 +429,7 @@ def test_hand_edit_after_a_crash_before_any_file_wins(repo, tmp_path):
     run_crashing(repo, tmp_path, "reject", ids, "transition:intent")
     path = repo / ".cogd" / "memory" / "observations" / f"{ids['a']}.md"
     _append_line(path, "callers must attach UTC themselves")
-    ok(cogd(repo, "memory", "list", "--json"))
+    ok(cli(repo, "memory", "list", "--json"))
     a = ids["a"]
     assert events(repo) == [("human", a, "create", None, "active", False), ("human", a, "edit", "active", "active", False)]
     assert read(path).status == "active" and read(path).body.endswith("callers must attach UTC themselves")
@@ -320,7 +445,7 @@ def test_hand_edit_after_a_crash_half_way_is_judged_after_the_completed_write(re
     run_crashing(repo, tmp_path, "supersede", ids, "supersede:file1")
     new_path = repo / ".cogd" / "memory" / "observations" / f"{ids['b']}.md"
     _append_line(new_path, "checked against email.utils in 3.11")
-    ok(cogd(repo, "memory", "list", "--json"))
+    ok(cli(repo, "memory", "list", "--json"))
     a, b = ids["a"], ids["b"]
     assert events(repo) == [
         ("human", a, "create", None, "active", False), ("human", b, "create", None, "active", False),

@@ -2,8 +2,11 @@
 and a daemon that cannot start is not started again on every prompt (docs/architecture.md).
 
 Real daemons on real sockets, real SQLite and LanceDB files damaged on disk, the real ``cogd``
-and ``cogd-hook`` processes. Every daemon a test starts is stopped by the ``repos`` fixture's
-finaliser, even when the test fails.
+and ``cogd-hook`` processes: each test runs the real ``cogd`` command where its process is the
+point (a start, an in-process command that must not print a traceback, a stop), and the steps
+around it (status, index, memory commands, doctor) as the same CLI code in this process
+(``here``: :func:`conftest.cogd_in_process`). Every daemon a test starts is stopped by the
+``repos`` fixture's finaliser, even when the test fails.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import COGD_HOOK, git, make_repo, run_cogd, wait_for
+from conftest import COGD_HOOK, HOOK_DEADLINE_MS, Daemon, cogd_in_process as here, git, make_repo, run_cogd, wait_for
 
 CODE = {
     "shapes.py": (
@@ -63,7 +66,8 @@ def daemon_pids(root: Path) -> list[int]:
 @pytest.fixture
 def repos(tmp_path):
     """``make(name, files, config)`` → a git repository with ``.cogd/config.toml``; its daemons
-    are stopped afterwards (``cogd stop``, then SIGKILL for any left)."""
+    are stopped afterwards (what ``cogd stop`` does, in this process, then SIGTERM and SIGKILL
+    for any left: :meth:`conftest.Daemon.stop`)."""
     made: list[Path] = []
 
     def make(name: str = "repo", files: dict | None = None, config: str = LEXICAL) -> Path:
@@ -76,11 +80,8 @@ def repos(tmp_path):
     make.made = made  # a test adds roots it created otherwise (a clone)
     yield make
     for root in made:
-        try:
-            run_cogd(root, "stop", check=False, timeout=60)
-        except subprocess.TimeoutExpired:
-            pass
-        for pid in daemon_pids(root):
+        Daemon(root).stop()
+        for pid in daemon_pids(root):  # found by this module's own /proc reading too
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
@@ -88,12 +89,12 @@ def repos(tmp_path):
 
 
 def status(root: Path) -> dict:
-    return json.loads(run_cogd(root, "status", "--json").stdout)
+    return json.loads(here(root, "status", "--json").stdout)
 
 
 def start_indexed(root: Path) -> dict:
-    run_cogd(root, "start")
-    run_cogd(root, "index")
+    run_cogd(root, "start")  # the real command; the steps around a test's subject run in-process (``here``)
+    here(root, "index")
     return status(root)
 
 
@@ -143,10 +144,10 @@ def test_truncated_index_db_is_moved_aside_and_rebuilt(repos):
     index_dir = root / ".cogd" / "index"
     names = []
     for round_ in (1, 2):
-        run_cogd(root, "stop")
+        here(root, "stop")
         truncate(index_dir / "index.db")
-        run_cogd(root, "start")  # today's failure: "database disk image is malformed", no daemon
-        run_cogd(root, "index")
+        here(root, "start")  # today's failure: "database disk image is malformed", no daemon
+        here(root, "index")
         result = status(root)
         assert (result["index"]["files"], result["index"]["entities"]) == (2, 5)
         copies = moved_copies(index_dir, "index.db")
@@ -155,7 +156,7 @@ def test_truncated_index_db_is_moved_aside_and_rebuilt(repos):
         events = recoveries(result, "index.db")
         assert len(events) == 1 and events[0]["moved_to"] == copies[0]
         assert events[0]["reason"] == "database disk image is malformed"
-        text = run_cogd(root, "status").stdout
+        text = here(root, "status").stdout
         assert text.count("index.db.corrupt-") == 1 and copies[0] in text
         log = (root / ".cogd" / "logs" / "daemon.log").read_text(encoding="utf-8")
         assert log.count(f"moved aside to {copies[0]}") == 1
@@ -166,11 +167,11 @@ def test_truncated_index_db_is_moved_aside_and_rebuilt(repos):
 
 def test_garbled_memory_db_is_rebuilt_and_memory_list_works(repos):
     root = repos()
-    run_cogd(root, "start")
-    ids = {json.loads(run_cogd(root, "memory", "add", kind, text, "--json").stdout)["record"]["id"]
+    here(root, "start")
+    ids = {json.loads(here(root, "memory", "add", kind, text, "--json").stdout)["record"]["id"]
            for kind, text in (("rule", "Run the shape tests before committing"),
                               ("observation", "total_area accepts any iterable of shapes"))}
-    run_cogd(root, "stop")
+    here(root, "stop")
     memory_db = root / ".cogd" / "index" / "memory.db"
     garble(memory_db)
     # No daemon: the CLI opens the stores in-process.
@@ -182,7 +183,7 @@ def test_garbled_memory_db_is_rebuilt_and_memory_list_works(repos):
     assert len(first) == 1
     # With a daemon: it finds the damage at start, and the CLI asks it.
     garble(memory_db)
-    run_cogd(root, "start")
+    here(root, "start")
     proc = run_cogd(root, "memory", "list", "--json", check=False)
     assert proc.returncode == 0 and "Traceback" not in proc.stderr
     assert {m["id"] for m in json.loads(proc.stdout)} == ids
@@ -192,7 +193,7 @@ def test_garbled_memory_db_is_rebuilt_and_memory_list_works(repos):
     events = recoveries(result, "memory.db")
     assert len(events) == 1 and events[0]["moved_to"] == copies[0]
     assert result["memory"]["total"] == 2
-    assert run_cogd(root, "status").stdout.count("memory.db.corrupt-") == 1
+    assert here(root, "status").stdout.count("memory.db.corrupt-") == 1
 
 
 def test_damaged_vectors_and_embedding_cache_are_rebuilt(repos):
@@ -206,13 +207,13 @@ def test_damaged_vectors_and_embedding_cache_are_rebuilt(repos):
     start_indexed(root)
     first = wait_for(embedded, what="the first embedding pass", timeout=300)
     assert first["entities"] == 7  # five definitions and two file entities
-    run_cogd(root, "stop")
+    here(root, "stop")
     index_dir = root / ".cogd" / "index"
     for path in sorted((index_dir / "vectors").rglob("*")):
         if path.is_file():
             path.write_bytes(b"\x00not lance\x00" * max(1, path.stat().st_size // 11))
     garble(index_dir / "embed_cache.db")
-    run_cogd(root, "start")
+    here(root, "start")
     after = wait_for(embedded, what="embedding after the damage", timeout=300)
     assert (after["entities"], after["embedded_entities"]) == (7, 7)
     assert after["computed"] == 7  # the cache was damaged too: every vector came from the model again
@@ -220,7 +221,7 @@ def test_damaged_vectors_and_embedding_cache_are_rebuilt(repos):
     assert len(moved_copies(index_dir, "embed_cache.db")) == 1
     result = status(root)
     assert [e["store"] for e in result["recovery"]["projections"]] == ["embed_cache.db", "vectors"]
-    hits = json.loads(run_cogd(root, "search", "area of a circle", "--mode", "vector", "--json").stdout)
+    hits = json.loads(here(root, "search", "area of a circle", "--mode", "vector", "--json").stdout)
     assert len(hits) == 7  # vector search ranks every entity again (it finds none without vectors)
 
 
@@ -264,8 +265,8 @@ def test_a_daemon_that_cannot_start_is_started_once_per_backoff_window(repos):
     assert daemon_log.count("the daemon could not start") == 1
     offline = status(root)
     assert offline["running"] is False and "state.db" in offline["start_failure"]["reason"]
-    assert "start failed" in run_cogd(root, "status").stdout
-    doctor = run_cogd(root, "doctor", "--json", "--no-model-load", check=False)
+    assert "start failed" in here(root, "status").stdout
+    doctor = here(root, "doctor", "--json", "--no-model-load", check=False)
     assert doctor.returncode == 1
     failed = [c for c in json.loads(doctor.stdout)["checks"] if c["status"] == "fail"]
     assert any(c["name"] == "daemon start" and "state.db" in c["finding"] for c in failed)
@@ -282,14 +283,17 @@ def test_a_daemon_that_cannot_start_is_started_once_per_backoff_window(repos):
 
 def _reject_and_deliver(root: Path) -> tuple[str, str]:
     """A rejected observation (tombstoned) and an active rule; one recorded prompt delivery."""
-    rejected = json.loads(run_cogd(root, "memory", "add", "observation", "Circle.area rounds pi to two places",
+    rejected = json.loads(here(root, "memory", "add", "observation", "Circle.area rounds pi to two places",
                                    "--json").stdout)["record"]["id"]
-    run_cogd(root, "memory", "reject", rejected, "--reason", "it uses five places")
-    rule = json.loads(run_cogd(root, "memory", "add", "rule", "Keep the shape tests fast",
+    here(root, "memory", "reject", rejected, "--reason", "it uses five places")
+    rule = json.loads(here(root, "memory", "add", "rule", "Keep the shape tests fast",
                                "--json").stdout)["record"]["id"]
     prompt = {"session_id": "s1", "prompt": "circle area", "cwd": str(root), "hook_event_name": "UserPromptSubmit"}
+    # The pack is what this hook must print: the index is current first (the daemon's first index
+    # runs in the background after a start), and the hook's deadline is the test's, generous.
+    here(root, "index")
     proc = subprocess.run([COGD_HOOK, "prompt-submit"], input=json.dumps(prompt).encode(), capture_output=True,
-                          timeout=30)
+                          timeout=60, env={**os.environ, "COGD_HOOK_DEADLINE_MS": str(HOOK_DEADLINE_MS)})
     assert b"additionalContext" in proc.stdout
     return rejected, rule
 
@@ -298,27 +302,27 @@ def test_an_emptied_ledger_is_reported_moved_aside_and_its_tombstones_restored(r
     root = repos()
     start_indexed(root)
     rejected, _rule = _reject_and_deliver(root)
-    assert json.loads(run_cogd(root, "stats", "--json").stdout)["deliveries"] == 1
-    run_cogd(root, "stop")
+    assert json.loads(here(root, "stats", "--json").stdout)["deliveries"] == 1
+    here(root, "stop")
     state_db = root / ".cogd" / "state.db"
     for suffix in ("-wal", "-shm"):
         assert not Path(f"{state_db}{suffix}").exists()  # the daemon checkpointed at stop
     os.truncate(state_db, 0)
 
     # Status without a daemon runs the same read-only check and shows the loss before any start.
-    offline = run_cogd(root, "status").stdout
+    offline = here(root, "status").stdout
     assert "ledger lost ledger state.db was empty (0 bytes) (the marker says it held" in " ".join(offline.split())
     assert "started" not in offline and "backup" in offline
     assert status(root)["recovery"]["ledger"]["state"] == "lost"
     assert state_db.stat().st_size == 0 and moved_copies(root / ".cogd", "state.db") == []  # status moved nothing
 
-    doctor = run_cogd(root, "doctor", "--json", "--no-model-load", check=False)
+    doctor = here(root, "doctor", "--json", "--no-model-load", check=False)
     assert doctor.returncode == 1  # today: green, and the next start silently begins an empty ledger
     ledger = next(c for c in json.loads(doctor.stdout)["checks"] if c["name"] == "ledger")
     assert ledger["status"] == "fail" and "state.db was empty (0 bytes)" in ledger["finding"]
     assert "backup" in ledger["fix"] and "cogd start" in ledger["fix"]
 
-    run_cogd(root, "start")
+    here(root, "start")
     moved = moved_copies(root / ".cogd", "state.db")
     assert len(moved) == 1 and (root / ".cogd" / moved[0]).stat().st_size == 0  # moved, not deleted
     loss = status(root)["recovery"]["ledger"]
@@ -328,26 +332,26 @@ def test_an_emptied_ledger_is_reported_moved_aside_and_its_tombstones_restored(r
     assert statement.startswith(f"ledger state.db was empty (0 bytes), moved to {moved[0]}")
     assert "restored 1 tombstones from memory files" in statement
     assert "delivery history and event log before" in statement and "are lost" in statement
-    assert "ledger lost" in run_cogd(root, "status").stdout
+    assert "ledger lost" in here(root, "status").stdout
     # The restored tombstone refuses the same claim, in other case and spacing.
-    proc = run_cogd(root, "memory", "add", "observation", "circle.area  ROUNDS pi to two places", check=False)
+    proc = here(root, "memory", "add", "observation", "circle.area  ROUNDS pi to two places", check=False)
     assert proc.returncode == 1 and "tombstoned" in proc.stderr and rejected in proc.stderr
     # The loss stays a failure until someone accepts it (or restores a backup).
-    doctor = run_cogd(root, "doctor", "--json", "--no-model-load", check=False)
+    doctor = here(root, "doctor", "--json", "--no-model-load", check=False)
     assert doctor.returncode == 1
     ledger = next(c for c in json.loads(doctor.stdout)["checks"] if c["name"] == "ledger")
     assert ledger["status"] == "fail" and moved[0] in ledger["finding"] and "ledger-loss.json" in ledger["fix"]
     (root / ".cogd" / "ledger-loss.json").unlink()
-    ledger = next(c for c in json.loads(run_cogd(root, "doctor", "--json", "--no-model-load", check=False).stdout)
+    ledger = next(c for c in json.loads(here(root, "doctor", "--json", "--no-model-load", check=False).stdout)
                   ["checks"] if c["name"] == "ledger")
     assert ledger["status"] == "ok"
 
 
 def test_a_fresh_clone_starts_a_new_ledger_without_a_failure(repos, tmp_path):
     origin = repos("origin")
-    run_cogd(origin, "start")
+    here(origin, "start")
     rejected, _rule = _reject_and_deliver(origin)
-    run_cogd(origin, "stop")
+    here(origin, "stop")
     git(origin, "add", "-f", ".cogd/memory", ".cogd/config.toml", ".cogd/.gitignore")
     git(origin, "commit", "-q", "-m", "memory")
     clone = tmp_path / "clone"
@@ -356,7 +360,7 @@ def test_a_fresh_clone_starts_a_new_ledger_without_a_failure(repos, tmp_path):
                    preexec_fn=lambda: os.umask(0o022))
     repos.made.append(clone)  # its daemon is stopped by the fixture too
     assert not (clone / ".cogd" / "state.db").exists() and (clone / ".cogd" / "memory").is_dir()
-    doctor = run_cogd(clone, "doctor", "--json", "--no-model-load", check=False)
+    doctor = here(clone, "doctor", "--json", "--no-model-load", check=False)
     checks = {c["name"]: c for c in json.loads(doctor.stdout)["checks"]}
     assert checks["ledger"]["status"] == "ok"
     assert "starts fresh with 2 memory records from git" in checks["ledger"]["finding"]
@@ -375,12 +379,12 @@ def test_a_fresh_clone_starts_a_new_ledger_without_a_failure(repos, tmp_path):
     result = status(clone)
     assert result["recovery"]["ledger"]["loss"] is None
     assert result["recovery"]["ledger"]["started_fresh_records"] == 2
-    assert "ledger     started on " in run_cogd(clone, "status").stdout
+    assert "ledger     started on " in here(clone, "status").stdout
     wait_for(lambda: status(clone)["memory"]["total"] == 2, what="the memory files to be projected")
-    proc = run_cogd(clone, "memory", "add", "observation", "Circle.area rounds pi to two places", check=False)
+    proc = here(clone, "memory", "add", "observation", "Circle.area rounds pi to two places", check=False)
     assert proc.returncode == 1 and "tombstoned" in proc.stderr and rejected in proc.stderr
-    run_cogd(clone, "stop")
-    doctor = run_cogd(clone, "doctor", "--json", "--no-model-load", check=False)
+    here(clone, "stop")
+    doctor = here(clone, "doctor", "--json", "--no-model-load", check=False)
     assert doctor.returncode == 0
     assert not moved_copies(clone / ".cogd", "state.db")
 
@@ -424,13 +428,13 @@ def test_the_ledger_marker_is_not_lowered_by_a_ledger_that_shrank(tmp_path):
 
 def test_reset_all_is_a_wipe_on_request_not_a_loss(repos):
     root = repos()
-    run_cogd(root, "memory", "add", "rule", "Keep the shape tests fast")  # in-process: no daemon
+    here(root, "memory", "add", "rule", "Keep the shape tests fast")  # in-process: no daemon
     assert json.loads((root / ".cogd" / "ledger.json").read_text())["events"] == 1
     run_cogd(root, "reset", "--all", "--yes")
-    doctor = run_cogd(root, "doctor", "--json", "--no-model-load", check=False)
+    doctor = here(root, "doctor", "--json", "--no-model-load", check=False)
     ledger = next(c for c in json.loads(doctor.stdout)["checks"] if c["name"] == "ledger")
     assert ledger["status"] == "ok" and doctor.returncode == 0, ledger
-    run_cogd(root, "start")
+    here(root, "start")
     result = status(root)["recovery"]["ledger"]
     assert result["loss"] is None and result["state"] == "new"
     assert not moved_copies(root / ".cogd", "state.db")
@@ -443,7 +447,7 @@ def test_a_clean_stop_folds_the_index_wal_in(repos):
     wal = Path(f"{index_db}-wal")
     assert wal.exists() and wal.stat().st_size > 0  # the index was written through the WAL
     # Readers on request threads hold their own connections: serve some requests first.
-    assert "Circle" in run_cogd(root, "search", "circle area").stdout
+    assert "Circle" in here(root, "search", "circle area").stdout
     run_cogd(root, "stop")
     assert daemon_pids(root) == []
     left = {p.name: p.stat().st_size for p in index_db.parent.iterdir() if p.name.endswith(("-wal", "-shm"))}

@@ -14,7 +14,7 @@ from cogd.config import load_config
 from cogd.rpc import control
 from cogd.rpc.client import call
 from cogd.paths import Layout
-from conftest import Daemon, copy_stdlib, lexical_only, make_repo, run_cogd, wait_for
+from conftest import Daemon, cogd_in_process, copy_stdlib, lexical_only, make_repo, run_cogd, wait_for
 
 pytestmark = pytest.mark.timeout(600)  # a hang guard, generous for a busy machine
 
@@ -182,8 +182,8 @@ def test_a_reset_after_the_daemon_embedded_computes_only_what_the_cache_lacks(tm
     root = make_repo(tmp_path / "repo", files)
     try:
         run_cogd(root, "start")
-        run_cogd(root, "index")
-        wait_for(lambda: (e := json.loads(run_cogd(root, "status", "--json").stdout)["embedding"])["phase"] == "current"
+        cogd_in_process(root, "index")  # after the real start: its code here, asking the daemon
+        wait_for(lambda: (e := json.loads(cogd_in_process(root, "status", "--json").stdout)["embedding"])["phase"] == "current"
                  and e["embedded_entities"] == 6 and e, what="the daemon's embedding")
     finally:
         Daemon(root).stop()

@@ -22,7 +22,7 @@ from mcp import Client, StdioServerParameters
 from cogd.rpc.client import RemoteError, call
 from cogd.memory.record import new_id
 from cogd.paths import Layout
-from conftest import COGD, WAIT_S, lexical_only, make_repo, payload, run_cogd, run_hook, wait_for
+from conftest import COGD, WAIT_S, cogd_in_process, lexical_only, make_repo, payload, run_cogd, run_hook, wait_for
 from secret_corpus import build
 
 pytestmark = pytest.mark.timeout(600)
@@ -42,7 +42,7 @@ def repo(tmp_path_factory):
                                   {"app/db.py": DB_PY, "app/config.py": CONFIG_PY}))
     try:
         run_cogd(root, "start")
-        run_cogd(root, "index")
+        cogd_in_process(root, "index")  # after the real start: its code here, asking the daemon
         yield root
     finally:
         run_cogd(root, "stop", check=False)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import COGD, COGD_HOOK, WAIT_S, make_repo, payload, wait_for
+from conftest import COGD, COGD_HOOK, WAIT_S, cogd_in_process, make_repo, payload, wait_for
 from cogd.cli.progress import embedding_line as _embedding_line
 from cogd.config import EmbedConfig
 from cogd.daemon.embedder import EmbeddingWorker
@@ -109,7 +109,9 @@ class Repo:
         return proc
 
     def status(self) -> dict:
-        return json.loads(self.cogd("status", "--json").stdout)
+        """``cogd status --json``, its code in this process with this repository's environment
+        (polled while the daemon works; the text form, :meth:`cogd` ``("status")``, is the real command)."""
+        return json.loads(cogd_in_process(self.root, "status", "--json", env=self.env).stdout)
 
     def fault(self, *names: str) -> None:
         if names:

@@ -21,7 +21,7 @@ import time
 
 import pytest
 
-from conftest import COGD, WAIT_S, Daemon, interruptible, make_repo, wait_for
+from conftest import COGD, WAIT_S, Daemon, cogd_in_process, interruptible, make_repo, wait_for
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -55,7 +55,9 @@ class Up:
         return proc
 
     def embedding(self) -> dict:
-        return json.loads(self.cogd("status", "--json").stdout)["embedding"]
+        """The status's embedding section, from ``cogd status --json``'s code in this process (tests
+        poll it while they wait: a CLI process per poll took CPU from the daemon being waited for)."""
+        return json.loads(cogd_in_process(self.root, "status", "--json", env=self.env).stdout)["embedding"]
 
 
 @pytest.fixture

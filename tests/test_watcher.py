@@ -16,7 +16,7 @@ import pytest
 
 # Waits are conftest.wait_for's (generous): these tests prove that the watcher delivers, not how
 # fast; scripts/bench_watch.py measures the latency.
-from conftest import LEXICAL_ONLY, Daemon, git, lexical_only, make_repo, run_cogd, wait_for
+from conftest import LEXICAL_ONLY, Daemon, cogd_in_process, git, lexical_only, make_repo, run_cogd, wait_for
 from cogd.config import WatchConfig
 from cogd.rpc.client import RemoteError, call
 from cogd.daemon.watcher import SYSCTL_FIX, Watcher
@@ -56,7 +56,7 @@ def has_entity(root: Path, entity_id: str) -> bool:
 
 def start_daemon(root: Path) -> dict:
     run_cogd(root, "start")
-    run_cogd(root, "index")
+    cogd_in_process(root, "index")  # after the real start: its code here, asking the daemon
     return wait_for(lambda: (s := status(root))["watch"]["mode"] != "starting" and s)
 
 
