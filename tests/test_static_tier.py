@@ -3,8 +3,8 @@ re-distilled when tampered with; its vectors answer searches while the transform
 the two tiers are never compared with each other.
 
 Real onnxruntime for the distillation, once per module (30-90 s on a loaded two-core machine) into
-a runtime folder of the module's own, from a tampered table: it must give the pinned bytes, private,
-with their manifest. Every test works on a copy of that folder. Real stdlib code, a real daemon on
+a runtime folder of the module's own, from a tampered table: it must give the pinned bytes where this
+CPU class has a pin (else bytes its own manifest vouches for), private, with their manifest. Every test works on a copy of that folder. Real stdlib code, a real daemon on
 a real socket with the ``hold_embed`` fault holding the transformer.
 """
 
@@ -34,7 +34,7 @@ STDLIB = Path(sysconfig.get_paths()["stdlib"])
 FILES = ("textwrap.py", "shlex.py", "colorsys.py", "fnmatch.py", "base64.py", "bisect.py")
 QUERY = "remove common leading whitespace from every line"
 EXPECTED = "textwrap.py::dedent"
-PINNED = next(iter(static.PINNED_STATIC.values()))
+STALE = "0" * 64  # the hash a stale manifest vouches for: no table hashes to it
 
 
 class _Records(logging.Handler):
@@ -51,7 +51,11 @@ class _Records(logging.Handler):
 @pytest.fixture(scope="module")
 def distillation(tmp_path_factory):
     """A private runtime folder holding the int8 model and the module's one real distillation:
-    ``{"root": folder, "log": [messages of cogd.embed.model], "stale_manifest": dict}``.
+    ``{"root": folder, "log": [messages of cogd.embed.model], "stale_manifest": dict, "expected": sha256}``.
+
+    ``expected`` is the pinned hash for this CPU class and these tool versions when cogd has one
+    (then the distillation must have given exactly those bytes), else the hash of the bytes this
+    distillation wrote, which its manifest then vouches for.
 
     The int8 model is copied in from this user's runtime folder when one was derived there already
     (it is hashed again on load; a bad copy is derived anew), else derived. The static table is
@@ -79,18 +83,19 @@ def distillation(tmp_path_factory):
         (folder / static.STATIC_FILE).write_bytes(b"\x93NUMPY not the distilled table")
         (folder / static.STATIC_FILE).chmod(0o644)
         stale = {"name": static.STATIC_NAME, "recipe": static.RECIPE_VERSION, "source_sha256": source.sha256,
-                 "sha256": PINNED, "dim": 0, "onnxruntime": "stale", "numpy": "stale"}
+                 "sha256": STALE, "dim": 0, "onnxruntime": "stale", "numpy": "stale"}
         (folder / static.MANIFEST_FILE).write_text(json.dumps(stale), encoding="utf-8")
         logger = logging.getLogger("cogd.embed.model")
         logger.addHandler(records)
         level = logger.level
         logger.setLevel(logging.INFO)
         try:
-            resolve_model(EmbedConfig(model=STATIC_MODEL))
+            made = resolve_model(EmbedConfig(model=STATIC_MODEL))
         finally:
             logger.removeHandler(records)
             logger.setLevel(level)
-    return {"root": root, "log": records.messages, "stale_manifest": stale}
+        expected = static.pinned_sha256(source.sha256) or derive.sha256_file(made.path)
+    return {"root": root, "log": records.messages, "stale_manifest": stale, "expected": expected}
 
 
 @pytest.fixture
@@ -110,16 +115,17 @@ def stdlib_entities():
     return out
 
 
-def test_static_table_is_pinned_private_and_has_its_own_id(cache):
+def test_static_table_is_pinned_private_and_has_its_own_id(distillation, cache):
+    expected = distillation["expected"]
     info = resolve_model(EmbedConfig(model=STATIC_MODEL))
     source = resolve_model(EmbedConfig(model=DERIVED_MODEL))
     folder = cache / "cogd" / "models" / f"{static.STATIC_NAME}-r{static.RECIPE_VERSION}-{source.sha256[:16]}"
     assert info.source == "static" and info.path == folder / "static.npy" and info.dim == static.DIM == 256
-    assert info.sha256 == PINNED == derive.sha256_file(info.path)
-    assert info.id == f"all-MiniLM-L6-v2-static@{PINNED[:12]}" and info.id != source.id
+    assert info.sha256 == expected == derive.sha256_file(info.path)
+    assert info.id == f"all-MiniLM-L6-v2-static@{expected[:12]}" and info.id != source.id
     assert stat.S_IMODE(folder.stat().st_mode) == 0o700 and stat.S_IMODE(info.path.stat().st_mode) == 0o600
     manifest = json.loads((folder / "static.json").read_text())
-    assert manifest["sha256"] == PINNED and manifest["source_sha256"] == source.sha256
+    assert manifest["sha256"] == expected and manifest["source_sha256"] == source.sha256
     table = np.load(info.path, allow_pickle=False)
     assert table.shape == (30522, 256) and table.dtype == np.float32
     assert not table[0].any() and not table[101].any()  # [PAD] and [CLS]: special tokens are zero rows
@@ -127,22 +133,48 @@ def test_static_table_is_pinned_private_and_has_its_own_id(cache):
 
 def test_tampered_table_is_distilled_again_to_the_pinned_bytes(distillation, cache):
     """The module's distillation started from a table that fails verification (see :func:`distillation`)."""
+    expected = distillation["expected"]
     warned = [m for m in distillation["log"] if "failed verification" in m]
     assert len(warned) == 1 and "distilling it again" in warned[0]
-    assert any(m.startswith("distilled the static model") and PINNED in m for m in distillation["log"])
+    assert any(m.startswith("distilled the static model") and expected in m for m in distillation["log"])
     info = resolve_model(EmbedConfig(model=STATIC_MODEL))
     source = resolve_model(EmbedConfig(model=DERIVED_MODEL))
     folder = info.path.parent
     # A real distillation from the verified int8 bytes: the pinned bytes (the recipe is
     # deterministic), in the distillation's own file (0600, not the tampered 0644 one), and a
     # manifest written anew that names its source and the tools that made it.
-    assert info.sha256 == PINNED == derive.sha256_file(info.path)
+    assert info.sha256 == expected == derive.sha256_file(info.path)
     assert stat.S_IMODE(info.path.stat().st_mode) == 0o600 and stat.S_IMODE(folder.stat().st_mode) == 0o700
     manifest = json.loads((folder / "static.json").read_text())
     assert manifest != distillation["stale_manifest"]
-    assert (manifest["sha256"], manifest["source_sha256"], manifest["dim"]) == (PINNED, source.sha256, static.DIM)
+    assert (manifest["sha256"], manifest["source_sha256"], manifest["dim"]) == (expected, source.sha256, static.DIM)
     assert (manifest["onnxruntime"], manifest["numpy"]) == static.tool_versions()
+    assert manifest["cpu"] == static.cpu_class()
     assert not [p.name for p in folder.iterdir() if p.name.startswith(".")]  # no scratch file left
+
+
+def test_the_cpu_class_names_the_kernel_flags_and_picks_the_pin():
+    text = ("processor\t: 0\nflags\t\t: fpu sse4_2 fma avx2 avx512f avx512bw avx512_vnni\n"
+            "processor\t: 1\nflags\t\t: fpu\n")
+    assert static.cpu_class(text) == "avx2+avx512bw+avx512f+avx512_vnni+fma"  # the first core's line
+    assert static.cpu_class("flags : fpu sse4_2 avx2 fma\n") == "avx2+fma"
+    assert static.cpu_class("flags : fpu sse2\n") == "none"
+    assert static.cpu_class("model name : something\n") == "unknown"
+    source = "9e80251537633bab7d98c9a4f07070371d83f1d28e6994a1f5d93c53de3c5454"
+    classes = {key[3] for key in static.PINNED_STATIC if key[0] == source}
+    assert classes == {"avx2+avx512bw+avx512f+avx512_vnni+fma", "avx2+fma"}
+    versions = static.tool_versions()
+    manifest = {"source_sha256": source, "recipe": static.RECIPE_VERSION, "sha256": "a" * 64}
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(static, "cpu_class", lambda cpuinfo=None: "avx2+fma")
+        pin = static.PINNED_STATIC.get((source, *versions, "avx2+fma"))
+        assert static.pinned_sha256(source) == pin
+        # A pin, where one exists, outranks what a manifest says; without one the manifest vouches.
+        assert static.expected_sha256(source, manifest) == (pin or "a" * 64)
+        mp.setattr(static, "cpu_class", lambda cpuinfo=None: "avx2+avxvnni+fma")
+        assert static.pinned_sha256(source) is None
+        assert static.expected_sha256(source, manifest) == "a" * 64
+        assert static.expected_sha256(source, {**manifest, "recipe": -1}) is None
 
 
 def test_table_changed_after_resolve_is_refused_at_load(cache):
@@ -189,7 +221,8 @@ def held_repo(cache, tmp_path, monkeypatch):
         Daemon(root).stop()
 
 
-def test_daemon_packs_with_static_vectors_then_switches_to_the_model(held_repo):
+def test_daemon_packs_with_static_vectors_then_switches_to_the_model(distillation, held_repo):
+    expected = distillation["expected"]
     root, faults = held_repo
     daemon = Daemon(root).start()
 
@@ -201,7 +234,7 @@ def test_daemon_packs_with_static_vectors_then_switches_to_the_model(held_repo):
 
     held = wait_for(static_serving, 600, "the static tier covering every entity")
     assert held["embedded_entities"] == 0 and held["coverage"] == 0.0  # the transformer is held
-    assert held["first_tier"]["model"] == f"all-MiniLM-L6-v2-static@{PINNED[:12]}"
+    assert held["first_tier"]["model"] == f"all-MiniLM-L6-v2-static@{expected[:12]}"
     hits = json.loads(run_cogd(root, "search", QUERY, "--mode", "vector", "--json").stdout)
     assert hits[0]["id"] == f"lib/{EXPECTED}"  # static vectors answer the KNN search
     pack = run_cogd(root, "context", QUERY).stdout

@@ -42,10 +42,13 @@ minutes at a load of 11), so that the float32 transformer
 session and the intermediate tables never enter the daemon's memory and the
 arithmetic is done in one fixed order. On a given CPU and pinned versions of
 onnxruntime and numpy two derivations give the same bytes; their sha256 is
-pinned for the versions cogd pins (:data:`PINNED_STATIC`; a CPU whose
-onnxruntime kernels round differently gets another hash, and the manifest
-written by this user's own derivation is then the reference, as for the
-int8 model). The file lives in the private runtime directory and is hashed
+pinned for the versions cogd pins and the CPU classes it was measured on
+(:data:`PINNED_STATIC`). Unlike the int8 derivation, which only rewrites the
+graph, this one runs the model, and onnxruntime picks its int8 kernels by the
+CPU's SIMD extensions (AVX2 and AVX-512 VNNI round differently): a CPU of
+another class gets another hash, and the manifest written by this user's own
+distillation is then the reference, as for the int8 model under other
+versions. The file lives in the private runtime directory and is hashed
 on every load; a tampered or truncated file is derived again, never loaded.
 """
 
@@ -76,11 +79,19 @@ STATIC_FILE = "static.npy"
 MANIFEST_FILE = "static.json"
 DISTILL_TIMEOUT_S = 900  # measured 30-90 s on a loaded two-core machine; generous
 
-#: sha256 of the distilled table for (source sha256, onnxruntime version, numpy version).
-PINNED_STATIC: dict[tuple[str, str, str], str] = {
-    ("9e80251537633bab7d98c9a4f07070371d83f1d28e6994a1f5d93c53de3c5454", "1.31.1", "2.4.6"):
+#: sha256 of the distilled table for (source sha256, onnxruntime version, numpy version, CPU class).
+#: Each was distilled on a two-core AMD EPYC of that class (see :func:`cpu_class`).
+PINNED_STATIC: dict[tuple[str, str, str, str], str] = {
+    ("9e80251537633bab7d98c9a4f07070371d83f1d28e6994a1f5d93c53de3c5454", "1.31.1", "2.4.6",
+     "avx2+avx512bw+avx512f+avx512_vnni+fma"):
         "e28a1bc1cc63467d7ac1a852aed3aa6fe2610c52e7e17cd2c4c2096fcc7f1c5e",
+    ("9e80251537633bab7d98c9a4f07070371d83f1d28e6994a1f5d93c53de3c5454", "1.31.1", "2.4.6", "avx2+fma"):
+        "53c7daa44e605ec0ce0eb50e4394be01ebaf80ca37bfce141377abb56f18594b",
 }
+
+#: The CPU flags (as Linux's /proc/cpuinfo spells them) that decide which of onnxruntime's
+#: x86 int8 and float kernels run, in the order :func:`cpu_class` lists them.
+KERNEL_FLAGS = ("avx2", "avx512bw", "avx512f", "avx512_vnni", "avxvnni", "amx_int8", "fma")
 
 
 class DistillError(RuntimeError):
@@ -101,9 +112,37 @@ def tool_versions() -> tuple[str, str]:
     return metadata.version("onnxruntime"), np.__version__
 
 
+def cpu_class(cpuinfo: str | None = None) -> str:
+    """The CPU's kernel class: the :data:`KERNEL_FLAGS` it has, joined by ``+`` (e.g. ``avx2+fma``).
+
+    ``cpuinfo`` is the text of ``/proc/cpuinfo`` (read when None); its first ``flags`` line
+    counts (every core of one machine has the same). ``"unknown"`` when there is no such line
+    (another OS, an unreadable file): no pin applies then, and the manifest is the reference.
+    """
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text(encoding="ascii", errors="replace")
+        except OSError:
+            return "unknown"
+    for line in cpuinfo.splitlines():
+        name, sep, value = line.partition(":")
+        if sep and name.strip() == "flags":
+            have = set(value.split())
+            found = [f for f in KERNEL_FLAGS if f in have]
+            return "+".join(found) if found else "none"
+    return "unknown"
+
+
+def pinned_sha256(source_sha256: str) -> str | None:
+    """The pinned hash of the table distilled from ``source_sha256`` with these tool versions on
+    this CPU class, or None when cogd has none for that combination."""
+    return PINNED_STATIC.get((source_sha256, *tool_versions(), cpu_class()))
+
+
 def expected_sha256(source_sha256: str, manifest: dict | None) -> str | None:
-    """The hash the table must have: the pinned one for these versions, else the manifest's."""
-    pinned = PINNED_STATIC.get((source_sha256, *tool_versions()))
+    """The hash the table must have: the pinned one for these versions and this CPU class, else
+    the manifest's."""
+    pinned = pinned_sha256(source_sha256)
     if pinned:
         return pinned
     return manifest_sha256(manifest, source_sha256, RECIPE_VERSION)
@@ -237,14 +276,14 @@ def distill(source: bytes, source_sha256: str, tokenizer_path: Path, folder: Pat
         os.chmod(tmp_out, 0o600)
         digest = sha256_file(tmp_out)
         ort_version, np_version = tool_versions()
-        pinned = PINNED_STATIC.get((source_sha256, ort_version, np_version))
+        pinned = pinned_sha256(source_sha256)
         if pinned and digest != pinned:
             raise DistillError(f"the distilled static model hashes to {digest}, not the pinned {pinned} "
-                               f"(onnxruntime {ort_version}, numpy {np_version})")
+                               f"(onnxruntime {ort_version}, numpy {np_version}, CPU {cpu_class()})")
         os.replace(tmp_out, folder / STATIC_FILE)
         manifest = {"name": STATIC_NAME, "recipe": RECIPE_VERSION, "recipe_text": RECIPE,
                     "source_sha256": source_sha256, "sha256": digest, "dim": DIM,
-                    "onnxruntime": ort_version, "numpy": np_version}
+                    "onnxruntime": ort_version, "numpy": np_version, "cpu": cpu_class()}
         write_manifest(folder / MANIFEST_FILE, manifest)
         return digest
     finally:
