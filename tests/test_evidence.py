@@ -18,7 +18,7 @@ from cogd.evidence import credibility, shrunk_weight, uncovered_share
 from cogd.fusion import RRF_K
 from cogd.retrieve.feedback import HISTORY_COVERED, LEARNED_SOURCES, Feedback
 from cogd.retrieve.lexical import match_expression, query_terms
-from cogd.retrieve.pack import prompt_pack
+from cogd.retrieve.pack import prompt_pack, reason_of
 from cogd.usage.ledger import Ledger
 from cogd.usage.touches import Touch
 
@@ -416,6 +416,7 @@ def test_utility_once_leaves_out_the_boost_history_already_counts(stdlib_index, 
         boost = both[target[0]].signals["utility_x"]
         assert boost > 1.0
         assert "utility_x" not in once[target[0]].signals and once[target[0]].signals["utility_in_history"] == boost
+        assert f"utility ×{boost} left out" in reason_of(once[target[0]].signals)
         assert both[target[0]].signals["rrf"] == once[target[0]].signals["rrf"]  # fusion untouched
         # everything else keeps its utility factor: no other item is named by history
         assert {e: i.signals.get("utility_x") for e, i in both.items() if e != target[0] and e in once} == \
