@@ -127,7 +127,8 @@ class RankConfig:
     """How the usage ledger feeds ranking (:mod:`cogd.usage.utility`). Every weight 0 = feedback off.
 
     The defaults of ``utility_weight``, ``association_weight``, ``recency_weight``,
-    ``evidence_k`` and ``association_combine`` were chosen by cross-validation over the development set's folds
+    ``evidence_k``, ``association_combine``, ``utility_history_k`` and ``association_history_k`` were chosen
+    by cross-validation over the development set's folds
     (``scripts/replay_sessions.py --cv``; README, "Replay evaluation").
     """
 
@@ -172,9 +173,10 @@ class RankConfig:
     # × k / (k + n_history), n_history = history's reachable change requests while history
     # association is on (cogd.evidence.uncovered_share: a committed session's edits are in
     # history too, so the ledger's reading of them is a second count). At n_history = k the
-    # source keeps half its weight; 0 = no discount (the ranking as without this key).
-    utility_history_k: float = 0.0
-    association_history_k: float = 0.0
+    # source keeps half its weight; 0 = no discount. 800 each by the replay's cross-validation
+    # (README, "Session sources discounted by history"): click's ~800 requests halve both.
+    utility_history_k: float = 800.0
+    association_history_k: float = 800.0
     # Per entity instead: "once" drops utility's boost (a factor above 1: the entity's edits) for
     # an entity the request's history list names — history already counts those edits — and
     # keeps its penalty (deliveries left unused, which history cannot hold); "both" applies it.

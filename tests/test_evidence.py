@@ -100,7 +100,7 @@ def test_uncovered_share_is_k_over_k_plus_history():
 
 
 def test_session_sources_are_discounted_by_what_history_holds():
-    assert (RankConfig().utility_history_k, RankConfig().association_history_k) == (0.0, 0.0)
+    assert (RankConfig().utility_history_k, RankConfig().association_history_k) == (800.0, 800.0)  # by the CV
     assert set(HISTORY_COVERED) == {"utility", "association"}
     config = RankConfig(utility_weight=0.25, association_weight=0.25, evidence_k=10, history_association_weight=0.5,
                         history_evidence_k=50, utility_history_k=200, association_history_k=800)
@@ -116,8 +116,9 @@ def test_session_sources_are_discounted_by_what_history_holds():
                          (evidence, RankConfig(**{**config.__dict__, "history_association_weight": 0.0}))):
         fb = Feedback(off, evidence=covered)
         assert (fb.weight("utility"), fb.weight("association")) == (0.225, 0.2)
-    # the keys at 0 (the defaults): no discount however much history there is
-    plain = Feedback(RankConfig(utility_weight=0.25, association_weight=0.25, evidence_k=10), evidence=evidence)
+    # the keys at 0: no discount however much history there is
+    plain = Feedback(RankConfig(utility_weight=0.25, association_weight=0.25, evidence_k=10, utility_history_k=0,
+                                association_history_k=0), evidence=evidence)
     assert (plain.weight("utility"), plain.weight("association")) == (0.225, 0.2)
 
 
@@ -381,7 +382,8 @@ def test_with_no_history_the_history_discount_leaves_the_ranking_unchanged(stdli
         history_off = RankConfig(utility_history_k=50, association_history_k=50, history_association_weight=0)
         assert [(i.entity_id, i.score) for i in pack(history_off, 150)] == \
             [(i.entity_id, i.score) for i in pack(RankConfig(history_association_weight=0), 150)]
-        plain = next(i for i in pack(RankConfig(utility_weight=0), 150) if i.entity_id == target[0])
+        plain = next(i for i in pack(RankConfig(utility_weight=0, association_history_k=0), 150)
+                     if i.entity_id == target[0])
         cut = next(i for i in pack(RankConfig(utility_weight=0, association_history_k=50), 150)
                    if i.entity_id == target[0])
         w = RankConfig().association_weight * 3 / (3 + RankConfig().evidence_k)
