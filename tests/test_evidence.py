@@ -360,6 +360,14 @@ def test_an_edit_both_the_ledger_and_history_hold_is_fused_once_unless_summed(st
         ledger.close()
 
 
+def three_sessions_on_a_low_target(stdlib_index, ledger) -> tuple[str, str, int, int]:
+    """Three earlier sessions edit the low target (:func:`low_target`); returns it."""
+    _off, target = low_target(stdlib_index, ledger)
+    for n in (1, 2, 3):
+        session(ledger, stdlib_index, n, target)
+    return target
+
+
 def test_with_no_history_the_history_discount_leaves_the_ranking_unchanged(stdlib_index, tmp_path):
     """Three sessions edited the low target: with no history evidence (none mined, or history
     association off) the discount keys change no pack; with history's evidence they lower the
@@ -367,9 +375,7 @@ def test_with_no_history_the_history_discount_leaves_the_ranking_unchanged(stdli
     root, conn = stdlib_index
     ledger = Ledger(tmp_path / "state.db")
     try:
-        _off, target = low_target(stdlib_index, ledger)
-        for n in (1, 2, 3):
-            session(ledger, stdlib_index, n, target)
+        target = three_sessions_on_a_low_target(stdlib_index, ledger)
         discounted = RankConfig(utility_history_k=50, association_history_k=50)
 
         def pack(config: RankConfig, history_commits: int) -> list:
@@ -377,8 +383,11 @@ def test_with_no_history_the_history_discount_leaves_the_ranking_unchanged(stdli
             feedback.evidence["history_association"] = history_commits
             return prompt_pack(conn, root, ASKED, PackConfig(), RetrieveConfig(), mode="bm25", feedback=feedback).items
 
+        undiscounted = RankConfig(utility_history_k=0, association_history_k=0)
         assert [(i.entity_id, i.score) for i in pack(discounted, 0)] == \
-            [(i.entity_id, i.score) for i in pack(RankConfig(), 0)]
+            [(i.entity_id, i.score) for i in pack(undiscounted, 0)]
+        assert [(i.entity_id, i.score) for i in pack(RankConfig(), 0)] == \
+            [(i.entity_id, i.score) for i in pack(undiscounted, 0)]  # the defaults (800) too
         history_off = RankConfig(utility_history_k=50, association_history_k=50, history_association_weight=0)
         assert [(i.entity_id, i.score) for i in pack(history_off, 150)] == \
             [(i.entity_id, i.score) for i in pack(RankConfig(history_association_weight=0), 150)]
@@ -402,9 +411,7 @@ def test_utility_once_leaves_out_the_boost_history_already_counts(stdlib_index, 
     root, conn = stdlib_index
     ledger = Ledger(tmp_path / "state.db")
     try:
-        _off, target = low_target(stdlib_index, ledger)
-        for n in (1, 2, 3):
-            session(ledger, stdlib_index, n, target)
+        target = three_sessions_on_a_low_target(stdlib_index, ledger)
 
         def pack(mode: str, committed: bool) -> dict:
             feedback = feedback_of(ledger, RankConfig(utility_with_history=mode))
