@@ -23,6 +23,9 @@ from cogd.rpc.client import DEADLINE_ENV, DEFAULT_DEADLINE_MS, parse_deadline_ms
 # How the two association sources combine per entity, [rank] association_combine
 # (cogd.retrieve.feedback.Feedback.association_terms).
 ASSOCIATION_COMBINES: tuple[str, ...] = ("sum", "max", "pooled", "single")
+# Whether utility's boost also applies to what the request's history list names, [rank]
+# utility_with_history (cogd.retrieve.feedback.Feedback.apply).
+UTILITY_WITH_HISTORY: tuple[str, ...] = ("both", "once")
 
 # The pack must stay under Claude Code's 10,000-character limit on injected
 # text: beyond it the client swaps the pack for a short preview and a file path.
@@ -124,7 +127,8 @@ class RankConfig:
     """How the usage ledger feeds ranking (:mod:`cogd.usage.utility`). Every weight 0 = feedback off.
 
     The defaults of ``utility_weight``, ``association_weight``, ``recency_weight``,
-    ``evidence_k`` and ``association_combine`` were chosen by cross-validation over the development set's folds
+    ``evidence_k``, ``association_combine``, ``utility_history_k`` and ``association_history_k`` were chosen
+    by cross-validation over the development set's folds
     (``scripts/replay_sessions.py --cv``; README, "Replay evaluation").
     """
 
@@ -165,6 +169,18 @@ class RankConfig:
     # Not chosen by the cross-validation: on click's stream n is in the hundreds (810 at HEAD), so k
     # hardly moves a pack there; 50 keeps a young repository (tens of commits) near history off.
     history_evidence_k: float = 50.0
+    # Session sources discounted by what history already holds: utility's (association's) weight
+    # × k / (k + n_history), n_history = history's reachable change requests while history
+    # association is on (cogd.evidence.uncovered_share: a committed session's edits are in
+    # history too, so the ledger's reading of them is a second count). At n_history = k the
+    # source keeps half its weight; 0 = no discount. 800 each by the replay's cross-validation
+    # (README, "Session sources discounted by history"): click's ~800 requests halve both.
+    utility_history_k: float = 800.0
+    association_history_k: float = 800.0
+    # Per entity instead: "once" drops utility's boost (a factor above 1: the entity's edits) for
+    # an entity the request's history list names — history already counts those edits — and
+    # keeps its penalty (deliveries left unused, which history cannot hold); "both" applies it.
+    utility_with_history: str = "both"
 
 
 @dataclass
@@ -376,6 +392,9 @@ def load_config(path: Path | None) -> Config:
     if config.rank.prior_hits <= 0 or config.rank.prior_misses <= 0:
         raise ConfigError("rank.prior_hits and rank.prior_misses must be above 0 (a Beta prior)")
     _check_finite(config.rank, "rank")
+    if config.rank.utility_with_history not in UTILITY_WITH_HISTORY:
+        raise ConfigError(f"rank.utility_with_history must be one of {', '.join(UTILITY_WITH_HISTORY)}, "
+                          f"got {config.rank.utility_with_history!r}")
     if config.rank.association_combine not in ASSOCIATION_COMBINES:
         raise ConfigError(f"rank.association_combine must be one of {', '.join(ASSOCIATION_COMBINES)}, "
                           f"got {config.rank.association_combine!r}")

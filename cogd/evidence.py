@@ -53,3 +53,21 @@ def shrunk_weight(weight: float, evidence: float, prior_strength: float) -> floa
     if not math.isfinite(weight) or weight < 0:
         raise ValueError(f"weight must be a finite number >= 0, got {weight!r}")
     return weight * credibility(evidence, prior_strength)
+
+
+def uncovered_share(covered: float, prior_strength: float) -> float:
+    """``k / (k + n)`` in (0, 1]: the share of a source's evidence another source does not already hold.
+
+    For a session source (utility, session association) that re-reads the edits history has
+    already mined: ``covered`` (n) is history's evidence (reachable change requests) and
+    ``prior_strength`` (k) the change requests at which half of the session source's evidence
+    counts as already held. It is ``1 − credibility(n, k)``: in Bühlmann's model the
+    credibility ``Z`` is the weight the other source's own data has earned, so ``1 − Z`` is what
+    is left for a second reading of the same data — with no history (``n = 0``) it is 1 and the
+    session source keeps its weight. ``k = 0`` returns 1 (the discount off). Raises ValueError
+    for a negative or non-finite argument.
+    """
+    credibility(covered, prior_strength)  # validates both arguments
+    if prior_strength == 0:
+        return 1.0
+    return prior_strength / (covered + prior_strength)

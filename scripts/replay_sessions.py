@@ -142,9 +142,11 @@ ARMS: dict[str, dict[str, str]] = {
 # --candidate keys and their short names in an arm's name (u0.5_a0.5_r0_k10)
 CANDIDATE_KEYS = {"utility_weight": "u", "association_weight": "a", "recency_weight": "r", "working_set_weight": "w",
                   "evidence_k": "k", "history_association_weight": "h", "co_change_weight": "c",
-                  "history_evidence_k": "hk", "association_combine": "ac"}
+                  "history_evidence_k": "hk", "association_combine": "ac",
+                  "utility_history_k": "uhk", "association_history_k": "ahk",
+                  "utility_with_history": "uwh"}
 # --candidate keys whose value is a word (a TOML string), not a number, and the words allowed
-WORD_KEYS = {"association_combine": ("sum", "max", "pooled", "single")}
+WORD_KEYS = {"association_combine": ("sum", "max", "pooled", "single"), "utility_with_history": ("both", "once")}
 # Seconds after the session's start at which each event happens (on the injected clock).
 T_PROMPT, T_STEP, T_END, T_GAP = 3, 20, 30, 60
 STOPWORDS = set("""

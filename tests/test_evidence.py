@@ -14,11 +14,11 @@ import pytest
 
 from conftest import copy_stdlib
 from cogd.config import ConfigError, PackConfig, RankConfig, RetrieveConfig, load_config
-from cogd.evidence import credibility, shrunk_weight
+from cogd.evidence import credibility, shrunk_weight, uncovered_share
 from cogd.fusion import RRF_K
-from cogd.retrieve.feedback import LEARNED_SOURCES, Feedback
+from cogd.retrieve.feedback import HISTORY_COVERED, LEARNED_SOURCES, Feedback
 from cogd.retrieve.lexical import match_expression, query_terms
-from cogd.retrieve.pack import prompt_pack
+from cogd.retrieve.pack import prompt_pack, reason_of
 from cogd.usage.ledger import Ledger
 from cogd.usage.touches import Touch
 
@@ -86,6 +86,40 @@ def test_history_sources_shrink_by_their_commits():
     assert Feedback(RankConfig(evidence_k=10), evidence={"history_association": 10_000}).weight("association") == 0.0
     assert Feedback(RankConfig(history_evidence_k=0)).weight("co_change") == RankConfig().co_change_weight  # k = 0: off
 
+
+
+def test_uncovered_share_is_k_over_k_plus_history():
+    assert uncovered_share(0, 800) == 1.0  # no history: the session source keeps its weight
+    assert uncovered_share(800, 800) == 0.5
+    assert uncovered_share(150, 50) == 0.25
+    assert uncovered_share(3, 1) == 0.25
+    assert uncovered_share(1000, 0) == 1.0 and uncovered_share(0, 0) == 1.0  # k = 0: the discount off
+    for args in ((-1, 10), (1, -0.5), (math.nan, 1), (1, math.inf)):
+        with pytest.raises(ValueError):
+            uncovered_share(*args)
+
+
+def test_session_sources_are_discounted_by_what_history_holds():
+    assert (RankConfig().utility_history_k, RankConfig().association_history_k) == (800.0, 800.0)  # by the CV
+    assert set(HISTORY_COVERED) == {"utility", "association"}
+    config = RankConfig(utility_weight=0.25, association_weight=0.25, evidence_k=10, history_association_weight=0.5,
+                        history_evidence_k=50, utility_history_k=200, association_history_k=800)
+    evidence = {"utility": 90, "association": 40, "history_association": 600}
+    fb = Feedback(config, evidence=evidence)
+    # utility 0.25 · 90/100 · 200/800, association 0.25 · 40/50 · 800/1400; history itself unchanged
+    assert fb.weight("utility") == pytest.approx(0.05625, abs=1e-12)
+    assert fb.weight("association") == pytest.approx(0.2 * 4 / 7, abs=1e-12)
+    assert fb.weight("history_association") == pytest.approx(0.5 * 600 / 650, abs=1e-12)
+    assert (fb.history_uncovered("utility"), fb.history_uncovered("association")) == (0.25, 800 / 1400)
+    # no history mined, or history association off: history covers nothing, the weights are as before
+    for covered, off in (({**evidence, "history_association": 0}, config),
+                         (evidence, RankConfig(**{**config.__dict__, "history_association_weight": 0.0}))):
+        fb = Feedback(off, evidence=covered)
+        assert (fb.weight("utility"), fb.weight("association")) == (0.225, 0.2)
+    # the keys at 0: no discount however much history there is
+    plain = Feedback(RankConfig(utility_weight=0.25, association_weight=0.25, evidence_k=10, utility_history_k=0,
+                                association_history_k=0), evidence=evidence)
+    assert (plain.weight("utility"), plain.weight("association")) == (0.225, 0.2)
 
 
 def _two_sources(combine: str) -> Feedback:
@@ -324,6 +358,96 @@ def test_an_edit_both_the_ledger_and_history_hold_is_fused_once_unless_summed(st
         assert rrf["pooled"] == pytest.approx(rrf["max"], abs=2e-5)
     finally:
         ledger.close()
+
+
+def three_sessions_on_a_low_target(stdlib_index, ledger) -> tuple[str, str, int, int]:
+    """Three earlier sessions edit the low target (:func:`low_target`); returns it."""
+    _off, target = low_target(stdlib_index, ledger)
+    for n in (1, 2, 3):
+        session(ledger, stdlib_index, n, target)
+    return target
+
+
+def test_with_no_history_the_history_discount_leaves_the_ranking_unchanged(stdlib_index, tmp_path):
+    """Three sessions edited the low target: with no history evidence (none mined, or history
+    association off) the discount keys change no pack; with history's evidence they lower the
+    session sources' weights and so the target's fused score, by exactly the discounted weights."""
+    root, conn = stdlib_index
+    ledger = Ledger(tmp_path / "state.db")
+    try:
+        target = three_sessions_on_a_low_target(stdlib_index, ledger)
+        discounted = RankConfig(utility_history_k=50, association_history_k=50)
+
+        def pack(config: RankConfig, history_commits: int) -> list:
+            feedback = feedback_of(ledger, config)
+            feedback.evidence["history_association"] = history_commits
+            return prompt_pack(conn, root, ASKED, PackConfig(), RetrieveConfig(), mode="bm25", feedback=feedback).items
+
+        undiscounted = RankConfig(utility_history_k=0, association_history_k=0)
+        assert [(i.entity_id, i.score) for i in pack(discounted, 0)] == \
+            [(i.entity_id, i.score) for i in pack(undiscounted, 0)]
+        assert [(i.entity_id, i.score) for i in pack(RankConfig(), 0)] == \
+            [(i.entity_id, i.score) for i in pack(undiscounted, 0)]  # the defaults (800) too
+        history_off = RankConfig(utility_history_k=50, association_history_k=50, history_association_weight=0)
+        assert [(i.entity_id, i.score) for i in pack(history_off, 150)] == \
+            [(i.entity_id, i.score) for i in pack(RankConfig(history_association_weight=0), 150)]
+        plain = next(i for i in pack(RankConfig(utility_weight=0, association_history_k=0), 150)
+                     if i.entity_id == target[0])
+        cut = next(i for i in pack(RankConfig(utility_weight=0, association_history_k=50), 150)
+                   if i.entity_id == target[0])
+        w = RankConfig().association_weight * 3 / (3 + RankConfig().evidence_k)
+        # the association list ranks the target first: its RRF term falls from w/(k+1) to w·¼/(k+1)
+        assert plain.signals["rrf"] - cut.signals["rrf"] == pytest.approx(w * (1 - 50 / 200) / (RRF_K + 1), abs=2e-5)
+    finally:
+        ledger.close()
+
+
+def test_utility_once_leaves_out_the_boost_history_already_counts(stdlib_index, tmp_path):
+    """Three sessions edited the low target and their work was committed (history's list names it).
+    ``utility_with_history = "once"`` drops the target's utility boost and nothing else; with no
+    history list the ranking is that of ``"both"``."""
+    from cogd.history.store import Association
+
+    root, conn = stdlib_index
+    ledger = Ledger(tmp_path / "state.db")
+    try:
+        target = three_sessions_on_a_low_target(stdlib_index, ledger)
+
+        def pack(mode: str, committed: bool) -> dict:
+            feedback = feedback_of(ledger, RankConfig(utility_with_history=mode))
+            if committed:
+                feedback.history = lambda text: [Association(target[0], 1.0, 3, ["c1", "c2", "c3"])]
+                feedback.evidence["history_association"] = 150
+            items = prompt_pack(conn, root, ASKED, PackConfig(), RetrieveConfig(), mode="bm25", feedback=feedback).items
+            return {i.entity_id: i for i in items}
+
+        both, once = pack("both", True), pack("once", True)
+        boost = both[target[0]].signals["utility_x"]
+        assert boost > 1.0
+        assert "utility_x" not in once[target[0]].signals and once[target[0]].signals["utility_in_history"] == boost
+        assert f"utility ×{boost} left out" in reason_of(once[target[0]].signals)
+        assert both[target[0]].signals["rrf"] == once[target[0]].signals["rrf"]  # fusion untouched
+        # everything else keeps its utility factor: no other item is named by history
+        assert {e: i.signals.get("utility_x") for e, i in both.items() if e != target[0] and e in once} == \
+            {e: i.signals.get("utility_x") for e, i in once.items() if e != target[0] and e in both}
+        assert [(e, i.score) for e, i in pack("once", False).items()] == \
+            [(e, i.score) for e, i in pack("both", False).items()]
+    finally:
+        ledger.close()
+
+
+def test_utility_with_history_is_validated(tmp_path):
+    assert RankConfig().utility_with_history == "both"
+    path = tmp_path / "config.toml"
+    path.write_text('[rank]\nutility_with_history = "once"\nutility_history_k = 200\n')
+    rank = load_config(path).rank
+    assert (rank.utility_with_history, rank.utility_history_k) == ("once", 200.0)
+    path.write_text('[rank]\nutility_with_history = "twice"\n')
+    with pytest.raises(ConfigError, match="both, once"):
+        load_config(path)
+    path.write_text("[rank]\nassociation_history_k = -1\n")
+    with pytest.raises(ConfigError, match="non-negative"):
+        load_config(path)
 
 
 def test_history_file_evidence_is_shrunk_with_the_history_source():

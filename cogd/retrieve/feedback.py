@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from cogd.config import RankConfig
-from cogd.evidence import shrunk_weight
+from cogd.evidence import shrunk_weight, uncovered_share
 from cogd.retrieve.lexical import Hit
 from cogd.usage.outcomes import ACTION_CLASS
 from cogd.usage.touches import Touch
@@ -58,6 +58,9 @@ RECENCY_HALF_POSITION = 5  # the recency bonus halves at this position in the li
 # own touches) are not learned from the past and keep their weight as configured.
 LEARNED_SOURCES = {"utility": "evidence_k", "association": "evidence_k",
                    "history_association": "history_evidence_k", "co_change": "history_evidence_k"}
+# Session sources → the [rank] key of their discount by history's evidence (uncovered_share): a
+# committed session's edits are also history's, so the ledger's reading of them counts again.
+HISTORY_COVERED = {"utility": "utility_history_k", "association": "association_history_k"}
 
 
 @dataclass
@@ -92,19 +95,36 @@ class Feedback:
                 self._ranges.setdefault(touch.path, []).append((1, 1 << 30))
         self._recent = {path: i for i, path in enumerate(self.recent_paths)}
         self._history_files: dict[str, float] = {}  # set by association_lists: path → history evidence
+        self._history_named: set[str] = set()  # set by association_lists: the ids history's list names
 
     def weight(self, source: str) -> float:
         """``rank.<source>_weight``, shrunk by its evidence when ``source`` is learned (:data:`LEARNED_SOURCES`).
 
         ``w · n / (n + k)`` (:func:`cogd.evidence.shrunk_weight`) with ``n`` =
         ``evidence[source]`` (0 when unknown) and ``k`` the source's prior-strength key;
-        0 for a repository with no evidence yet (unless ``k`` = 0: shrinkage off).
+        0 for a repository with no evidence yet (unless ``k`` = 0: shrinkage off). A session
+        source (:data:`HISTORY_COVERED`) is further multiplied by :meth:`history_uncovered`.
         """
         base = getattr(self.config, f"{source}_weight")
         prior_key = LEARNED_SOURCES.get(source)
         if prior_key is None:
             return base
-        return shrunk_weight(base, self.evidence.get(source, 0.0), getattr(self.config, prior_key))
+        weight = shrunk_weight(base, self.evidence.get(source, 0.0), getattr(self.config, prior_key))
+        return weight * self.history_uncovered(source) if source in HISTORY_COVERED else weight
+
+    def history_uncovered(self, source: str) -> float:
+        """``k_c / (k_c + n_h)`` (:func:`cogd.evidence.uncovered_share`): the share of a session
+        source's evidence that history does not already hold.
+
+        ``source``: ``utility`` or ``association`` (a key of :data:`HISTORY_COVERED`, else
+        KeyError); ``k_c`` its ``rank.<source>_history_k`` (0: 1, no discount); ``n_h`` =
+        ``evidence["history_association"]`` (history's reachable change requests) while history
+        association is on (its configured weight > 0), else 0 — history that ranks nothing
+        covers nothing, so with history off or unmined the session source is unchanged.
+        """
+        prior = getattr(self.config, HISTORY_COVERED[source])
+        covered = self.evidence.get("history_association", 0.0) if self.config.history_association_weight > 0 else 0.0
+        return uncovered_share(covered, prior)
 
     @property
     def learns_associations(self) -> bool:
@@ -126,9 +146,11 @@ class Feedback:
         if self.learns_associations:
             out.append(("session", [(entity_id, None, []) for entity_id, _ in self.associations(text)[:limit]]))
         self._history_files = {}
+        self._history_named = set()
         if self.history is not None and self.weight("history_association") > 0:
             found = self.history(text)[:limit]
             out.append(("history", [(a.entity_id, a.evidence, a.commits) for a in found]))
+            self._history_named = {a.entity_id for a in found}
             for a in found:  # the request's history evidence per file, for the file-level ranking
                 path = a.entity_id.split("::", 1)[0]
                 self._history_files[path] = self._history_files.get(path, 0.0) + a.score
@@ -219,6 +241,15 @@ class Feedback:
             return 1.0
         return 1.0 + self.config.recency_weight / (1 + position / RECENCY_HALF_POSITION)
 
+    def utility_counted_by_history(self, entity_id: str, u_factor: float) -> bool:
+        """Whether utility's factor ``u_factor`` for ``entity_id`` is left out because history already
+        counts its evidence (``rank.utility_with_history = "once"``): a boost (> 1) comes from the
+        entity's earlier edits, and once those are committed history's list for this request holds
+        them; a penalty (< 1: deliveries left unused) is evidence history cannot hold and stays.
+        False under ``"both"`` or before :meth:`association_lists` named the entity."""
+        return (self.config.utility_with_history == "once" and u_factor > 1.0
+                and entity_id in self._history_named)
+
     def apply(self, hits: list[Hit]) -> None:
         """Multiply each hit's score by its feedback factors, in place; record them in ``signals``."""
         if not self.enabled:
@@ -229,6 +260,9 @@ class Feedback:
             factor = 1.0
             if self.utility is not None and utility_weight > 0:
                 u_factor, value = self.utility.factor(hit.id, hit.path, utility_weight, base)
+                if self.utility_counted_by_history(hit.id, u_factor):
+                    hit.signals["utility_in_history"] = round(u_factor, 3)
+                    u_factor = 1.0
                 if abs(u_factor - 1.0) > 1e-9:
                     hit.signals["utility"] = round(value, 4)
                     hit.signals["utility_x"] = round(u_factor, 3)

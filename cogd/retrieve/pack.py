@@ -87,6 +87,8 @@ def reason_of(signals: dict) -> str:
         found.append(f"file #{signals['file_rank']}")
     if "utility_x" in signals:
         found.append(f"utility {signals.get('utility')} ×{signals['utility_x']}")
+    if "utility_in_history" in signals:
+        found.append(f"utility ×{signals['utility_in_history']} left out (history counts those edits)")
     if "working_set_x" in signals:
         found.append(f"touched this session ×{signals['working_set_x']}")
     if "recency_x" in signals:
