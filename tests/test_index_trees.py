@@ -1,4 +1,4 @@
-"""Incremental re-parsing of saves (cogd.index.trees): the same entities and rows as a fresh parse."""
+"""Saves (cogd.index.trees, Indexer): incremental re-parses give a fresh parse's rows; the kept file list follows other writers."""
 
 from __future__ import annotations
 
@@ -97,5 +97,28 @@ def test_saves_reparsed_incrementally_leave_the_index_a_fresh_build_makes(tmp_pa
             finally:
                 saved.close()
                 built.close()
+    finally:
+        ix.close()
+
+
+def test_a_save_sees_files_another_writer_added_since_the_last_save(tmp_path):
+    root = make_repo(tmp_path / "repo", {"a.py": "def main():\n    return helper()\n"})
+    db = tmp_path / "index.db"
+    ix = Indexer(root, db)
+    try:
+        ix.refresh()
+        (root / "a.py").write_text("def main():\n    return helper() + 1\n")
+        ix.refresh(paths=["a.py"])  # keeps the file list: a.py only
+        (root / "b.py").write_text("def helper():\n    return 1\n")
+        other = Indexer(root, db)  # another connection adds b.py
+        try:
+            assert other.refresh(paths=["b.py"]).parsed == 1
+        finally:
+            other.close()
+        (root / "a.py").write_text("def main():\n    return helper() + 2\n")
+        assert ix.refresh(paths=["a.py"]).parsed == 1
+        assert "b.py" in ix._files()
+        calls = ix.conn.execute("SELECT src, dst FROM edges WHERE kind = 'calls'").fetchall()
+        assert [tuple(row) for row in calls] == [("a.py::main", "b.py::helper")]
     finally:
         ix.close()
