@@ -1,4 +1,4 @@
-"""Saves (cogd.index.trees, Indexer): incremental re-parses give a fresh parse's rows; the kept file list follows other writers."""
+"""Saves: incremental re-parses (cogd.index.trees) give a fresh parse's rows; the kept file list follows other writers."""
 
 from __future__ import annotations
 
