@@ -63,6 +63,7 @@ from cogd.index.extract import Entity, ParsedFile, content_hash, extract, line_c
 from cogd.index.languages import LanguageUnavailable, grammar, language_for_path
 from cogd.index.parsepool import ParsePool
 from cogd.index.sources import SourceListing, classify_paths, git_head, scan_source_files
+from cogd.index.trees import TREE_CACHE_FILES, TreeCache
 
 log = logging.getLogger("cogd.index")
 
@@ -211,14 +212,19 @@ def parse_with_deadline(parser, data: bytes, budget_s: float):
     return parser.parse(data, old_tree=tree)
 
 
-def _extract(path: str, text: bytes, language: str, parse_timeout_ms: int) -> ParsedFile:
+def _extract(path: str, text: bytes, language: str, parse_timeout_ms: int,
+             trees: TreeCache | None = None) -> ParsedFile:
     """``extract`` with the parse bounded by ``parse_timeout_ms`` (raises ParseTimeout).
 
     Only the parse: query time is bounded by running the whole of this in a
-    child process the daemon can kill (:mod:`cogd.index.parsepool`).
+    child process the daemon can kill (:mod:`cogd.index.parsepool`). With
+    ``trees``, a file parsed without a deadline is re-parsed from its previous
+    tree when the cache has one (:class:`cogd.index.trees.TreeCache`).
     """
     if not parse_timeout_ms or len(text) < GUARDED_PARSE_BYTES:
-        return extract(path, text, language)
+        if trees is None:
+            return extract(path, text, language)
+        return extract(path, text, language, tree=trees.parse(path, grammar(language).parser, text))
     tree = parse_with_deadline(grammar(language).parser, text, parse_timeout_ms / 1000)
     return extract(path, text, language, tree=tree)
 
@@ -245,11 +251,14 @@ class ParseLimits:
                    config.minified_mean_line_bytes)
 
 
-def parse_file(path: str, data: bytes, limits: ParseLimits) -> tuple[ParsedFile, str]:
+def parse_file(path: str, data: bytes, limits: ParseLimits,
+               trees: TreeCache | None = None) -> tuple[ParsedFile, str]:
     """Entities of ``path`` (raw bytes ``data``) and its status: ``ok`` or a skip reason.
 
     Module-level and free of state so worker processes can run it. Never
-    raises for bad content.
+    raises for bad content. ``trees``: previous parse trees to re-parse from
+    (an in-process save, :class:`cogd.index.trees.TreeCache`); the result is
+    the same without.
     """
     max_file_bytes, parse_timeout_ms = limits.max_file_bytes, limits.parse_timeout_ms
     minified_line_bytes, minified_mean_line_bytes = limits.minified_line_bytes, limits.minified_mean_line_bytes
@@ -268,7 +277,7 @@ def parse_file(path: str, data: bytes, limits: ParseLimits) -> tuple[ParsedFile,
     if oversized:
         return _file_only(path, language, data, line_count(text)), "too_large"
     try:
-        parsed = _extract(path, text, language, parse_timeout_ms)
+        parsed = _extract(path, text, language, parse_timeout_ms, trees)
     except LanguageUnavailable:  # reported once by languages.check, not per file
         return _file_only(path, language, data, line_count(text)), "language_disabled"
     except ParseTimeout:
@@ -330,6 +339,14 @@ class Indexer:
         self.pool = pool
         self.config = config if config is not None else _DEFAULTS
         self.limits = ParseLimits.from_config(self.config)
+        # Trees of the last files parsed here by a small refresh (a save): the next save of one
+        # of them re-parses incrementally. Only without a pool: parser processes keep none.
+        self.trees = TreeCache()
+        # (PRAGMA data_version, {path: language}) of the files table, kept between saves, which
+        # never change the file list: reading the whole list cost a save ~4 ms on the standard
+        # library. data_version moves only when another connection commits, so a change made
+        # by another writer is seen; this writer's own changes of the list clear it (_resolve).
+        self._file_list: tuple[int, dict[str, str]] | None = None
 
     def close(self) -> None:
         """Checkpoint the WAL and close the writer connection (see :func:`cogd.index.store.close_writer`)."""
@@ -381,11 +398,20 @@ class Indexer:
         (:func:`cogd.index.resolve.resolve_saved`).
         """
         if everything or gone or any(p not in known for p in parsed_paths):
+            self._file_list = None
             resolve.resolve(self.conn, str(self.root), None)
         elif parsed_paths:
             names_after = resolve.entity_names(self.conn, parsed_paths)
             affected = {name for name, _id, _kind in names_before ^ names_after}
-            resolve.resolve_saved(self.conn, str(self.root), set(parsed_paths), affected)
+            resolve.resolve_saved(self.conn, str(self.root), set(parsed_paths), affected, self._files())
+
+    def _files(self) -> dict[str, str]:
+        """The index's ``{path: language}``, read again only when another connection has committed
+        since it was read (or this writer changed the list: :meth:`_resolve` clears it)."""
+        version = self.conn.execute("PRAGMA data_version").fetchone()[0]
+        if self._file_list is None or self._file_list[0] != version:
+            self._file_list = (version, store.file_languages(self.conn))
+        return self._file_list[1]
 
     def refresh(
         self, paths: Iterable[str] | None = None, progress: ProgressFn | None = None, *, full: bool = False
@@ -401,6 +427,15 @@ class Indexer:
         index. Raises sqlite3.Error only when the database itself fails.
         """
         started = time.perf_counter()
+        try:
+            return self._refresh(paths, progress, full, started)
+        except BaseException:
+            self._file_list = None  # a refresh cut short may have changed the list: read it again
+            raise
+
+    def _refresh(self, paths: Iterable[str] | None, progress: ProgressFn | None, full: bool,
+                 started: float) -> RefreshResult:
+        """:meth:`refresh`'s body (``started``: its perf_counter at the call)."""
         known = self._known(paths)
         listing, gone = self._listing(paths, known)
         if paths is not None:  # a link found indexed under its own name joins the rows read
@@ -528,7 +563,10 @@ class Indexer:
             outcomes = self.pool.imap(submitted(), max(self.limits.parse_timeout_ms / 1000, 1.0) * 2)
             pairs = ((jobs.pop(0), outcome) for outcome in outcomes)
         else:
-            pairs = ((job, parse_job((job[3], job[5], self.limits))) for job in reading)
+            # A save (a few files) re-parses from the trees of earlier saves; a larger refresh
+            # would only churn the cache, so it parses afresh.
+            trees = self.trees if total <= TREE_CACHE_FILES else None
+            pairs = ((job, parse_file(job[3], job[5], self.limits, trees)) for job in reading)
         for job, outcome in pairs:
             pending.append((job, outcome))
             if len(pending) >= WRITE_BATCH_FILES:

@@ -55,10 +55,12 @@ class Resolver:
     queries, and a full pass costs one scan per table.
     """
 
-    def __init__(self, conn: sqlite3.Connection, root: str):
+    def __init__(self, conn: sqlite3.Connection, root: str, files: dict[str, str] | None = None):
+        """``files``: the index's ``{path: language}`` (:func:`cogd.index.store.file_languages`) when
+        the caller holds it current; None reads it. Never mutated."""
         self.conn = conn
         self.root = root
-        self.files = store.file_languages(conn)
+        self.files = store.file_languages(conn) if files is None else files
         self._layout = _layout_for(root, self.files)
         self._by_name: dict[str, list[tuple[str, str, str, str | None]]] = {}
         self._members: dict[str, dict[str, str]] = {}
@@ -520,7 +522,7 @@ def _layout_for(root: str, files: dict[str, str]) -> dict:
     """
     with _layouts_lock:
         known = _LAYOUTS.get(root)
-        if known is not None and known[0] == files:
+        if known is not None and (known[0] is files or known[0] == files):  # the caller's kept list: no compare
             return known[1]
         if len(_LAYOUTS) >= _LAYOUTS_MAX:
             _LAYOUTS.pop(next(iter(_LAYOUTS)))
@@ -569,11 +571,13 @@ def resolve(conn: sqlite3.Connection, root: str, paths: Iterable[str] | None = N
     return written
 
 
-def resolve_saved(conn: sqlite3.Connection, root: str, changed: set[str], names: set[str]) -> int:
+def resolve_saved(conn: sqlite3.Connection, root: str, changed: set[str], names: set[str],
+                  files: dict[str, str] | None = None) -> int:
     """After a save that kept the file list: every reference of the ``changed`` files, and in
     the other files only the references to ``names`` (the names whose definitions were added,
-    removed or changed kind), resolved again. Returns the edge rows changed. Does not commit."""
-    resolver = Resolver(conn, root)
+    removed or changed kind), resolved again. Returns the edge rows changed. Does not commit.
+    ``files``: the file list as :class:`Resolver` takes it (None reads it)."""
+    resolver = Resolver(conn, root, files)
     changed = {p for p in changed if p in resolver.files}
     count = 0
     for path in sorted(changed):
