@@ -62,8 +62,7 @@ def dump(root: Path) -> dict:
 
 
 def stats(root: Path) -> dict:
-    """``cogd stats --json`` of ``root``, run in-process (a read around what the tests are about)."""
-    return json.loads(cogd_in_process(root, "stats", "--json").stdout)
+    return json.loads(run_cogd(root, "stats", "--json").stdout)
 
 
 @pytest.fixture
