@@ -12,7 +12,7 @@ import pytest
 from cogd.config import Config, EmbedConfig
 from cogd.cli.doctor_checks import FAIL, OK, RTT_WARN_SHARE, WARN, DoctorContext, check_model, run_checks
 from cogd.paths import Layout
-from conftest import copy_stdlib, lexical_only, make_repo, run_cogd, write
+from conftest import cogd_in_process, copy_stdlib, lexical_only, make_repo, run_cogd, write
 
 pytestmark = pytest.mark.timeout(600)  # a hang guard, generous for a busy machine
 
@@ -73,7 +73,7 @@ def test_table_output_and_drift(repo):
     assert set(drift["details"]["sample"]) == {"json/decoder.py", "json/new_module.py", "json/tool.py"}
     table = run_cogd(repo, "doctor").stdout
     assert "index drift" in table and "3 files differ" in table and "1 warning," in table
-    run_cogd(repo, "index")
+    cogd_in_process(repo, "index")  # set-up for the next doctor, which is the real process
     assert doctor(repo)[1]["index drift"]["status"] == OK
 
 
@@ -181,7 +181,7 @@ def test_memory_checks(repo):
     path.write_text(path.read_text().replace("status: candidate", "status: stale"))  # candidate → stale: illegal
     (memory / "01J00000000000000000000000.md").write_text("---\nid: [unclosed\n---\nbody\n")
     (repo / "json" / "tool.py").unlink()
-    run_cogd(repo, "index")
+    cogd_in_process(repo, "index")
     code, checks = doctor(repo)
     assert code == 1
     files = checks["memory files"]

@@ -99,7 +99,7 @@ def test_reset_with_a_running_daemon_reproduces_the_projection(repo, daemon_fact
 
 
 def test_stats_json_is_deterministic(repo):
-    run_cogd(repo, "index")
+    cogd_in_process(repo, "index")  # set-up: the stats commands below are the real processes
     one = run_cogd(repo, "stats", "--json").stdout
     assert "age_s" not in one and "indexed_at" not in one
     assert run_cogd(repo, "stats", "--json").stdout == one
@@ -111,7 +111,8 @@ def test_reset_keeps_the_embedding_cache_and_does_not_re_embed(tmp_path):
                              f'class Thing{i}:\n    def run(self):\n        return handler_{i}(1)\n'
              for i in range(4)}
     root = make_repo(tmp_path / "repo", files)
-    first = run_cogd(root, "reset").stdout  # no index yet: builds it and embeds everything
+    # no index yet: builds it and embeds everything (set-up, in-process: the second reset is the real process)
+    first = cogd_in_process(root, "reset").stdout
     assert "vectors:" in first
     vectors = dump(root)["vectors"]
     assert len(vectors) == len(dump(root)["entities"]) > 0
@@ -125,7 +126,7 @@ def test_reset_keeps_the_embedding_cache_and_does_not_re_embed(tmp_path):
 
 
 def test_reset_all_asks_before_wiping_the_ledger(repo):
-    run_cogd(repo, "context", "decode json")  # a preview: not recorded; record one through the service:
+    cogd_in_process(repo, "context", "decode json")  # a preview: not recorded; record one through the service:
     layout = Layout(repo)
     from cogd.usage.ledger import Ledger
 
@@ -143,7 +144,7 @@ def test_reset_all_asks_before_wiping_the_ledger(repo):
 
 
 def test_failed_rebuild_restores_the_old_projection(repo, monkeypatch):
-    run_cogd(repo, "index")
+    cogd_in_process(repo, "index")
     layout = Layout(repo)
     (layout.index_dir / "embed_cache.db").write_bytes(b"")  # stands in for the cache: must come back
     before = dump(repo)
@@ -162,7 +163,7 @@ def test_failed_rebuild_restores_the_old_projection(repo, monkeypatch):
 
 
 def test_reset_refuses_while_another_process_holds_the_lock(repo):
-    run_cogd(repo, "index")
+    cogd_in_process(repo, "index")
     layout = Layout(repo)
     before = dump(repo)
     fd = control.try_lock(layout)  # as a CLI command working in-process would
