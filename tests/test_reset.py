@@ -70,6 +70,12 @@ def repo(tmp_path):
     return lexical_only(copy_stdlib(tmp_path / "repo", ("json",)))
 
 
+def history_settled(sock) -> bool:
+    """Whether the daemon's history miner has finished a pass (its co-change figures are in stats)."""
+    state = call(sock, "history.status", {})
+    return not state.get("enabled") or (bool(state["last_pass"]) and state["state"] in ("idle", "no_git", "partial_clone"))
+
+
 def test_reset_with_a_running_daemon_reproduces_the_projection(repo, daemon_factory):
     d = daemon_factory(repo)
     layout = Layout(repo)
@@ -81,6 +87,9 @@ def test_reset_with_a_running_daemon_reproduces_the_projection(repo, daemon_fact
     call(sock, "context.prompt", {"session_id": "s1", "prompt": "decode a json document"})  # a delivery
     memory_files = {p: p.read_bytes() for p in (repo / ".cogd" / "memory").rglob("*.md")}
     assert len(memory_files) == 2
+    # History is mined in the background: compare stats once each daemon's first pass is done, or a
+    # pass that ends between the two reads shows as a difference the reset did not make.
+    wait_for(lambda: history_settled(sock), what="history mined")
     before, stats_before, pid = dump(repo), stats(repo), d.status()["pid"]
     assert stats_before["ledger"]["deliveries"] == 1 and len(before["memories"]) == 2
 
@@ -88,6 +97,7 @@ def test_reset_with_a_running_daemon_reproduces_the_projection(repo, daemon_fact
     assert "projection rebuilt" in out and "daemon restarted" in out
     status = d.status()
     assert status["running"] and status["pid"] != pid
+    wait_for(lambda: history_settled(sock), what="history mined after the reset")
     after = dump(repo)
     for key in before:
         diffs = [[(i, x, y) for i, (x, y) in enumerate(zip(a, b)) if x != y] for a, b in zip(after[key], before[key])]
