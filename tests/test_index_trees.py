@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import sqlite3
-from pathlib import Path
 
 from conftest import STDLIB, make_repo
 from cogd.index.extract import extract
@@ -97,6 +96,10 @@ def test_saves_reparsed_incrementally_leave_the_index_a_fresh_build_makes(tmp_pa
             finally:
                 saved.close()
                 built.close()
+        assert rel in ix.trees  # the saves kept its tree (and bytes) for the next one
+        (root / rel).unlink()
+        assert ix.refresh(paths=[rel]).removed == 1
+        assert rel not in ix.trees  # a deleted file's bytes are not kept after its rows are gone
     finally:
         ix.close()
 

@@ -466,10 +466,12 @@ class Indexer:
         try:
             run.now_ns = time.time_ns()
             for path in outside_new:
+                self.trees.forget(path)  # now a link out of the tree: its old bytes are not kept
                 self._record_outside(run, path)
             self._parse_changed(run, to_parse)
 
             for path in gone:
+                self.trees.forget(path)  # a deleted file's bytes leave memory with its rows
                 store.delete_file(self.conn, path)
             run.result.removed = len(gone)
             self._resolve(known, run.parsed_paths, gone, run.names_before,

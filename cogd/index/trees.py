@@ -97,6 +97,10 @@ class TreeCache:
             self._trees.popitem(last=False)
         return tree
 
+    def __contains__(self, path: str) -> bool:
+        """Whether the tree (and bytes) of ``path`` are kept."""
+        return path in self._trees
+
     def forget(self, path: str) -> None:
         """Drop the tree of ``path`` (a file removed, or indexed without a parse)."""
         self._trees.pop(path, None)
