@@ -331,6 +331,27 @@ def wait_for(condition, timeout: float = WAIT_S, what: str = "the condition", st
         step = min(step * 1.5, max_step)
 
 
+def deliveries_settled(root: Path, timeout: float = WAIT_S) -> None:
+    """Wait until the daemon serving ``root`` holds no acknowledged pack whose ledger write is
+    still to come (status ``deliveries``, docs/protocol.md), so a ledger read sees every pack a
+    hook printed. A hook waits only a bounded time for that write before it exits, so on a busy
+    machine the write can trail the hook. Returns at once when no daemon answers; raises
+    AssertionError after ``timeout`` seconds."""
+    from cogd.rpc.client import DaemonUnavailable, call
+
+    sock = root / ".cogd" / "run" / "cogd.sock"
+    if not sock.exists():
+        return
+    try:
+        # "held" counts too: an acknowledgement still in the socket or the daemon's ack queue
+        # leaves its pack held until the write starts (a client that never acknowledges is
+        # withdrawn after [daemon] ack_wait_ms).
+        wait_for(lambda: call(sock, "status", {}, timeout=30)["deliveries"] == {"held": 0, "recording": 0},
+                 timeout, what="acknowledged packs to be recorded")
+    except DaemonUnavailable:
+        return
+
+
 # ---------------------------------------------------------------- real daemons, always stopped
 
 def daemon_processes(under: Path | None = None) -> dict[int, str]:

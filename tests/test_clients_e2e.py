@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import (COGD_HOOK, FIXTURES, HOOK_DEADLINE_MS, SMALL_REPO, WAIT_S, lexical_only, make_repo,
+from conftest import (COGD_HOOK, FIXTURES, HOOK_DEADLINE_MS, SMALL_REPO, WAIT_S, deliveries_settled, lexical_only, make_repo,
                       running_daemon, wait_for)
 
 CLIENT_FIXTURES = FIXTURES / "clients"
@@ -54,6 +54,7 @@ def hook(client: str, event: str, data: dict, root: Path) -> subprocess.Complete
 
 
 def ledger(root: Path, sql: str, *args) -> list[tuple]:
+    deliveries_settled(root)
     conn = sqlite3.connect(f"file:{root / '.cogd' / 'state.db'}?mode=ro", uri=True, timeout=10)
     try:
         return conn.execute(sql, args).fetchall()

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import (HOOK_DEADLINE_MS, HOOK_EXIT_SLACK_S, WAIT_S, Daemon, copy_stdlib, daemon_processes, git,
+from conftest import (HOOK_DEADLINE_MS, HOOK_EXIT_SLACK_S, WAIT_S, Daemon, copy_stdlib, daemon_processes, deliveries_settled, git,
                       hook_log_lines, lexical_only, payload, run_cogd, run_hook, wait_for)
 
 EMBEDDED_PACKAGES = ("json", "logging")
@@ -117,6 +117,7 @@ def _pack(proc) -> str:
 
 
 def _ledger(root: Path, sql: str, args: tuple = ()) -> list[tuple]:
+    deliveries_settled(root)
     with sqlite3.connect(root / ".cogd" / "state.db") as conn:
         return conn.execute(sql, args).fetchall()
 

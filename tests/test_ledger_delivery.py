@@ -117,11 +117,13 @@ def test_acknowledged_pack_is_recorded_and_unacknowledged_ones_are_not(running):
     result = conn.prompt("acked")
     assert result["text"] and result["delivery_id"] is None and type(result["ack"]) is int
     assert _deliveries(root, "acked") == []  # built, held, not yet a delivery
+    assert call(_sock(root), "status", {})["deliveries"] == {"held": 1, "recording": 0}
     conn.send({"jsonrpc": "2.0", "id": 2, "method": "context.ack", "params": {"ack": result["ack"]}})
     reply = conn.read()
     conn.close()
     delivery_id = reply["result"]["delivery_id"]
     assert _deliveries(root, "acked") == [(delivery_id, len(result["text"]), len(result["items"]))]
+    assert call(_sock(root), "status", {})["deliveries"] == {"held": 0, "recording": 0}
 
     # The client leaves without acknowledging.
     conn = Conn(_sock(root))

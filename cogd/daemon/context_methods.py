@@ -209,7 +209,7 @@ def confirm(parts: Parts, token: int) -> int | None:
     """The client printed the pack held under ``token``: record the delivery. Returns its id
     (None when the token is unknown: never held, or already confirmed or withdrawn).
     A failed write is a current ``context.ack`` problem (status shows it) and is re-raised."""
-    delivery = parts.held.take(token)
+    delivery = parts.held.take_to_record(token)
     if delivery is None:
         return None
     try:
@@ -217,6 +217,8 @@ def confirm(parts: Parts, token: int) -> int | None:
     except sqlite3.Error as exc:  # the pack was printed but is not recorded: status says so
         parts.problems.record("context.ack", f"context.ack: {exc}")
         raise
+    finally:
+        parts.held.recorded()
     if "context.ack" in parts.problems:
         parts.problems.resolve("context.ack")
     return delivery_id

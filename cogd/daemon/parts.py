@@ -104,6 +104,7 @@ class HeldDeliveries:
     def __init__(self):
         self._held: dict[int, tuple] = {}
         self._seq = 0
+        self._recording = 0  # taken for their ledger write, not yet committed (or failed)
         self._lock = threading.Lock()
 
     def hold(self, delivery: tuple) -> int:
@@ -117,6 +118,28 @@ class HeldDeliveries:
         """The record held under ``token``, no longer held (None when unknown or already taken)."""
         with self._lock:
             return self._held.pop(token, None)
+
+    def take_to_record(self, token: int) -> tuple | None:
+        """As :meth:`take`, for the ledger write that follows: the record counts as pending
+        (:meth:`pending`) until :meth:`recorded` is called, whatever the write's outcome."""
+        with self._lock:
+            delivery = self._held.pop(token, None)
+            if delivery is not None:
+                self._recording += 1
+            return delivery
+
+    def recorded(self) -> None:
+        """The write that :meth:`take_to_record` began has committed or failed."""
+        with self._lock:
+            self._recording -= 1
+
+    def pending(self) -> dict:
+        """``{"held": n, "recording": m}``: packs waiting for their client's acknowledgement, and
+        acknowledged ones whose ledger write has not finished. A hook waits a bounded time for
+        that write (cogd.hookclient.ACK_WAIT_S), so a reader of the ledger that must see every
+        printed pack waits until both are 0."""
+        with self._lock:
+            return {"held": len(self._held), "recording": self._recording}
 
     def __len__(self) -> int:
         with self._lock:

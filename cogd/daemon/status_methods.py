@@ -53,7 +53,7 @@ def recovery_status(layout: Layout, report: recovery.LedgerReport) -> dict:
 
 def status(parts: Parts, lifecycle: Lifecycle) -> dict:
     """The ``status`` answer (docs/protocol.md "status"): versions, the index and its worker,
-    embedding, watcher, memory, consolidation, recovery, and current problems."""
+    embedding, watcher, memory, consolidation, recovery, packs not yet in the ledger, and current problems."""
     # Read the ticket before the counts: a caller that sees ticket N served
     # must also see the rows that refresh committed.
     completed = parts.worker.completed
@@ -89,6 +89,7 @@ def status(parts: Parts, lifecycle: Lifecycle) -> dict:
         "memory": parts.memory.status(),
         "consolidation": parts.consolidator.status(),
         "recovery": recovery_status(parts.layout, lifecycle.ledger_report),
+        "deliveries": parts.held.pending(),
     }
 
 
