@@ -40,16 +40,15 @@ The work runs in a child process (``python -m cogd.embed.static SRC OUT``),
 two intra-op threads and one BLAS thread, 30–60 s on two cores (four
 minutes at a load of 11), so that the float32 transformer
 session and the intermediate tables never enter the daemon's memory and the
-arithmetic is done in one fixed order. On a given CPU and pinned versions of
-onnxruntime and numpy two derivations give the same bytes; their sha256 is
-pinned for the versions cogd pins and the CPU classes it was measured on
-(:data:`PINNED_STATIC`). Unlike the int8 derivation, which only rewrites the
-graph, this one runs the model, and onnxruntime picks its int8 kernels by the
-CPU's SIMD extensions (AVX2 and AVX-512 VNNI round differently): a CPU of
-another class gets another hash, and the manifest written by this user's own
-distillation is then the reference, as for the int8 model under other
-versions. The file lives in the private runtime directory and is hashed
-on every load; a tampered or truncated file is derived again, never loaded.
+arithmetic is done in one fixed order. On a given CPU two distillations give the
+same bytes, but another CPU gives other bytes: unlike the int8 derivation, which
+only rewrites the graph, this one runs the model, and onnxruntime picks its int8
+kernels by the CPU's SIMD extensions (three AMD EPYC machines, two of them with
+AVX-512 VNNI, gave three hashes with the same onnxruntime and numpy). So no hash is
+pinned: the table must reproduce a reference geometry shipped with cogd, the cosine
+similarities between :data:`PROBE_COUNT` probe tokens' rows (:func:`check_geometry`),
+and the manifest then records its sha256. The file lives in the private runtime
+directory and is hashed against that manifest on every load; a tampered or truncated file is derived again, never loaded.
 """
 
 from __future__ import annotations
@@ -79,19 +78,26 @@ STATIC_FILE = "static.npy"
 MANIFEST_FILE = "static.json"
 DISTILL_TIMEOUT_S = 900  # measured 30-90 s on a loaded two-core machine; generous
 
-#: sha256 of the distilled table for (source sha256, onnxruntime version, numpy version, CPU class).
-#: Each was distilled on a two-core AMD EPYC of that class (see :func:`cpu_class`).
-PINNED_STATIC: dict[tuple[str, str, str, str], str] = {
-    ("9e80251537633bab7d98c9a4f07070371d83f1d28e6994a1f5d93c53de3c5454", "1.31.1", "2.4.6",
-     "avx2+avx512bw+avx512f+avx512_vnni+fma"):
-        "e28a1bc1cc63467d7ac1a852aed3aa6fe2610c52e7e17cd2c4c2096fcc7f1c5e",
-    ("9e80251537633bab7d98c9a4f07070371d83f1d28e6994a1f5d93c53de3c5454", "1.31.1", "2.4.6", "avx2+fma"):
-        "53c7daa44e605ec0ce0eb50e4394be01ebaf80ca37bfce141377abb56f18594b",
-}
-
 #: The CPU flags (as Linux's /proc/cpuinfo spells them) that decide which of onnxruntime's
-#: x86 int8 and float kernels run, in the order :func:`cpu_class` lists them.
-KERNEL_FLAGS = ("avx2", "avx512bw", "avx512f", "avx512_vnni", "avxvnni", "amx_int8", "fma")
+#: x86 int8 and float kernels run, in the order :func:`cpu_class` lists them. Recorded in the
+#: manifest, so a table can be traced to the kernels that made it.
+KERNEL_FLAGS = ("avx2", "avx512bw", "avx512f", "avx512_vnni", "avx512_bf16", "avx_vnni", "amx_int8", "fma")
+
+#: The reference geometry a distilled table must reproduce (:func:`check_geometry`): the ids of
+#: :data:`PROBE_COUNT` vocabulary tokens (:func:`probe_ids`) and the cosine similarities between
+#: their rows in a table distilled on the machine it names. Written by
+#: ``python -m cogd.embed.static --probe TABLE.npy TOKENIZER.json`` when the recipe changes.
+PROBE_FILE = Path(__file__).parent / "data" / "static_probe.json"
+PROBE_COUNT = 64
+#: Smallest Pearson correlation allowed between a table's probe cosines (each pair once) and
+#: the reference's. The same recipe gives other bytes on another CPU (onnxruntime picks its int8
+#: kernels by the SIMD extensions: AVX2 and AVX-512 VNNI round differently), so bytes cannot be
+#: pinned across machines; the geometry can. Measured on this recipe (docs/architecture.md, "Two
+#: tiers"): a distillation in batches of 300 instead of 1,024, which moves every activation scale
+#: of the dynamic quantisation, correlates 0.982 with the reference, one from the bundled per-tensor
+#: int8 model 0.985; the probe rows rolled by one, a random table and a row-permuted table 0.05 or
+#: less.
+PROBE_MIN_CORRELATION = 0.9
 
 
 class DistillError(RuntimeError):
@@ -133,19 +139,66 @@ def cpu_class(cpuinfo: str | None = None) -> str:
     return "unknown"
 
 
-def pinned_sha256(source_sha256: str) -> str | None:
-    """The pinned hash of the table distilled from ``source_sha256`` with these tool versions on
-    this CPU class, or None when cogd has none for that combination."""
-    return PINNED_STATIC.get((source_sha256, *tool_versions(), cpu_class()))
-
-
 def expected_sha256(source_sha256: str, manifest: dict | None) -> str | None:
-    """The hash the table must have: the pinned one for these versions and this CPU class, else
-    the manifest's."""
-    pinned = pinned_sha256(source_sha256)
-    if pinned:
-        return pinned
+    """The hash the table must have: the one its manifest recorded when it was distilled from
+    ``source_sha256`` with this recipe version (None when there is no such manifest)."""
     return manifest_sha256(manifest, source_sha256, RECIPE_VERSION)
+
+
+def probe_ids(vocab: dict[str, int], count: int = PROBE_COUNT) -> list[int]:
+    """``count`` token ids spread evenly over the used (non-skipped) ids in id order."""
+    skipped = skipped_ids(vocab)
+    used = sorted(i for i in vocab.values() if i not in skipped)
+    step = len(used) / count
+    return [used[int(k * step)] for k in range(count)]
+
+
+def probe_cosines(table: np.ndarray, ids: list[int]) -> np.ndarray:
+    """(len(ids), len(ids)) float64: cosine similarity between the rows ``ids`` of ``table``."""
+    rows = np.asarray(table[ids], dtype=np.float64)
+    norms = np.linalg.norm(rows, axis=1, keepdims=True)
+    rows = rows / np.where(norms == 0, 1.0, norms)
+    return rows @ rows.T
+
+
+def load_probe(path: Path = PROBE_FILE) -> dict:
+    """The reference of :data:`PROBE_FILE`: ``{"recipe", "ids", "cosines", "made_on"}``. Raises
+    DistillError when it is missing or malformed (a broken install)."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        ids, cosines = [int(i) for i in data["ids"]], np.asarray(data["cosines"], dtype=np.float64)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise DistillError(f"the static model's reference {path} cannot be read: {exc}") from exc
+    if cosines.shape != (len(ids), len(ids)):
+        raise DistillError(f"the static model's reference {path} is malformed: {cosines.shape} cosines for {len(ids)} ids")
+    return {**data, "ids": ids, "cosines": cosines}
+
+
+def check_geometry(path: Path, vocab_size: int, probe: dict | None = None) -> float:
+    """Check the distilled table at ``path`` against the reference; returns the Pearson
+    correlation between its probe cosines and the reference's (1 = the same geometry).
+
+    Raises DistillError when the file is not a (``vocab_size``, :data:`DIM`) float32 table of
+    finite numbers, or when the correlation with ``probe`` (:func:`load_probe` when None) is
+    below :data:`PROBE_MIN_CORRELATION`.
+    """
+    probe = load_probe() if probe is None else probe
+    try:
+        table = np.load(path, allow_pickle=False)
+    except (OSError, ValueError) as exc:
+        raise DistillError(f"the distilled table {path} cannot be read: {exc}") from exc
+    if table.shape != (vocab_size, DIM) or table.dtype != np.float32 or not np.isfinite(table).all():
+        raise DistillError(f"the distilled table {path} is {table.dtype} {table.shape}, not finite float32 "
+                           f"({vocab_size}, {DIM})")
+    if probe.get("recipe") != RECIPE_VERSION or max(probe["ids"], default=-1) >= vocab_size:
+        raise DistillError(f"the static model's reference is for recipe {probe.get('recipe')}, not {RECIPE_VERSION}")
+    pairs = np.triu_indices(len(probe["ids"]), 1)
+    ours, theirs = probe_cosines(table, probe["ids"])[pairs], probe["cosines"][pairs]
+    correlation = float(np.corrcoef(ours, theirs)[0, 1]) if ours.std() > 0 else 0.0
+    if not correlation >= PROBE_MIN_CORRELATION:
+        raise DistillError(f"the distilled table's geometry differs from the reference: its probe cosines "
+                           f"correlate {correlation:.3f} with the reference's (at least {PROBE_MIN_CORRELATION})")
+    return correlation
 
 
 def read_manifest(folder: Path) -> dict | None:
@@ -243,8 +296,8 @@ def distill(source: bytes, source_sha256: str, tokenizer_path: Path, folder: Pat
 
     Same discipline as :func:`cogd.embed.derive.derive`: a private folder (0700,
     refused when others can write it), the source bytes re-hashed after they are
-    written, the result renamed into place only after it hashed to the pinned
-    value when one is pinned, a manifest beside it. Raises DistillError.
+    written, the result renamed into place only after it passed :func:`check_geometry`, a
+    manifest beside it recording its sha256 (checked on every load). Raises DistillError.
     """
     from cogd.embed.derive import _private_dir, sha256_file, DeriveError
 
@@ -274,24 +327,36 @@ def distill(source: bytes, source_sha256: str, tokenizer_path: Path, folder: Pat
             tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-5:])
             raise DistillError(f"distilling the static model failed (exit {proc.returncode}): {tail}")
         os.chmod(tmp_out, 0o600)
+        vocab_size = max(json.loads(Path(tokenizer_path).read_text(encoding="utf-8"))["model"]["vocab"].values()) + 1
+        correlation = check_geometry(tmp_out, vocab_size)
         digest = sha256_file(tmp_out)
         ort_version, np_version = tool_versions()
-        pinned = pinned_sha256(source_sha256)
-        if pinned and digest != pinned:
-            raise DistillError(f"the distilled static model hashes to {digest}, not the pinned {pinned} "
-                               f"(onnxruntime {ort_version}, numpy {np_version}, CPU {cpu_class()})")
         os.replace(tmp_out, folder / STATIC_FILE)
         manifest = {"name": STATIC_NAME, "recipe": RECIPE_VERSION, "recipe_text": RECIPE,
                     "source_sha256": source_sha256, "sha256": digest, "dim": DIM,
-                    "onnxruntime": ort_version, "numpy": np_version, "cpu": cpu_class()}
+                    "onnxruntime": ort_version, "numpy": np_version, "cpu": cpu_class(),
+                    "probe_correlation": round(correlation, 6)}
         write_manifest(folder / MANIFEST_FILE, manifest)
         return digest
     finally:
         remove_quietly(Path(tmp_src), tmp_out)
 
 
+def write_probe(table_path: Path, tokenizer_path: Path) -> dict:
+    """The reference :data:`PROBE_FILE` holds, computed from the table at ``table_path``."""
+    vocab = json.loads(Path(tokenizer_path).read_text(encoding="utf-8"))["model"]["vocab"]
+    ids = probe_ids(vocab)
+    cosines = probe_cosines(np.load(table_path, allow_pickle=False), ids)
+    return {"recipe": RECIPE_VERSION, "made_on": cpu_class(), "onnxruntime": tool_versions()[0],
+            "numpy": tool_versions()[1], "ids": ids, "cosines": [[round(float(c), 5) for c in row] for row in cosines]}
+
+
 def _main(argv: list[str]) -> int:
-    """Child entry point: ``python -m cogd.embed.static SOURCE.onnx TOKENIZER.json OUT.npy``."""
+    """Child entry point: ``python -m cogd.embed.static SOURCE.onnx TOKENIZER.json OUT.npy``;
+    ``--probe TABLE.npy TOKENIZER.json`` prints the reference for :data:`PROBE_FILE` instead."""
+    if len(argv) == 3 and argv[0] == "--probe":
+        print(json.dumps(write_probe(Path(argv[1]), Path(argv[2]))))
+        return 0
     if len(argv) != 3:
         print("usage: python -m cogd.embed.static SOURCE.onnx TOKENIZER.json OUT.npy", file=sys.stderr)
         return 2
