@@ -92,8 +92,6 @@ class ParsePool:
         fresh = self._pool is None
         if fresh:
             self._pool = self._context.Pool(self.workers, self._initializer, self._initargs, maxtasksperchild=5000)
-            if self.saves is not None:  # started with the pool (the first full index), warm by the first save
-                self.saves._ensure()
         return self._pool, fresh
 
     def forget(self, paths: list[str], budget_s: float = 5.0) -> None:
@@ -149,6 +147,10 @@ class ParsePool:
                     waiting.append(job)
                     handles.append(pool.apply_async(self._job, (job,)))
                 if not waiting:
+                    # The save lane starts once this pool has done its first run (the daemon's first
+                    # index), so it is warm for the first save without taking a core from that index.
+                    if self.saves is not None and self.saves._pool is None:
+                        self.saves._ensure()
                     return
                 job, handle = waiting[0], handles[0]
                 wait = budget_s + (START_SLACK_S if fresh and returned < self.workers else 0.0)
