@@ -40,8 +40,8 @@ appended, then times
 
 * ``Indexer.refresh(paths=[that file])`` — what a save event costs, parsing
   in this thread;
-* the same through the daemon's parse pool (the file goes to a parser
-  process and back: what the daemon's save costs);
+* the same through the daemon's parse pool (:func:`daemon_pool`: the file
+  goes to the pool's save lane and back: what the daemon's save costs);
 * in a third series, ``Indexer.refresh()`` — the whole-tree stat refresh
   that runs before a context pack, with the same kind of edit.
 
@@ -65,7 +65,9 @@ How to run
     /tmp/venv/bin/python scripts/bench_index.py [--rounds 3] [--edits 50]
 
 ``--incremental-only`` times only the one-file saves (in child processes, rounds of 10,
-wall and CPU time of the saving thread); ``--baseline-src DIR`` does the same for another
+wall and CPU time of the saving thread), each through the parse pool the daemon of that version
+builds (``cogd.daemon.worker.parse_pool`` where it exists: saves parse in its save lane), as the
+daemon's index worker runs a watcher's save, or with ``--in-process-saves`` in the saving thread; ``--baseline-src DIR`` does the same for another
 version's checkout too (``git worktree add DIR COMMIT``), alternating with this one, each on
 its own index: before/after in the same run. Without ``--incremental-only``, ``--baseline-src``
 also runs that checkout's full index in every round (parallel and serial, the order of the
