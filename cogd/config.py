@@ -62,7 +62,7 @@ class PackConfig:
 class IndexConfig:
     max_file_bytes: int = 1 << 20  # files larger than this keep no code entities
     parse_timeout_ms: int = 2000  # a parse running longer is cancelled (status "timeout"); at most 60,000
-    parse_workers: int = 0  # parser processes of the daemon; 0 = one per core; at most 8 (cogd.index.parsepool)
+    parse_workers: int = 0  # parser processes of the daemon (plus its save lane); 0 = one per core; at most 8 (cogd.index.parsepool)
     # Minified/generated text keeps no code entities: any line longer than this ...
     minified_line_bytes: int = 4096
     # ... or a mean line length above this (files of 4 KiB or more).

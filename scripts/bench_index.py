@@ -40,8 +40,8 @@ appended, then times
 
 * ``Indexer.refresh(paths=[that file])`` — what a save event costs, parsing
   in this thread;
-* the same through the daemon's parse pool (the file goes to a parser
-  process and back: what the daemon's save costs);
+* the same through the daemon's parse pool (:func:`daemon_pool`: the file
+  goes to the pool's save lane and back: what the daemon's save costs);
 * in a third series, ``Indexer.refresh()`` — the whole-tree stat refresh
   that runs before a context pack, with the same kind of edit.
 
@@ -65,7 +65,9 @@ How to run
     /tmp/venv/bin/python scripts/bench_index.py [--rounds 3] [--edits 50]
 
 ``--incremental-only`` times only the one-file saves (in child processes, rounds of 10,
-wall and CPU time of the saving thread); ``--baseline-src DIR`` does the same for another
+wall and CPU time of the saving thread), each through the parse pool the daemon of that version
+builds (``cogd.daemon.worker.parse_pool`` where it exists: saves parse in its save lane), as the
+daemon's index worker runs a watcher's save, or with ``--in-process-saves`` in the saving thread; ``--baseline-src DIR`` does the same for another
 version's checkout too (``git worktree add DIR COMMIT``), alternating with this one, each on
 its own index: before/after in the same run. Without ``--incremental-only``, ``--baseline-src``
 also runs that checkout's full index in every round (parallel and serial, the order of the
@@ -250,21 +252,21 @@ def run_full(repo: Path, work: Path, ctags: str, rounds: int, workers: int, base
 
 
 def run_incremental(repo: Path, work: Path, rel: str, edits: int, workers: int) -> dict:
-    from cogd.index import languages
-    from cogd.index.indexer import Indexer, parse_rows_job, timeout_rows
-    from cogd.index.parsepool import ParsePool
+    from cogd.index.indexer import Indexer
 
     path = repo / rel
     original = path.read_text(encoding="utf-8")
-    pool = ParsePool(workers, parse_rows_job, timeout_rows, languages.configure, (str(repo), languages.configure(repo)))
+    pool = daemon_pool(repo)
     ix = Indexer(repo, work / "incremental.db")
     try:
         ix.refresh()  # the index a save event finds: built, untimed
         series: dict[str, list[float]] = {"paths": [], "pool": [], "tree": []}
         for name in series:
             ix.pool = pool if name == "pool" else None
-            if name == "pool":
-                pool.map([(rel, original.encode(), ix.limits)] * workers, 60.0)  # the workers started, untimed
+            if name == "pool":  # the workers and the save lane started, untimed
+                pool.map([(rel, original.encode(), ix.limits)] * workers, 60.0)
+                path.write_text(original + "\n\ndef _bench_warm():\n    return 0\n", encoding="utf-8")
+                ix.refresh(paths=[rel])
             for i in range(edits):
                 path.write_text(original + f"\n\ndef _bench_probe_{name}_{i}():\n    return {i}\n", encoding="utf-8")
                 started = time.perf_counter()
@@ -287,18 +289,42 @@ def run_incremental(repo: Path, work: Path, rel: str, edits: int, workers: int) 
     }
 
 
-def child_edits(repo: Path, db: Path, rel: str, edits: int, start: int, warmup: bool = True) -> None:
-    """``--child-edits``: build ``db`` if missing (untimed), then time ``edits`` one-file saves of
-    ``rel`` (``Indexer.refresh(paths=[rel])``, parsing in this thread); prints one JSON line:
-    ``{"wall_ms": [...], "cpu_ms": [...]}`` (CPU: this thread's, ``time.thread_time``).
+def daemon_pool(repo: Path):
+    """The parse pool the daemon of the imported cogd version would run for ``repo``: its own
+    constructor (``cogd.daemon.worker.parse_pool``) when it has one, else the pool as the daemon
+    built it before that function existed (workers one per core, no save lane)."""
+    from cogd.config import IndexConfig
 
-    ``warmup``: one untimed save first, since this child is a fresh process and the daemon's
-    writer is a long-lived one (its first save after start warms the page cache and the parser)."""
+    try:
+        from cogd.daemon.worker import parse_pool
+    except ImportError:
+        from cogd.index import languages
+        from cogd.index.indexer import parse_rows_job, timeout_rows
+        from cogd.index.parsepool import ParsePool, worker_count
+
+        return ParsePool(worker_count(IndexConfig().parse_workers), parse_rows_job, timeout_rows,
+                         languages.configure, (str(repo), languages.configure(repo)))
+    return parse_pool(repo, IndexConfig())
+
+
+def child_edits(repo: Path, db: Path, rel: str, edits: int, start: int, warmup: bool = True,
+                in_process: bool = False) -> None:
+    """``--child-edits``: build ``db`` if missing (untimed), then time ``edits`` one-file saves of
+    ``rel`` (``Indexer.refresh(paths=[rel])``); prints one JSON line:
+    ``{"wall_ms": [...], "cpu_ms": [...]}`` (CPU: this thread's, ``time.thread_time``; parsing
+    in a parser process is not in it).
+
+    The indexer parses as the daemon's index worker does: through the daemon's parse pool
+    (:func:`daemon_pool`), or with ``in_process`` in this thread (an indexer without a pool, as
+    the CLI without a daemon runs). ``warmup``: one untimed save first, since this child is a
+    fresh process and the daemon's writer is a long-lived one (its first save after start warms
+    the page cache, the parser and the pool's processes)."""
     from cogd.index.indexer import Indexer
 
     path = repo / rel
     original = path.read_text(encoding="utf-8")
-    ix = Indexer(repo, db)
+    pool = None if in_process else daemon_pool(repo)
+    ix = Indexer(repo, db, pool=pool)
     wall, cpu = [], []
     try:
         if not ix.conn.execute("SELECT 1 FROM files LIMIT 1").fetchone():
@@ -314,26 +340,34 @@ def child_edits(repo: Path, db: Path, rel: str, edits: int, start: int, warmup: 
             wall.append((time.perf_counter() - started) * 1000)
             if result.parsed != 1:
                 raise SystemExit(f"edit {i} re-parsed {result.parsed} files, expected 1")
+        probe = f"{rel}::_bench_probe_{start + edits - 1}"
+        if not ix.conn.execute("SELECT 1 FROM entities WHERE id = ?", (probe,)).fetchone():
+            raise SystemExit(f"the last edit is not in the index: {probe}")
     finally:
         path.write_text(original, encoding="utf-8")
         ix.close()
+        if pool is not None:
+            pool.close()
     print(json.dumps({"wall_ms": wall, "cpu_ms": cpu}))
 
 
-def compare_saves(repo: Path, work: Path, rel: str, edits: int, baseline: Path | None, warmup: bool = True) -> None:
+def compare_saves(repo: Path, work: Path, rel: str, edits: int, baseline: Path | None, warmup: bool = True,
+                  in_process: bool = False) -> None:
     """One-file saves of this cogd and of ``baseline`` (a checkout), alternating in rounds of 10
     edits in child processes, each version on its own index of ``repo`` (built first, untimed).
     Prints p50/p95 of wall and CPU time per version, with the load average of the rounds.
     ``warmup``: each child makes one untimed save first; without, only the very first save of
     the run is dropped (the method of earlier runs: the first save of every later child, a
-    fresh process, is then timed cold)."""
+    fresh process, is then timed cold). ``in_process``: parse in the saving thread, not through the
+    daemon's parse pool (see :func:`child_edits`)."""
     versions = {"this": Path(__file__).resolve().parent.parent}
     if baseline is not None:
         versions["baseline"] = baseline.resolve()
     times = {name: {"wall_ms": [], "cpu_ms": []} for name in versions}
     loads = []
     print(f"\none-file saves of {rel}, {edits} per version in rounds of 10, alternating, "
-          f"{'one untimed warm-up save per child' if warmup else 'cold first save of each child timed'}: "
+          f"{'one untimed warm-up save per child' if warmup else 'cold first save of each child timed'}, "
+          f"{'parsed in the saving thread' if in_process else 'through the daemon parse pool'}: "
           + ", ".join(f"{name} = {src}" for name, src in versions.items()))
     done = 0
     while done < edits:
@@ -343,7 +377,8 @@ def compare_saves(repo: Path, work: Path, rel: str, edits: int, baseline: Path |
             env = {**os.environ, "PYTHONPATH": str(versions[name])}
             loads.append(load1())
             proc = subprocess.run([sys.executable, __file__, "--child-edits", str(repo), str(work / f"saves-{name}.db"),
-                                   rel, str(n), str(done)] + ([] if warmup else ["--no-warmup"]),
+                                   rel, str(n), str(done)] + ([] if warmup else ["--no-warmup"])
+                                  + (["--in-process-saves"] if in_process else []),
                                   capture_output=True, text=True, env=env, check=True)
             out = json.loads(proc.stdout.strip().splitlines()[-1])
             if done == 0 and not warmup:  # the first save after opening warms the caches: dropped
@@ -528,6 +563,9 @@ def main() -> None:
     parser.add_argument("--child-edits", nargs=5, metavar=("REPO", "DB", "REL", "N", "START"), help=argparse.SUPPRESS)
     parser.add_argument("--no-warmup", action="store_true",
                         help="--incremental-only: time the first save of every child process too (cold)")
+    parser.add_argument("--in-process-saves", action="store_true",
+                        help="time the one-file saves parsing in the saving thread (an indexer without a pool), "
+                             "not through the daemon's parse pool and its save lane")
     args = parser.parse_args()
     if args.child_index:
         child_index(Path(args.child_index[0]), Path(args.child_index[1]), int(args.child_index[2]))
@@ -537,7 +575,8 @@ def main() -> None:
         return
     if args.child_edits:
         repo, db, rel, n, start = args.child_edits
-        child_edits(Path(repo), Path(db), rel, int(n), int(start), warmup=not args.no_warmup)
+        child_edits(Path(repo), Path(db), rel, int(n), int(start), warmup=not args.no_warmup,
+                    in_process=args.in_process_saves)
         return
     if args.baseline_src is not None and not (args.baseline_src / "cogd" / "__init__.py").is_file():
         parser.error(f"--baseline-src {args.baseline_src}: no cogd/ package there")
@@ -560,7 +599,8 @@ def main() -> None:
               f"(made in {time.perf_counter() - started:.1f} s)")
 
         if args.incremental_only:
-            compare_saves(repo, work, args.edit_file, args.edits, args.baseline_src, warmup=not args.no_warmup)
+            compare_saves(repo, work, args.edit_file, args.edits, args.baseline_src, warmup=not args.no_warmup,
+                          in_process=args.in_process_saves)
             return
         print(f"\nfull index, {args.rounds} rounds (fresh index each run); parallel = {workers} parser processes"
               + (f"; baseline = {args.baseline_src}" if args.baseline_src else ""))
@@ -594,7 +634,8 @@ def main() -> None:
         if not args.no_stages:
             print_stages(repo, work, args.baseline_src)
         if args.baseline_src:
-            compare_saves(repo, work, args.edit_file, args.edits, args.baseline_src, warmup=not args.no_warmup)
+            compare_saves(repo, work, args.edit_file, args.edits, args.baseline_src, warmup=not args.no_warmup,
+                          in_process=args.in_process_saves)
             print(f"\ngoals (load average now {' '.join(f'{x:.2f}' for x in os.getloadavg())})")
             print(f"  full lexical index (parallel, process wall) <= {GOAL_FULL_S:.0f} s: {par['wall']:.2f} s "
                   f"{'PASS' if par['wall'] <= GOAL_FULL_S else 'FAIL'}")

@@ -6,8 +6,10 @@ import dataclasses
 import sqlite3
 
 from conftest import STDLIB, make_repo
+from cogd.config import IndexConfig
+from cogd.daemon.worker import parse_pool
 from cogd.index.extract import extract
-from cogd.index.indexer import Indexer
+from cogd.index.indexer import Indexer, forget_trees_job
 from cogd.index.languages import grammar
 from cogd.index.trees import TreeCache, common_prefix, common_suffix, point_at
 from test_index_parallel import _content
@@ -125,3 +127,67 @@ def test_a_save_sees_files_another_writer_added_since_the_last_save(tmp_path):
         assert [tuple(row) for row in calls] == [("a.py::main", "b.py::helper")]
     finally:
         ix.close()
+
+
+def _lane_holds(pool, path: str) -> bool:
+    """Whether the pool's save lane process holds the tree of ``path`` (asked of that process;
+    the probe drops it, so it ends a test's use of the lane)."""
+    return pool.saves._pool.apply_async(forget_trees_job, ([path],)).get(timeout=30) == 1
+
+
+def test_the_daemons_saves_reparse_in_its_save_lane_and_leave_a_fresh_builds_index(tmp_path):
+    rel = "collections/__init__.py"
+    root = make_repo(tmp_path / "repo", {rel: SOURCE.decode(), "collections/abc.py": (STDLIB / "collections" / "abc.py").read_text(),
+                                          "gone.py": "def gone():\n    return 1\n"})
+    pool = parse_pool(root, IndexConfig())
+    ix = Indexer(root, tmp_path / "index.db", pool=pool)
+    try:
+        ix.refresh()
+        assert pool.saves is not None and pool.saves._pool is not None  # started with the pool
+        for source in edits(SOURCE)[:4]:
+            (root / rel).write_bytes(source)
+            assert ix.refresh(paths=[rel]).parsed == 1
+        fresh = Indexer(root, tmp_path / "fresh.db")
+        try:
+            fresh.refresh()
+        finally:
+            fresh.close()
+        ix.conn.commit()
+        saved, built = sqlite3.connect(tmp_path / "index.db"), sqlite3.connect(tmp_path / "fresh.db")
+        try:
+            assert _content(saved) == _content(built)
+        finally:
+            saved.close()
+            built.close()
+        assert rel not in ix.trees  # parsed in the lane, not in this process
+        (root / "gone.py").write_text("def gone():\n    return 2\n")
+        assert ix.refresh(paths=["gone.py"]).parsed == 1
+        (root / "gone.py").unlink()
+        assert ix.refresh(paths=["gone.py"]).removed == 1
+        assert not _lane_holds(pool, "gone.py")  # a deleted file's bytes left the lane with its rows
+        assert _lane_holds(pool, rel)  # the saved file's tree is there, for its next save
+    finally:
+        ix.close()
+        pool.close()
+
+
+def test_a_save_that_runs_out_of_time_in_the_save_lane_is_killed_there(tmp_path):
+    # Nested brackets: the tags query takes minutes on this and cannot be cancelled, and the
+    # parse has no deadline (parse_timeout_ms 0), so only the kill of the lane's process ends it.
+    root = make_repo(tmp_path / "repo", {"a.py": "def a():\n    return 1\n", "deep.py": "x = 1\n"})
+    config = IndexConfig(parse_timeout_ms=0)
+    pool = parse_pool(root, config)
+    ix = Indexer(root, tmp_path / "index.db", config, pool=pool)
+    try:
+        ix.refresh()
+        (root / "deep.py").write_bytes(b"x = [\n" + b"[\n" * 200_000)
+        result = ix.refresh(paths=["deep.py"])
+        assert result.skipped == {"timeout": 1}
+        assert (pool.saves.restarts, pool.restarts) == (1, 0)
+        (root / "a.py").write_text("def a():\n    return 2\n\n\ndef b():\n    return a()\n")
+        assert ix.refresh(paths=["a.py"]).parsed == 1  # the lane is started again for the next save
+        ids = [row[0] for row in ix.conn.execute("SELECT id FROM entities WHERE path = 'a.py' ORDER BY id")]
+        assert ids == ["a.py", "a.py::a", "a.py::b"]
+    finally:
+        ix.close()
+        pool.close()

@@ -17,7 +17,8 @@ from pathlib import Path
 from cogd import faults
 from cogd.config import IndexConfig
 from cogd.index import languages
-from cogd.index.indexer import Indexer, RefreshResult, parse_rows_job, timeout_rows
+from cogd.index.indexer import (Indexer, RefreshResult, forget_trees_job, parse_rows_job, save_rows_job,
+                                timeout_rows)
 from cogd.index.parsepool import ParsePool, worker_count
 
 log = logging.getLogger(__name__)
@@ -160,10 +161,21 @@ class IndexWorker:
         return dict(root=self._root, db_path=self._db_path, config=self._config, pool=pool)
 
     def _open(self) -> tuple[Indexer, ParsePool]:
-        # Parser processes (one per core by default, [index] parse_workers): a pathological file
-        # can be killed there, and parsing overlaps the SQLite writes here.
-        # Workers compile the same query overrides as this process (read once, here: cogd.index.languages).
-        overrides = languages.configure(self._root)
-        pool = ParsePool(worker_count(self._config.parse_workers), parse_rows_job, timeout_rows,
-                         languages.configure, (str(self._root), overrides))
+        pool = parse_pool(self._root, self._config)
         return Indexer(**self._indexer_args(pool)), pool
+
+
+def parse_pool(root: Path, config: IndexConfig) -> ParsePool:
+    """The daemon's parser processes for ``root`` with ``config`` (its ``[index]`` section).
+
+    One per core by default (``parse_workers``): a pathological file can be killed there, and
+    parsing overlaps the SQLite writes of the index worker. Plus the save lane, one more
+    process that parses every save and keeps the trees of the last files saved, so a save
+    re-parses incrementally (:mod:`cogd.index.parsepool`). Workers compile the same query
+    overrides as this process (read once, here: :func:`cogd.index.languages.configure`).
+    ``scripts/bench_index.py`` times saves through this pool.
+    """
+    overrides = languages.configure(root)
+    return ParsePool(worker_count(config.parse_workers), parse_rows_job, timeout_rows,
+                     languages.configure, (str(root), overrides),
+                     save_job=save_rows_job, forget_job=forget_trees_job)

@@ -307,6 +307,37 @@ def parse_rows_job(job: tuple[str, bytes, ParseLimits]) -> tuple[store.FileRows,
     return store.file_rows(parsed), status
 
 
+# The trees of the saves this process parsed, when it is a parse pool's save lane
+# (cogd.index.parsepool: every save of a file comes to that one process).
+_LANE_TREES: TreeCache | None = None
+
+
+def save_rows_job(job: tuple[str, bytes, ParseLimits]) -> tuple[store.FileRows, str]:
+    """:func:`parse_rows_job` re-parsing from this process's earlier trees: the save lane's job.
+
+    The trees (and the bytes they were parsed from) of the last
+    ``TREE_CACHE_FILES`` files live in this process between jobs; the rows are
+    those of a fresh parse (:mod:`cogd.index.trees`).
+    """
+    global _LANE_TREES
+    if _LANE_TREES is None:
+        _LANE_TREES = TreeCache()
+    parsed, status = parse_file(*job, trees=_LANE_TREES)
+    if status != "ok":  # indexed without a tree: an older one of this path is not kept either
+        _LANE_TREES.forget(job[0])
+    return store.file_rows(parsed), status
+
+
+def forget_trees_job(paths: list[str]) -> int:
+    """Drop the lane's trees (and bytes) of ``paths``; returns how many it held."""
+    if _LANE_TREES is None:
+        return 0
+    held = sum(path in _LANE_TREES for path in paths)
+    for path in paths:
+        _LANE_TREES.forget(path)
+    return held
+
+
 def timeout_rows(job: tuple) -> tuple[store.FileRows, str]:
     """:func:`timeout_result` as rows (the pool's ``on_timeout`` with :func:`parse_rows_job`)."""
     parsed, status = timeout_result(job)
@@ -340,7 +371,8 @@ class Indexer:
         self.config = config if config is not None else _DEFAULTS
         self.limits = ParseLimits.from_config(self.config)
         # Trees of the last files parsed here by a small refresh (a save): the next save of one
-        # of them re-parses incrementally. Only without a pool: parser processes keep none.
+        # of them re-parses incrementally. Only without a pool: with one, saves go to its save
+        # lane, which keeps them (cogd.index.parsepool).
         self.trees = TreeCache()
         # (PRAGMA data_version, {path: language}) of the files table, kept between saves, which
         # never change the file list: reading the whole list cost a save ~4 ms on the standard
@@ -466,12 +498,11 @@ class Indexer:
         try:
             run.now_ns = time.time_ns()
             for path in outside_new:
-                self.trees.forget(path)  # now a link out of the tree: its old bytes are not kept
                 self._record_outside(run, path)
             self._parse_changed(run, to_parse)
 
+            self._forget_trees(gone)  # a deleted file's bytes leave memory with its rows
             for path in gone:
-                self.trees.forget(path)  # a deleted file's bytes leave memory with its rows
                 store.delete_file(self.conn, path)
             run.result.removed = len(gone)
             self._resolve(known, run.parsed_paths, gone, run.names_before,
@@ -483,6 +514,13 @@ class Indexer:
         self._finish(run.result, paths is None, digests)
         run.result.duration_ms = (time.perf_counter() - started) * 1000
         return run.result
+
+    def _forget_trees(self, paths: list[str]) -> None:
+        """Drop the trees and bytes of ``paths`` here and in the pool's save lane."""
+        for path in paths:
+            self.trees.forget(path)
+        if self.pool is not None and paths:
+            self.pool.forget(paths)
 
     def _known(self, paths: Iterable[str] | None) -> dict:
         """The stored rows a refresh compares against: every file's, or for ``paths`` (a save) only
@@ -562,7 +600,9 @@ class Indexer:
                 for job in reading:
                     jobs.append(job)
                     yield job[3], job[5], self.limits
-            outcomes = self.pool.imap(submitted(), max(self.limits.parse_timeout_ms / 1000, 1.0) * 2)
+            # A save goes to the pool's save lane, which keeps the trees of earlier saves.
+            pool = self.pool.saves if self.pool.saves is not None and total <= TREE_CACHE_FILES else self.pool
+            outcomes = pool.imap(submitted(), max(self.limits.parse_timeout_ms / 1000, 1.0) * 2)
             pairs = ((jobs.pop(0), outcome) for outcome in outcomes)
         else:
             # A save (a few files) re-parses from the trees of earlier saves; a larger refresh
@@ -643,6 +683,7 @@ class Indexer:
 
     def _record_outside(self, run: "_Run", path: str) -> None:
         """Record ``path`` by name only as ``symlink_outside`` (see :meth:`_write_outside`)."""
+        self._forget_trees([path])  # now a link out of the tree: its old bytes are not kept
         run.names_before |= resolve.entity_names(self.conn, [path])
         self._write_outside(path, run.result)
         run.parsed_paths.append(path)

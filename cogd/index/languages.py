@@ -709,18 +709,21 @@ class Grammar:
         parts = [self.tags, self.imports, self.inherits]
         if self.combined is None:
             return tuple(run_query(q, node) if q is not None else None for q in parts)  # type: ignore[return-value]
-        out: list[list | None] = []
-        bounds: list[int] = []
-        first = 0
-        for query in parts:
-            out.append([] if query is not None else None)
-            first += query.pattern_count if query is not None else 0
-            bounds.append(first)
-        offsets = [0, bounds[0], bounds[1]]
-        for pattern, captures in run_query(self.combined, node):
-            part = 0 if pattern < bounds[0] else 1 if pattern < bounds[1] else 2
-            out[part].append((pattern - offsets[part], captures))
-        return out[0], out[1], out[2]
+        tags: list = []
+        imports: list | None = [] if self.imports is not None else None
+        inherits: list | None = [] if self.inherits is not None else None
+        first_import = self.tags.pattern_count  # the combined query's patterns: tags, imports, inherits
+        first_inherit = first_import + (self.imports.pattern_count if self.imports is not None else 0)
+        add_tag = tags.append
+        for match in run_query(self.combined, node):
+            pattern = match[0]
+            if pattern < first_import:  # most matches: the tags query's numbers are the combined ones
+                add_tag(match)
+            elif pattern < first_inherit:
+                imports.append((pattern - first_import, match[1]))  # type: ignore[union-attr]
+            else:
+                inherits.append((pattern - first_inherit, match[1]))  # type: ignore[union-attr]
+        return tags, imports, inherits
 
 
 def grammar(name: str) -> Grammar:

@@ -17,6 +17,15 @@ Each worker process starts with ``initializer(*initargs)``: the daemon passes
 overrides it read, so workers compile exactly the queries the daemon checked,
 each language once per process (a disabled language answers
 ``language_disabled`` for every file without being tried again).
+
+Saves have a lane of their own (``save_job``): one more parser process, kept
+apart from the pool, that parses every small refresh (a save: at most
+:data:`cogd.index.trees.TREE_CACHE_FILES` files). Since every save of a file
+lands on that one process, it can keep the file's last parse tree and re-parse
+incrementally (:class:`cogd.index.trees.TreeCache`), which a pool whose
+workers take jobs in turn from one queue cannot. The lane is a
+:class:`ParsePool` of one worker, with the same deadline and the same kill on
+timeout.
 """
 
 from __future__ import annotations
@@ -59,11 +68,19 @@ class ParsePool:
     """A restartable pool of parser processes. Not thread-safe: one caller (the index worker)."""
 
     def __init__(self, workers: int, job: Callable, on_timeout: Callable[[Job], object],
-                 initializer: Callable | None = None, initargs: tuple = ()):
+                 initializer: Callable | None = None, initargs: tuple = (), *,
+                 save_job: Callable | None = None, forget_job: Callable | None = None):
         """``job``: a module-level function run in the workers (picklable);
         ``on_timeout(job)``: the result to use for a job that ran out of time;
-        ``initializer(*initargs)``: run once in each new worker process (picklable)."""
+        ``initializer(*initargs)``: run once in each new worker process (picklable).
+        ``save_job``: the job of the save lane (:attr:`saves`, a pool of one process started with
+        this pool), None for no lane; ``forget_job(paths)``: run in the lane by :meth:`forget`."""
         self.workers = max(1, workers)
+        # The save lane: one process of its own, so that every save of a file meets the trees
+        # its earlier saves left there (see the module docstring).
+        self.saves = (ParsePool(1, save_job, on_timeout, initializer, initargs)
+                      if save_job is not None else None)
+        self._forget_job = forget_job
         self._initializer, self._initargs = initializer, initargs
         self._job = job
         self._on_timeout = on_timeout
@@ -76,6 +93,22 @@ class ParsePool:
         if fresh:
             self._pool = self._context.Pool(self.workers, self._initializer, self._initargs, maxtasksperchild=5000)
         return self._pool, fresh
+
+    def forget(self, paths: list[str], budget_s: float = 5.0) -> None:
+        """Run ``forget_job(paths)`` in the save lane, if it is running, and wait for it: a file
+        deleted or swapped for a link out of the tree leaves the lane's memory with its rows.
+
+        A lane that does not answer within ``budget_s`` seconds is terminated (its memory goes
+        with it). No-op without a lane, a ``forget_job`` or a running lane process."""
+        lane = self.saves
+        if lane is None or lane._pool is None or self._forget_job is None or not paths:
+            return
+        try:
+            lane._pool.apply_async(self._forget_job, (list(paths),)).get(timeout=budget_s)
+        except multiprocessing.TimeoutError:
+            log.warning("the save lane did not forget %d file(s) within %.1f s: restarted", len(paths), budget_s)
+            lane._kill()
+            lane.restarts += 1
 
     def map(self, jobs: list[Job], budget_s: float) -> list:
         """Run ``jobs`` and return their results in order (:meth:`imap` collected into a list)."""
@@ -114,6 +147,10 @@ class ParsePool:
                     waiting.append(job)
                     handles.append(pool.apply_async(self._job, (job,)))
                 if not waiting:
+                    # The save lane starts once this pool has done its first run (the daemon's first
+                    # index), so it is warm for the first save without taking a core from that index.
+                    if self.saves is not None and self.saves._pool is None:
+                        self.saves._ensure()
                     return
                 job, handle = waiting[0], handles[0]
                 wait = budget_s + (START_SLACK_S if fresh and returned < self.workers else 0.0)
@@ -121,7 +158,7 @@ class ParsePool:
                     result = handle.get(timeout=wait)
                 except multiprocessing.TimeoutError:
                     log.warning("parsing %s took longer than %.1f s: indexed by path only", job[0], budget_s)
-                    self.terminate()
+                    self._kill()  # this pool's processes only: the save lane keeps its trees
                     self.restarts += 1
                     waiting.popleft()
                     handles.clear()
@@ -132,14 +169,23 @@ class ParsePool:
                 returned += 1
                 yield result
 
-    def terminate(self) -> None:
+    def _kill(self) -> None:
         if self._pool is not None:
             self._pool.terminate()
             self._pool.join()
             self._pool = None
 
+    def terminate(self) -> None:
+        """Kill the worker processes (and the save lane's) now; the next job starts new ones."""
+        self._kill()
+        if self.saves is not None:
+            self.saves.terminate()
+
     def close(self) -> None:
+        """Let the workers (and the save lane) finish their jobs, then end them."""
         if self._pool is not None:
             self._pool.close()
             self._pool.join()
             self._pool = None
+        if self.saves is not None:
+            self.saves.close()

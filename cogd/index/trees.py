@@ -13,9 +13,12 @@ parses).
 the bytes it was parsed from. The edit is the span between the longest common
 prefix and the longest common suffix of the old and new bytes: one range,
 which covers any change (several edits in one save make one wider range and
-re-use less, never a wrong tree). Only the indexer's own thread uses it
-(tree-sitter parsers and trees are not shared between threads); the daemon's
-parser processes, which may get a file on either process, do not.
+re-use less, never a wrong tree). One thread uses a cache (tree-sitter parsers
+and trees are not shared between threads): an indexer without a parse pool
+keeps one in its own thread; the daemon keeps one in its parse pool's save
+lane, the one process every save goes to (:mod:`cogd.index.parsepool`,
+:func:`cogd.index.indexer.save_rows_job`), while the pool's other workers,
+which take a whole tree's files in turn, keep none.
 """
 
 from __future__ import annotations
