@@ -181,6 +181,12 @@ class RankConfig:
     # an entity the request's history list names — history already counts those edits — and
     # keeps its penalty (deliveries left unused, which history cannot hold); "both" applies it.
     utility_with_history: str = "both"
+    # One change read twice: a session's edit of an entity and a commit that changed the same
+    # entity within this many days of it (either side: author and committer clocks, rebases) are
+    # the same change once committed, so where both association sources name an entity for that
+    # reason its two terms count once (the larger), not summed
+    # (cogd.retrieve.feedback.Feedback.same_change). 0 = off (every agreement sums).
+    same_change_days: float = 0.0
 
 
 @dataclass
