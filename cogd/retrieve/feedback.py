@@ -100,6 +100,7 @@ class Feedback:
         self._history_files: dict[str, float] = {}  # set by association_lists: path → history evidence
         self._history_named: set[str] = set()  # set by association_lists: the ids history's list names
         self._history_times: dict[str, list[int]] = {}  # set by association_lists: id → its requests' times
+        self.counted_once: set[str] = set()  # set by association_terms: the ids of same_change
 
     def weight(self, source: str) -> float:
         """``rank.<source>_weight``, shrunk by its evidence when ``source`` is learned (:data:`LEARNED_SOURCES`).
@@ -165,7 +166,7 @@ class Feedback:
     def same_change(self, lists: list) -> set[str]:
         """The entities both association sources name for one change read twice
         (``rank.same_change_days``): ids in the ``session`` and the ``history`` list of ``lists``
-        (:meth:`association_lists`) with a session association time ``s``
+        (the last :meth:`association_lists` of this object, which also keeps history's times) with a session association time ``s``
         (:attr:`session_times`) and a matching request's commit time ``c`` (``Association.times``)
         such that ``|c − s| ≤ days × 86,400``. A committed session's edits are a commit history
         mines, and its prompt and that commit's message are two wordings of one request; either
@@ -212,7 +213,7 @@ class Feedback:
         """
         lists = self.association_lists(text, limit)
         mode = self.config.association_combine
-        once = self.same_change(lists)
+        once = self.counted_once = self.same_change(lists)
         per_source = []
         for source, items in lists:
             weight = self.source_weight(source)
