@@ -100,7 +100,9 @@ def test_uncovered_share_is_k_over_k_plus_history():
 
 
 def test_session_sources_are_discounted_by_what_history_holds():
-    assert (RankConfig().utility_history_k, RankConfig().association_history_k) == (800.0, 800.0)  # by the CV
+    # by the CVs: utility's discount stays; association's double reading is counted per entity instead
+    assert (RankConfig().utility_history_k, RankConfig().association_history_k) == (800.0, 0.0)
+    assert (RankConfig().same_change_days, RankConfig().association_weight) == (7.0, 0.5)
     assert set(HISTORY_COVERED) == {"utility", "association"}
     config = RankConfig(utility_weight=0.25, association_weight=0.25, evidence_k=10, history_association_weight=0.5,
                         history_evidence_k=50, utility_history_k=200, association_history_k=800)
