@@ -127,7 +127,8 @@ class RankConfig:
     """How the usage ledger feeds ranking (:mod:`cogd.usage.utility`). Every weight 0 = feedback off.
 
     The defaults of ``utility_weight``, ``association_weight``, ``recency_weight``,
-    ``evidence_k``, ``association_combine``, ``utility_history_k`` and ``association_history_k`` were chosen
+    ``evidence_k``, ``association_combine``, ``utility_history_k``, ``association_history_k`` and
+    ``same_change_days`` were chosen
     by cross-validation over the development set's folds
     (``scripts/replay_sessions.py --cv``; README, "Replay evaluation").
     """
@@ -141,7 +142,9 @@ class RankConfig:
     recency_weight: float = 0.0
     # Weight of the query-association list in the fusion: the code earlier sessions edited after
     # prompts like this one (BM25 over those prompts; document expansion by past queries). 0 = off.
-    association_weight: float = 0.25
+    # 0.5, history's own weight, since same_change_days counts a committed session once (README,
+    # "One change read twice"); 0.25 before, with the global discount association_history_k.
+    association_weight: float = 0.5
     # The same association list's second source: commit messages → the definitions those commits
     # changed (cogd.history; BM25 over the messages, recency decay, a cap per commit). 0 = off.
     history_association_weight: float = 0.5
@@ -173,14 +176,23 @@ class RankConfig:
     # × k / (k + n_history), n_history = history's reachable change requests while history
     # association is on (cogd.evidence.uncovered_share: a committed session's edits are in
     # history too, so the ledger's reading of them is a second count). At n_history = k the
-    # source keeps half its weight; 0 = no discount. 800 each by the replay's cross-validation
-    # (README, "Session sources discounted by history"): click's ~800 requests halve both.
+    # source keeps half its weight; 0 = no discount. Utility's 800 by the replay's cross-validation
+    # (README, "Session sources discounted by history"): click's ~800 requests halve it. The
+    # association's 0 by the later one (README, "One change read twice"): same_change_days counts
+    # the double reading per entity, where it happens, instead of discounting the whole source.
     utility_history_k: float = 800.0
-    association_history_k: float = 800.0
+    association_history_k: float = 0.0
     # Per entity instead: "once" drops utility's boost (a factor above 1: the entity's edits) for
     # an entity the request's history list names — history already counts those edits — and
     # keeps its penalty (deliveries left unused, which history cannot hold); "both" applies it.
     utility_with_history: str = "both"
+    # One change read twice: a session's edit of an entity and a commit that changed the same
+    # entity within this many days of it (either side: author and committer clocks, rebases) are
+    # the same change once committed, so where both association sources name an entity for that
+    # reason its two terms count once (the larger), not summed
+    # (cogd.retrieve.feedback.Feedback.same_change). 0 = off (every agreement sums). 7 by the
+    # replay's cross-validation (rule worst, with association_weight 0.5 and association_history_k 0).
+    same_change_days: float = 7.0
 
 
 @dataclass

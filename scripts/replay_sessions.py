@@ -144,7 +144,7 @@ CANDIDATE_KEYS = {"utility_weight": "u", "association_weight": "a", "recency_wei
                   "evidence_k": "k", "history_association_weight": "h", "co_change_weight": "c",
                   "history_evidence_k": "hk", "association_combine": "ac",
                   "utility_history_k": "uhk", "association_history_k": "ahk",
-                  "utility_with_history": "uwh"}
+                  "utility_with_history": "uwh", "same_change_days": "scd"}
 # --candidate keys whose value is a word (a TOML string), not a number, and the words allowed
 WORD_KEYS = {"association_combine": ("sum", "max", "pooled", "single"), "utility_with_history": ("both", "once")}
 # Seconds after the session's start at which each event happens (on the injected clock).

@@ -100,7 +100,9 @@ def test_uncovered_share_is_k_over_k_plus_history():
 
 
 def test_session_sources_are_discounted_by_what_history_holds():
-    assert (RankConfig().utility_history_k, RankConfig().association_history_k) == (800.0, 800.0)  # by the CV
+    # by the CVs: utility's discount stays; association's double reading is counted per entity instead
+    assert (RankConfig().utility_history_k, RankConfig().association_history_k) == (800.0, 0.0)
+    assert (RankConfig().same_change_days, RankConfig().association_weight) == (7.0, 0.5)
     assert set(HISTORY_COVERED) == {"utility", "association"}
     config = RankConfig(utility_weight=0.25, association_weight=0.25, evidence_k=10, history_association_weight=0.5,
                         history_evidence_k=50, utility_history_k=200, association_history_k=800)
@@ -172,6 +174,60 @@ def test_association_combine_with_one_source_is_that_source():
     fresh = Feedback(RankConfig(association_combine="pooled"), associations=lambda text: [("a", 3.0)])
     assert fresh.association_terms("q", 10, RRF_K) == ({}, [])  # no evidence yet: nothing learned is fused
 
+def _one_change(days: float, combine: str = "pooled", commit_at: float = 10_000 + 3600,
+                session_times: bool = True) -> Feedback:
+    """Session list a, b; history list c, b (b second in both); b's session edit at 10,000 s and the
+    request of history's that changed b at ``commit_at``; both sources at their full weight."""
+    from cogd.history.store import Association
+
+    config = RankConfig(association_weight=0.25, history_association_weight=0.5, evidence_k=0,
+                        history_evidence_k=0, association_combine=combine, same_change_days=days)
+    return Feedback(config, associations=lambda text: [("a", 3.0), ("b", 2.0)],
+                    history=lambda text: [Association("c", 2.0, 1, ["c1"], [5_000]),
+                                          Association("b", 1.0, 1, ["c2"], [int(commit_at)])],
+                    session_times=(lambda ids: {i: [10_000.0] for i in ids if i in ("a", "b")}) if session_times else None)
+
+
+def test_same_change_counts_one_request_read_twice_once():
+    agreed = {"b": 0.5 / 61, "c": 0.5 / 62, "a": 0.5 / 63}  # pooled: b (both, summed 0.0121) first
+    assert _one_change(0).association_terms("q", 10, RRF_K)[0] == pytest.approx(agreed)
+    assert list(_one_change(0).association_terms("q", 10, RRF_K)[0]) == ["b", "c", "a"]
+    # committed an hour after the session: one change, b's order is its larger term 0.5 / 62 < c's 0.5 / 61
+    once = _one_change(1)
+    terms, lists = once.association_terms("q", 10, RRF_K)
+    assert once.same_change(lists) == {"b"}
+    assert list(terms) == ["c", "b", "a"]
+    assert terms == pytest.approx({"c": 0.5 / 61, "b": 0.5 / 62, "a": 0.5 / 63})
+    # either side of the session: a commit time an hour before it (an amend, a clock) is the same change
+    amended = _one_change(1, commit_at=10_000 - 3600)
+    assert amended.same_change(amended.association_lists("q", 10)) == {"b"}
+    # under sum the same entity adds one term, not two
+    assert _one_change(1, "sum").association_terms("q", 10, RRF_K)[0] == pytest.approx(
+        {"a": 0.25 / 61, "b": 0.5 / 62, "c": 0.5 / 61})
+    assert _one_change(0, "sum").association_terms("q", 10, RRF_K)[0] == pytest.approx(
+        {"a": 0.25 / 61, "b": 0.25 / 62 + 0.5 / 62, "c": 0.5 / 61})
+
+
+def test_agreement_outside_the_window_or_without_times_still_sums():
+    for feedback in (_one_change(1, commit_at=10_000 + 2 * 86400), _one_change(1, session_times=False),
+                     _one_change(3, commit_at=10_000 - 3 * 86400 - 1)):
+        terms, lists = feedback.association_terms("q", 10, RRF_K)
+        assert feedback.same_change(lists) == set()
+        assert list(terms) == ["b", "c", "a"]
+    edge = _one_change(3, commit_at=10_000 - 3 * 86400)
+    assert edge.same_change(edge.association_lists("q", 10)) == {"b"}  # the window's end is in it
+
+
+def test_same_change_days_is_validated(tmp_path):
+    path = tmp_path / "config.toml"
+    path.write_text("[rank]\nsame_change_days = 2.5\n")
+    assert load_config(path).rank.same_change_days == 2.5
+    for value, message in (("-1", "non-negative"), ('"a week"', "non-negative number"), ("inf", "finite")):
+        path.write_text(f"[rank]\nsame_change_days = {value}\n")
+        with pytest.raises(ConfigError, match=message):
+            load_config(path)
+
+
 # ---------------------------------------------------------------- config
 
 @pytest.mark.parametrize("value, message", [("-1", "non-negative"), ("nan", "finite"), ("inf", "finite"),
@@ -222,7 +278,8 @@ def feedback_of(ledger: Ledger, config: RankConfig, session: str | None = None,
         return ledger.associated(match_expression(query_terms(text)), limit=RetrieveConfig().candidates)
 
     touches = ledger.session_touches(session) if session else []
-    return Feedback(config, ledger.utility, touches, recent or [], associations, evidence=ledger.evidence_sessions())
+    return Feedback(config, ledger.utility, touches, recent or [], associations,
+                    session_times=ledger.association_times, evidence=ledger.evidence_sessions())
 
 
 def ranked(stdlib_index, prompt: str, feedback: Feedback) -> list[tuple[str, float]]:
@@ -356,6 +413,36 @@ def test_an_edit_both_the_ledger_and_history_hold_is_fused_once_unless_summed(st
         assert rrf["sum"] == pytest.approx((w_session + w_history) / (RRF_K + 1), abs=2e-5)
         assert rrf["max"] == pytest.approx(max(w_session, w_history) / (RRF_K + 1), abs=2e-5)
         assert rrf["pooled"] == pytest.approx(rrf["max"], abs=2e-5)
+    finally:
+        ledger.close()
+
+
+def test_a_session_committed_within_the_window_is_fused_once_even_under_sum(stdlib_index, tmp_path):
+    """One session edited the target (the ledger records when); history names it for a request
+    committed ten minutes later (the same change) or a month later (another change)."""
+    from cogd.history.store import Association
+
+    root, conn = stdlib_index
+    ledger = Ledger(tmp_path / "state.db")
+    try:
+        target_id, plain = one_session_on_a_low_target(stdlib_index, ledger)
+        edited_at = 1_700_000_000.0 + 100 + 5  # session 1's edit (:func:`session`)
+        assert ledger.association_times([target_id, "json/nothing.py::f"]) == {target_id: [edited_at]}
+        before = plain[0].signals.get("rrf", 0.0)
+        rrf = {}
+        for label, committed in (("same", edited_at + 600), ("later", edited_at + 30 * 86400)):
+            config = RankConfig(utility_weight=0, recency_weight=0, working_set_weight=0, evidence_k=0,
+                                history_evidence_k=0, association_combine="sum", same_change_days=7)
+            feedback = feedback_of(ledger, config)
+            feedback.history = lambda text, t=committed: [Association(target_id, 1.0, 1, ["c1"], [int(t)])]
+            items = prompt_pack(conn, root, ASKED, PackConfig(), RetrieveConfig(), mode="bm25", feedback=feedback).items
+            hit = next(h for h in items if h.entity_id == target_id)
+            assert (hit.signals["association_rank"], hit.signals["history_rank"]) == (1, 1)
+            assert hit.signals.get("same_change") == (1 if label == "same" else None)  # for --explain
+            rrf[label] = hit.signals["rrf"] - before
+        w_session, w_history = RankConfig().association_weight, RankConfig().history_association_weight
+        assert rrf["same"] == pytest.approx(max(w_session, w_history) / (RRF_K + 1), abs=2e-5)
+        assert rrf["later"] == pytest.approx((w_session + w_history) / (RRF_K + 1), abs=2e-5)
     finally:
         ledger.close()
 

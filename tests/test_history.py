@@ -439,6 +439,10 @@ def test_a_merged_pull_request_is_one_change_request_found_by_its_text(tmp_path)
         # Both commits' definitions, through the merge's text, as one request (evidence 1).
         assert [(a.entity_id, a.evidence, a.commits) for a in found] == [
             ("shapes.py::Circle.scale", 1, [merge]), ("shapes.py::perimeter", 1, [merge])]
+        # each request's time is its newest member commit's (committer time), aligned with commits
+        newest = int(git_out(root, "log", "-1", "--format=%ct", two))
+        assert newest > int(git_out(root, "log", "-1", "--format=%ct", one))
+        assert [a.times for a in found] == [[newest], [newest]]
         assert associated(store.reader(), '"review"', miner_settings())[0].commits == [merge]
         # --explain labels the request by the pull request's title, not by "Merge pull request #7 from …"
         queries = HistoryQueries(miner, HistoryConfig())

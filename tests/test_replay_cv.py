@@ -103,6 +103,8 @@ def test_candidate_specs():
     name, rank = replay_sessions.parse_candidate("history_association_weight=0.25,association_combine=max")
     assert (name, rank) == ("h0.25_acmax", {"history_association_weight": "0.25", "association_combine": '"max"'})
     assert tomllib.loads(render_config({"rank": rank}, []))["rank"]["association_combine"] == "max"
+    assert replay_sessions.parse_candidate("same_change_days=7,association_history_k=0") == (
+        "ahk0_scd7", {"same_change_days": "7", "association_history_k": "0"})
     for bad in ("utility_weight", "bm25_weight=1", "evidence_k=-1", "evidence_k=inf", "", "association_combine=1",
                 "association_combine=product"):
         with pytest.raises(ValueError):

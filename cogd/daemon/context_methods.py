@@ -95,7 +95,7 @@ def _feedback(parts: Parts, session_id: str | None) -> Feedback:
 
     history, co_changed = _history_sources(parts)
     return Feedback(parts.config.rank, parts.utility, touches, parts.recent.get(), associations, history, co_changed,
-                    evidence=learned_evidence(parts))
+                    session_times=parts.ledger.association_times, evidence=learned_evidence(parts))
 
 
 

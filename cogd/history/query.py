@@ -100,10 +100,15 @@ class HistoryQueries:
                 continue
             known = merged.get(current)
             if known is None:
-                merged[current] = Association(current, item.score, item.evidence, list(item.commits))
+                merged[current] = Association(current, item.score, item.evidence, list(item.commits),
+                                              list(item.times))
             else:
                 known.score += item.score
-                known.commits += [h for h in item.commits if h not in known.commits]
+                for position, hash_ in enumerate(item.commits):
+                    if hash_ not in known.commits:
+                        known.commits.append(hash_)
+                        if position < len(item.times):
+                            known.times.append(item.times[position])
                 known.evidence = len(known.commits)
         return sorted(merged.values(), key=lambda a: (-a.score, a.entity_id))[:limit]
 

@@ -21,7 +21,7 @@ import math
 import re
 import sqlite3
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from cogd import safepath
@@ -58,12 +58,14 @@ CREATE TABLE IF NOT EXISTS pairs (
 class Association:
     """One entity a query's matching commits touched: ``score`` (higher is better), ``commits``
     the hashes behind it (best first), ``evidence`` how many independent commits (``len(commits)``
-    before any cap) — what a shrinkage estimator weighs."""
+    before any cap) — what a shrinkage estimator weighs. ``times``: each request's newest commit
+    time (unix seconds, committer time), aligned with ``commits``; empty when not known."""
 
     entity_id: str
     score: float
     evidence: int
     commits: list[str]
+    times: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -409,11 +411,12 @@ def associated(conn: sqlite3.Connection, match: str, settings: AssociationSettin
         for entity_id in sorted(changed, key=lambda e: (-changed[e], e))[: settings.per_commit]:
             item = found.get(entity_id)
             if item is None:
-                found[entity_id] = Association(entity_id, weight, 1, [key])
+                found[entity_id] = Association(entity_id, weight, 1, [key], [when])
             else:
                 item.score += weight
                 item.evidence += 1
                 item.commits.append(key)
+                item.times.append(when)
     return sorted(found.values(), key=lambda a: (-a.score, a.entity_id))
 
 

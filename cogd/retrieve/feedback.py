@@ -77,6 +77,9 @@ class Feedback:
     history: Callable[[str], list] | None = None
     # current seed ids → [(seed, partner, confidence, support)]: definitions changed with them
     co_changed: Callable[[list[str]], list[tuple[str, str, float, int]]] | None = None
+    # entity ids → {entity_id: [unix seconds]}: when sessions' edits associated them with a prompt
+    # (cogd.usage.ledger.Ledger.association_times), for rank.same_change_days
+    session_times: Callable[[list[str]], dict[str, list[float]]] | None = None
     # learned source → independent units of evidence behind it: earlier sessions for utility and
     # association (cogd.usage.ledger.Ledger.evidence_sessions), reachable change requests / pair
     # commits for history_association / co_change (cogd.history.query.HistoryQueries.evidence)
@@ -96,6 +99,8 @@ class Feedback:
         self._recent = {path: i for i, path in enumerate(self.recent_paths)}
         self._history_files: dict[str, float] = {}  # set by association_lists: path → history evidence
         self._history_named: set[str] = set()  # set by association_lists: the ids history's list names
+        self._history_times: dict[str, list[int]] = {}  # set by association_lists: id → its requests' times
+        self.counted_once: set[str] = set()  # set by association_terms: the ids of same_change
 
     def weight(self, source: str) -> float:
         """``rank.<source>_weight``, shrunk by its evidence when ``source`` is learned (:data:`LEARNED_SOURCES`).
@@ -147,14 +152,39 @@ class Feedback:
             out.append(("session", [(entity_id, None, []) for entity_id, _ in self.associations(text)[:limit]]))
         self._history_files = {}
         self._history_named = set()
+        self._history_times = {}
         if self.history is not None and self.weight("history_association") > 0:
             found = self.history(text)[:limit]
             out.append(("history", [(a.entity_id, a.evidence, a.commits) for a in found]))
             self._history_named = {a.entity_id for a in found}
+            self._history_times = {a.entity_id: list(a.times) for a in found}
             for a in found:  # the request's history evidence per file, for the file-level ranking
                 path = a.entity_id.split("::", 1)[0]
                 self._history_files[path] = self._history_files.get(path, 0.0) + a.score
         return out
+
+    def same_change(self, lists: list) -> set[str]:
+        """The entities both association sources name for one change read twice
+        (``rank.same_change_days``): ids in the ``session`` and the ``history`` list of ``lists``
+        (the last :meth:`association_lists` of this object, which also keeps history's times) with a session association time ``s``
+        (:attr:`session_times`) and a matching request's commit time ``c`` (``Association.times``)
+        such that ``|c − s| ≤ days × 86,400``. A committed session's edits are a commit history
+        mines, and its prompt and that commit's message are two wordings of one request; either
+        side of the session, since a commit's recorded time may be its committer's (a rebase, a
+        merge later) or precede the edit's record (a clock, an amend). Empty when the window is
+        0, a source is off, or the times are unknown."""
+        window = self.config.same_change_days * 86400.0
+        by_source = dict((source, items) for source, items in lists)
+        if window <= 0 or self.session_times is None or "session" not in by_source or "history" not in by_source:
+            return set()
+        history_times = {entity_id: times for entity_id, times in
+                         ((a, self._history_times.get(a, [])) for a, _e, _c in by_source["history"]) if times}
+        both = [entity_id for entity_id, _e, _c in by_source["session"] if entity_id in history_times]
+        if not both:
+            return set()
+        session_times = self.session_times(both)
+        return {entity_id for entity_id in both
+                if any(abs(c - s) <= window for s in session_times.get(entity_id, ()) for c in history_times[entity_id])}
 
     def association_terms(self, text: str, limit: int, rrf_k: int) -> tuple[dict[str, float], list]:
         """The learned association lists as fusion terms: ``({entity_id: term}, lists)``.
@@ -176,10 +206,14 @@ class Feedback:
         and spreads twice the learned weight over the union of two lists; ``max`` counts an
         entity's strongest source once; ``pooled`` keeps agreement as the order (an entity
         both sources name comes first) while the learned list weighs what one source weighs.
+        An entity both sources name for one change read twice (:meth:`same_change`, with
+        ``rank.same_change_days`` > 0) takes ``max_s t_s(e)`` under every mode: the agreement is
+        one request counted by both, not two.
         ``limit``: each source's length; ``rrf_k`` > 0.
         """
         lists = self.association_lists(text, limit)
         mode = self.config.association_combine
+        once = self.counted_once = self.same_change(lists)
         per_source = []
         for source, items in lists:
             weight = self.source_weight(source)
@@ -188,7 +222,7 @@ class Feedback:
         terms: dict[str, float] = {}
         for _weight, source_terms in per_source:
             for entity_id, term in source_terms.items():
-                if mode == "max":
+                if mode == "max" or entity_id in once:
                     terms[entity_id] = max(terms.get(entity_id, 0.0), term)
                 else:
                     terms[entity_id] = terms.get(entity_id, 0.0) + term

@@ -293,6 +293,8 @@ def _fuse_learned(feedback: Feedback, text: str, config: RetrieveConfig, fused: 
             if commits:
                 sig[f"{source}_evidence"] = evidence
                 sig[f"{source}_commits"] = list(commits[:3])  # labels, e.g. "1a2b3c4d subject"
+    for entity_id in feedback.counted_once:  # both sources named it for one change: its terms counted once
+        signals.setdefault(entity_id, {})["same_change"] = 1
 
 
 def _bm25_list(conn: sqlite3.Connection, text: str, parts: PromptParts, config: RetrieveConfig,

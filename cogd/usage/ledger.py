@@ -571,6 +571,19 @@ class Ledger:
             ).fetchall()
         return [(r[0], float(r[1])) for r in rows]
 
+    def association_times(self, entity_ids: list[str]) -> dict[str, list[float]]:
+        """``{entity_id: [created_at, …]}`` (unix seconds, oldest first): when sessions' edits
+        associated each of ``entity_ids`` with a prompt (one time per (entity, prompt delivery)).
+        Ids without an association are absent; [] gives {}."""
+        found: dict[str, list[float]] = {}
+        with self._lock:
+            for chunk in chunked(dict.fromkeys(entity_ids)):
+                for entity_id, created_at in self._conn.execute(
+                        f"SELECT entity_id, created_at FROM association_keys WHERE entity_id IN ({marks(len(chunk))}) "
+                        "ORDER BY created_at, entity_id", chunk):
+                    found.setdefault(entity_id, []).append(float(created_at))
+        return found
+
     def has_fingerprint(self, session_id: str, fingerprint: str) -> bool:
         """Whether the session was already handed a pack with this fingerprint."""
         with self._lock:
