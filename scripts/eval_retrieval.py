@@ -86,7 +86,10 @@ backup) as ``DIR/COMMIT.db``; ``--from-index DIR`` then scores the same tasks wi
 a hook: the tree is still moved (the packs quote it), and the default configuration's pack and
 each ``--variants`` pack are built in process on the saved index (the record is the default
 pack, so it equals the hook's when nothing changed), turning an hour of replay into minutes
-while a ranking is tuned. ``--embed-cache DIR`` keeps each arm's embedding cache between runs
+while a ranking is tuned. With ``--history on`` the save also keeps each task's ``history.db``
+(``DIR/COMMIT.history.db``, its live set synchronised with the task's parent), and ``--from-index
+DIR --history on`` moves a git scratch tree to each parent and reads history from those copies,
+so the in-process packs equal the hook's with history on too. ``--embed-cache DIR`` keeps each arm's embedding cache between runs
 (copied into the scratch tree before its daemon starts, back after it stops): the cache is
 keyed by content, so within a run it already spans every base commit, and across runs only
 texts the earlier run never saw are embedded.
