@@ -128,7 +128,6 @@ class RetrieveConfig:
     # list itself is cut at `candidates`), each fused with the RRF term of its rank; 0 = off
     # (cogd.retrieve.hybrid._deepen; README, "Which definitions of a found file").
     file_depth: int = 300
-    structural_floor: bool = False  # experimental: MMR similarity at least the structural one (same file 0.5)
 
 
 @dataclass

@@ -673,8 +673,6 @@ def select(
     lam = config.mmr_lambda
     order = sorted(hits, key=lambda h: h.score, reverse=True)
     sim = similarity_matrix(order, vectors)
-    if config.structural_floor and vectors:
-        sim = np.maximum(sim, similarity_matrix(order, {}))
     redundancy = np.zeros(len(order), dtype=np.float32)  # max similarity to anything chosen so far
     remaining = list(range(len(order)))
     chosen: list[Hit] = []
