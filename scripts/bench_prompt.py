@@ -23,7 +23,9 @@ COMMIT cogd | tar -x -C DIR``) measures the code before a change. Standard libra
 
 ``--packs`` times :func:`cogd.retrieve.pack.prompt_pack` in this process on an index of the same
 repository, every part of the analysis on (the defaults) against all of it off, interleaved:
-the server-side cost of the analysis without process start-up noise.
+the server-side cost of the analysis without process start-up noise. ``--depth`` times it with
+the strongest file read past the BM25 cut (``[retrieve] file_depth``, default 300) against 0, and
+prints the ratio of the medians.
 """
 
 from __future__ import annotations
@@ -122,9 +124,11 @@ OFF = dict(idf_terms=False, frame_weight=0.0, path_weight=0.0, identifier_weight
            strict_test_prior=False, vendor_prior=1.0, file_rank_weight=0.0)
 
 
-def bench_packs(runs: int) -> None:
+def bench_packs(runs: int, depth: bool = False) -> None:
     """``prompt_pack`` in process on an index of the standard-library repository: the prompt
-    analysis on (the defaults) against every part of it off, interleaved, for both prompts."""
+    analysis on (the defaults) against every part of it off, interleaved, for both prompts.
+    ``depth``: instead, the strongest file read past the BM25 cut (``retrieve.file_depth``, the
+    default 300) against not (0), and the ratio of the medians."""
     from cogd.config import PackConfig, RetrieveConfig
     from cogd.index.indexer import Indexer
     from cogd.retrieve.pack import prompt_pack
@@ -137,6 +141,8 @@ def bench_packs(runs: int) -> None:
         indexer.refresh()
         conn = indexer.conn
         configs = {"on": RetrieveConfig(mode="bm25"), "off": RetrieveConfig(mode="bm25", **OFF)}
+        if depth:
+            configs = {"on": RetrieveConfig(mode="bm25"), "off": RetrieveConfig(mode="bm25", file_depth=0)}
         prompts = {"one-line prompt": ONE_LINE, "10 KB bug report": bug_report(10_000)}
         times: dict[tuple[str, str], list[float]] = {(p, c): [] for p in prompts for c in configs}
         for n in range(runs + 5):
@@ -149,8 +155,13 @@ def bench_packs(runs: int) -> None:
                 if not pack.items:
                     raise SystemExit(f"empty pack for the {prompt}")
         print(f"prompt_pack in process (BM25, standard-library index), {runs} runs each:")
+        what = "file depth" if depth else "analysis"
         for (prompt, config), ms in times.items():
-            print(row(f"pack: {prompt}, analysis {config}", ms))
+            print(row(f"pack: {prompt}, {what} {config}", ms))
+        if depth:
+            for prompt in prompts:
+                ratio = statistics.median(times[(prompt, "on")]) / statistics.median(times[(prompt, "off")])
+                print(f"  {prompt}: median with the file depth / without = {ratio:.3f}")
         indexer.close()
     finally:
         import shutil
@@ -218,10 +229,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=40, help="measured hook runs per prompt (default 40)")
     parser.add_argument("--packs", action="store_true",
                         help="also time prompt_pack in process with the analysis on and off (same code, same index)")
+    parser.add_argument("--depth", action="store_true",
+                        help="time prompt_pack in process with retrieve.file_depth at its default and at 0 "
+                             "(interleaved, same index), instead of the analysis on and off")
     args = parser.parse_args(argv)
     bench_analysis()
-    if args.packs:
-        bench_packs(args.runs)
+    if args.packs or args.depth:
+        bench_packs(args.runs, args.depth)
     return bench_hooks(args) if args.hooks else 0
 
 

@@ -86,7 +86,10 @@ backup) as ``DIR/COMMIT.db``; ``--from-index DIR`` then scores the same tasks wi
 a hook: the tree is still moved (the packs quote it), and the default configuration's pack and
 each ``--variants`` pack are built in process on the saved index (the record is the default
 pack, so it equals the hook's when nothing changed), turning an hour of replay into minutes
-while a ranking is tuned. ``--embed-cache DIR`` keeps each arm's embedding cache between runs
+while a ranking is tuned. With ``--history on`` the save also keeps each task's ``history.db``
+(``DIR/COMMIT.history.db``, its live set synchronised with the task's parent), and ``--from-index
+DIR --history on`` moves a git scratch tree to each parent and reads history from those copies,
+so the in-process packs equal the hook's with history on too. ``--embed-cache DIR`` keeps each arm's embedding cache between runs
 (copied into the scratch tree before its daemon starts, back after it stops): the cache is
 keyed by content, so within a run it already spans every base commit, and across runs only
 texts the earlier run never saw are embedded.
@@ -614,9 +617,11 @@ def run_arm(arm: str, tasks: list[dict], args, budgets: list[int], git_dir: Path
             move_tree(git_dir, work, index_file, None, tasks[0]["parent"], result)
         result["config"] = write_config(work, arm, extra)
         if args.from_index:
-            if tree:
-                raise EvalError("--from-index replays without --history")
-            return _replay_cached(arm, tasks, args, budgets, git_dir, work, index_file, result, arm_started, label)
+            if history == "on" and not (Path(args.from_index) / f"{tasks[0]['commit']}.history.db").exists():
+                raise EvalError("--from-index --history on needs the history.db copies a --save-index run "
+                                "with --history on kept")
+            return _replay_cached(arm, tasks, args, budgets, git_dir, work, index_file, result, arm_started, label,
+                                  tree)
         kept_cache = embed_cache_file(args, label or arm)
         if kept_cache is not None and kept_cache.exists():
             from cogd.paths import Layout
@@ -809,20 +814,26 @@ def embed_cache_file(args, label: str) -> Path | None:
 
 def save_index(work: Path, into: Path, commit: str) -> None:
     """A consistent copy of the tree's ``index.db`` (SQLite's online backup: the daemon may be
-    writing) as ``into/COMMIT.db``, for a later ``--from-index`` run."""
+    writing) as ``into/COMMIT.db``, for a later ``--from-index`` run; with history mined, its
+    ``history.db`` too (``into/COMMIT.history.db``: the live set synchronised with this task's
+    parent, so a ``--from-index --history on`` run reads exactly the history the hook read)."""
     import sqlite3
     from cogd.paths import Layout
     into.mkdir(parents=True, exist_ok=True)
-    target = into / f"{commit}.db"
-    source = sqlite3.connect(f"file:{Layout(work).index_db}?mode=ro", uri=True)
-    try:
-        dest = sqlite3.connect(target)
+    layout = Layout(work)
+    for name, target in ((layout.index_db, into / f"{commit}.db"),
+                         (layout.index_dir / "history.db", into / f"{commit}.history.db")):
+        if not Path(name).exists():
+            continue
+        source = sqlite3.connect(f"file:{name}?mode=ro", uri=True)
         try:
-            source.backup(dest)
+            dest = sqlite3.connect(target)
+            try:
+                source.backup(dest)
+            finally:
+                dest.close()
         finally:
-            dest.close()
-    finally:
-        source.close()
+            source.close()
 
 
 def cached_index(args, task: dict) -> Path | None:
@@ -835,10 +846,13 @@ def cached_index(args, task: dict) -> Path | None:
     return path
 
 
-def _replay_cached(arm, tasks, args, budgets, git_dir, work, index_file, result, arm_started, label) -> dict:
+def _replay_cached(arm, tasks, args, budgets, git_dir, work, index_file, result, arm_started, label,
+                   tree=None) -> dict:
     """``--from-index``: move the tree through ``tasks`` and score the default configuration's
     in-process pack (the record) and each variant's on the saved indexes. No daemon, no hook:
-    a ranking change is measured in minutes instead of a replay's hour."""
+    a ranking change is measured in minutes instead of a replay's hour. With ``tree`` (a
+    ``--history`` run) the tree is a git repository moved to each parent, and history is read
+    from the task's saved ``history.db`` copy when the config enables it."""
     global VARIANTS
     if arm != "bm25":
         raise EvalError("--from-index scores the bm25 arm only")
@@ -848,10 +862,14 @@ def _replay_cached(arm, tasks, args, budgets, git_dir, work, index_file, result,
     try:
         previous = None
         for n, task in enumerate(tasks):
-            if n and task["parent"] != previous:
+            if tree is not None:
+                tree.move(task["parent"])
+            elif n and task["parent"] != previous:
                 move_tree(git_dir, work, index_file, previous, task["parent"], result)
             previous = task["parent"]
-            packs = variant_packs(work, arm, task["query"], cached_index(args, task))
+            index_db = cached_index(args, task)
+            history_db = index_db.with_name(f"{task['commit']}.history.db")
+            packs = variant_packs(work, arm, task["query"], index_db, history_db if history_db.exists() else None)
             for name, packed in packs:
                 entry = {"commit": task["commit"], "query_mentions_gold_file": task["query_mentions_gold_file"],
                          "query_mentions_gold_function": task["query_mentions_gold_function"],
@@ -870,7 +888,8 @@ def _replay_cached(arm, tasks, args, budgets, git_dir, work, index_file, result,
     return result
 
 
-def variant_packs(work: Path, arm: str, query: str, index_db: Path | None = None) -> list[tuple[str, list[dict]]]:
+def variant_packs(work: Path, arm: str, query: str, index_db: Path | None = None,
+                  history_db: Path | None = None) -> list[tuple[str, list[dict]]]:
     """The prompt pack of ``query`` under each ``--variants`` configuration, built in this process.
 
     Reads the tree's ``index.db`` read-only and calls :func:`cogd.retrieve.pack.prompt_pack`
@@ -893,7 +912,7 @@ def variant_packs(work: Path, arm: str, query: str, index_db: Path | None = None
             for item in settings:
                 _set_value(config, item)
             pack = prompt_pack(conn, work, query, config.pack, config.retrieve, mode="bm25",
-                               feedback=history_feedback(layout, config, conn, query))
+                               feedback=history_feedback(layout, config, conn, query, history_db))
             kinds = {i.entity_id: i.kind for i in pack.items}
             items = parse_pack(pack.text)
             for i in items:
@@ -907,11 +926,12 @@ def variant_packs(work: Path, arm: str, query: str, index_db: Path | None = None
 _HISTORY_STORES: dict = {}
 
 
-def history_feedback(layout, config, conn, query: str):
+def history_feedback(layout, config, conn, query: str, history_db: Path | None = None):
     """Feedback carrying only history (associations and co-change) for a variant's pack, read
-    from the tree's ``history.db`` (read only; the daemon has synchronised it with HEAD), or
-    None when the variant has ``history.enabled=false`` or the tree has no history."""
-    path = layout.index_dir / "history.db"
+    from the tree's ``history.db`` or ``history_db`` (a saved copy; read only, synchronised
+    with the tree's HEAD), or None when the variant has ``history.enabled=false`` or there is
+    no history."""
+    path = history_db or layout.index_dir / "history.db"
     if not config.history.enabled or not path.exists():
         return None
     from cogd.history.miner import HistoryMiner

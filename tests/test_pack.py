@@ -8,6 +8,7 @@ import os
 
 import pytest
 
+from conftest import copy_stdlib
 from cogd.config import PACK_HARD_CAP_CHARS, PackConfig, RetrieveConfig
 from cogd.retrieve.pack import overview_pack, prompt_pack, reason_of, working_set_pack
 from cogd.retrieve.repomap import pagerank
@@ -189,3 +190,83 @@ def test_reason_of_names_every_signal():
         "BM25 #3, vector #7; caller of a.py::f; prior ×0.5; utility 0.41 ×1.17; touched this session ×1.5")
     assert reason_of({"prior": 1.0, "association_rank": 2}) == "edited after similar prompts #2"
     assert reason_of({}) == ""
+
+
+# ---------------------------------------------------------------- a file's definitions, on real code
+
+@pytest.fixture(scope="module")
+def email_index(tmp_path_factory):
+    """``(root, conn)``: the standard library's ``json`` and ``email`` packages, indexed (real tree-sitter)."""
+    from cogd.index.indexer import Indexer  # tree-sitter: only here
+
+    base = tmp_path_factory.mktemp("email")
+    root = copy_stdlib(base / "repo", ("json", "email"))
+    indexer = Indexer(root, base / "index.db")
+    indexer.refresh()
+    yield root, indexer.conn
+    indexer.close()
+
+
+PARSER = "email/_header_value_parser.py"
+QUOTED = "parse a quoted string in a header value"
+FIRST_TWELVE = [f"{PARSER}::get_word", f"{PARSER}::get_quoted_string", f"{PARSER}::quote_string",
+                "email/_parseaddr.py::quote", f"{PARSER}::get_bare_quoted_string", "email/utils.py::unquote",
+                "email/quoprimime.py::header_decode", f"{PARSER}::BareQuotedString.__str__",
+                f"{PARSER}::QuotedString.quoted_value", "email/headerregistry.py::Address.addr_spec",
+                f"{PARSER}::QuotedString", f"{PARSER}::get_value"]
+
+
+def test_no_cap_per_file_by_default_so_the_strongest_file_keeps_its_definitions(email_index):
+    # The header parser holds the prompt's best matches: a cap of 8 filled the pointers with
+    # weaker files (json's scanner for "string") once it had 8 items; without one (the default)
+    # its next definitions come first, and MMR still put three other files in the first twelve.
+    root, conn = email_index
+    assert PackConfig().per_file_cap == 0
+    capped = prompt_pack(conn, root, QUOTED, PackConfig(per_file_cap=8), RetrieveConfig(), mode="bm25")
+    free = prompt_pack(conn, root, QUOTED, PackConfig(), RetrieveConfig(), mode="bm25")
+    for pack in (capped, free):
+        assert [i.entity_id for i in pack.items if not i.pointer] == FIRST_TWELVE
+    assert [i.entity_id for i in capped.items if i.pointer] == [
+        "email/message.py::_formatparam", "email/charset.py::Charset.header_encode", "json/decoder.py::py_scanstring",
+        "email/utils.py::encode_rfc2231", "email/_policybase.py::Policy.header_source_parse",
+        "email/utils.py::decode_params", "email/__init__.py::message_from_string", "json/scanner.py::py_make_scanner"]
+    assert [i.entity_id for i in free.items if i.pointer] == [
+        f"{PARSER}::DisplayName.value", f"{PARSER}::BareQuotedString", f"{PARSER}::get_local_part",
+        "email/message.py::_formatparam", f"{PARSER}::get_parameter", f"{PARSER}::MimeParameters.__str__",
+        "email/charset.py::Charset.header_encode", f"{PARSER}::_get_ptext_to_endchars"]
+    assert sum(i.path == PARSER for i in capped.items) == 8
+    assert sum(i.path == PARSER for i in free.items) == 14
+
+
+POLICY = "message header parsing policy"
+POLICY_FILE = "email/_policybase.py"
+
+
+def test_the_strongest_file_is_read_past_the_bm25_cut(email_index):
+    # _policybase.py is the candidates' strongest file; five more of its definitions match the
+    # prompt's words at BM25 ranks 72-84, past the list's cut of 60. They join the candidates
+    # with the RRF term of that rank, after the 60 that were there; no other file is read deeper.
+    from cogd.retrieve.hybrid import retrieve
+
+    root, conn = email_index
+    assert RetrieveConfig().file_depth == 300
+    off = retrieve(conn, POLICY, RetrieveConfig(file_depth=0), mode="bm25", limit=60)
+    hits = retrieve(conn, POLICY, RetrieveConfig(), mode="bm25", limit=60)
+    assert [h.id for h in hits[:60]] == [h.id for h in off] and len(off) == 60
+    added = [(h.id, h.signals["bm25_rank"]) for h in hits[60:]]
+    assert added == [(f"{POLICY_FILE}::_PolicyBase.__repr__", 72), (f"{POLICY_FILE}::_PolicyBase.__setattr__", 76),
+                     (f"{POLICY_FILE}::_PolicyBase.__init__", 77), (f"{POLICY_FILE}::_PolicyBase.__add__", 79),
+                     (f"{POLICY_FILE}::_PolicyBase.clone", 84)]
+    for hit in hits[60:]:
+        assert hit.score == 1 / (60 + hit.signals["bm25_rank"]) and hit.signals["deepened"] is True
+    assert not any(h.signals.get("deepened") for h in hits[:60])
+    # In a pack of 60 ids the file's evidence lifts the first of them to 45th place.
+    big = PackConfig(max_items=20, max_pointers=40, max_chars=9500)
+    pack = prompt_pack(conn, root, POLICY, big, RetrieveConfig(), mode="bm25")
+    assert [(i.rank, i.entity_id) for i in pack.items if i.signals.get("deepened")] == [
+        (45, f"{POLICY_FILE}::_PolicyBase.__repr__"), (59, f"{POLICY_FILE}::_PolicyBase.__setattr__"),
+        (60, f"{POLICY_FILE}::_PolicyBase.__init__")]
+    assert reason_of(pack.items[44].signals).startswith("BM25 #72; in the strongest file, read past the BM25 cut")
+    unread = prompt_pack(conn, root, POLICY, big, RetrieveConfig(file_depth=0), mode="bm25")
+    assert sum(i.path == POLICY_FILE for i in unread.items) == 7
+    assert sum(i.path == POLICY_FILE for i in pack.items) == 10

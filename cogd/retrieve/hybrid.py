@@ -19,7 +19,9 @@ for ``--explain``:
 6. maximal marginal relevance (Carbonell & Goldstein, SIGIR 1998):
    ``argmax λ·rel(d) − (1−λ)·max_{s∈S} sim(d, s)`` with cosine similarity of
    entity vectors when both have one, else structural similarity (same
-   container 0.8, same file 0.5); plus a hard cap per file.
+   container 0.8, same file 0.5); an optional hard cap per file (off by default: MMR's
+   redundancy term already spreads a pack over files, and a cap cuts the file the evidence
+   points to first).
 """
 
 from __future__ import annotations
@@ -300,9 +302,11 @@ def _fuse_learned(feedback: Feedback, text: str, config: RetrieveConfig, fused: 
 def _bm25_list(conn: sqlite3.Connection, text: str, parts: PromptParts, config: RetrieveConfig,
                kinds: tuple[str, ...] | None, signals: dict[str, dict],
                own: frozenset[str] = frozenset(),
-               extra_terms: tuple[str, ...] = ()) -> tuple[str, float, list[str]]:
+               extra_terms: tuple[str, ...] = (), deep: list | None = None) -> tuple[str, float, list[str]]:
     """The BM25 list of the fusion: a long prompt's terms chosen by weight from its text without
-    the issue template's scaffolding (in every report, so no clue), a short one's as always."""
+    the issue template's scaffolding (in every report, so no clue), a short one's as always.
+    ``deep``: filled with ``(id, path)`` of the hits past the list's cut, down to
+    ``retrieve.file_depth`` (:func:`_deepen`)."""
     searched = strip_template(text) if config.template_filter and is_long(parts) else text
     # A short prompt keeps its terms exactly as before, whatever the long-prompt budget.
     budget = config.long_prompt_terms if len(text) > SHORT_PROMPT_CHARS else MAX_QUERY_TERMS
@@ -310,10 +314,13 @@ def _bm25_list(conn: sqlite3.Connection, text: str, parts: PromptParts, config: 
              if config.idf_terms else None)
     if extra_terms:
         terms = list(dict.fromkeys([*(query_terms(searched) if terms is None else terms), *extra_terms]))
-    lexical = bm25_search(conn, searched, limit=config.candidates, kinds=kinds, terms=terms)
-    for rank, hit in enumerate(lexical, 1):
+    depth = max(config.candidates, config.file_depth)  # the tail past the cut is for _deepen
+    lexical = bm25_search(conn, searched, limit=depth, kinds=kinds, terms=terms)
+    for rank, hit in enumerate(lexical[: config.candidates], 1):
         signals.setdefault(hit.id, {}).update(bm25_rank=rank, bm25=round(hit.score, 3))
-    return (BM25, config.bm25_weight, [h.id for h in lexical])
+    if deep is not None:
+        deep.extend((h.id, h.path) for h in lexical[config.candidates:])
+    return (BM25, config.bm25_weight, [h.id for h in lexical[: config.candidates]])
 
 
 def report_title(text: str, parts: PromptParts) -> str:
@@ -418,8 +425,9 @@ def retrieve(
     parts = parts if parts is not None else analyze(text)
     parts, own = without_own_names(parts, config.own_names)
     found = resolve(conn, parts, tests_ok=tests_wanted(text, parts, config.strict_test_prior))
+    deep: list[tuple[str, str]] = []  # (id, path) of the BM25 list past its cut, to retrieve.file_depth
     if mode in (BM25, HYBRID):
-        lists.append(_bm25_list(conn, text, parts, config, kinds, signals, own, extra_terms))
+        lists.append(_bm25_list(conn, text, parts, config, kinds, signals, own, extra_terms, deep))
     if mode in (VECTOR, HYBRID) and query_vector is not None and dense is not None:
         lists.extend(_vector_lists(query_vector, dense, config, kinds, signals))
 
@@ -446,7 +454,8 @@ def retrieve(
         signals.setdefault(entity_id, {})["expansion"] = round(add, 5)
 
     ranked_ids = sorted(fused, key=fused.get, reverse=True)[: max(limit * 2, limit)]
-    hits = _fetch(conn, ranked_ids)
+    extra = _deepen(ranked_ids[:limit], fused, deep, config, signals) if deep else []
+    hits = _fetch(conn, ranked_ids + extra)
     result = []
     for entity_id in ranked_ids:
         hit = hits.get(entity_id)
@@ -457,7 +466,43 @@ def retrieve(
         result.append(hit)
         if len(result) >= limit:
             break
+    for entity_id in extra:
+        hit = hits.get(entity_id)
+        if hit is not None and not (kinds and hit.kind not in kinds):
+            hit.score = fused[entity_id]
+            hit.signals = signals.get(entity_id, {})
+            result.append(hit)
     return result
+
+
+def _deepen(ranked: list[str], fused: dict[str, float], deep: list[tuple[str, str]], config: RetrieveConfig,
+            signals: dict[str, dict]) -> list[str]:
+    """The BM25 hits past the list's cut (``deep``: ``(id, path)`` at ranks ``candidates + 1`` …
+    ``file_depth``) that lie in the strongest file of ``ranked``, added to ``fused`` in place
+    with the RRF term of their BM25 rank, ``bm25_weight / (rrf_k + rank)`` — what they would
+    have had from a list that deep. Returns their ids, best first.
+
+    Why: a definition is likely where its file is (P(d | q) = P(f | q) · P(d | f, q)), and the
+    pack's later ranking gives every definition of a strong file that file's evidence
+    (:func:`file_ranking`) — but only the definitions among the candidates; a long file's
+    further matches of the prompt's words sat past the global cut, behind weak matches in weak
+    files. The strongest file is the one whose entities' fused scores have the largest decaying
+    sum (best + ½ next …, as :func:`file_ranking`); one file only, so the others' evidence,
+    and with it the order of files, is unchanged."""
+    by_file: dict[str, list[float]] = {}
+    for entity_id in ranked:
+        by_file.setdefault(entity_id.split("::", 1)[0], []).append(fused[entity_id])
+    if not by_file:
+        return []
+    evidence = {p: sum(s * 0.5 ** i for i, s in enumerate(sorted(v, reverse=True))) for p, v in by_file.items()}
+    strongest = max(evidence, key=lambda p: (evidence[p], p))
+    added = []
+    for rank, (entity_id, path) in enumerate(deep, config.candidates + 1):
+        if path == strongest and entity_id not in fused:
+            fused[entity_id] = config.bm25_weight / (config.rrf_k + rank)
+            signals.setdefault(entity_id, {}).update(bm25_rank=rank, deepened=True)
+            added.append(entity_id)
+    return added
 
 
 def _structural(a: Hit, b: Hit) -> float:
@@ -591,7 +636,8 @@ def select(
     parts: PromptParts | None = None, clues: Clues | None = None, vendored: list[str] = (),
     package_roots: dict[str, str] | None = None,
 ) -> list[Hit]:
-    """Priors, feedback, file-level ranking, then MMR with a per-file cap: the order a pack shows items in.
+    """Priors, feedback, file-level ranking, then MMR (with a per-file cap when ``per_file_cap`` > 0;
+    0 = none): the order a pack shows items in.
 
     Priors: kind; tests (:func:`tests_wanted`); examples and docs; vendored code
     (``retrieve.vendor_prior``, unless the prompt names the vendored project; ``vendored``
@@ -637,7 +683,7 @@ def select(
         best, best_value = -1, -1e9
         for i in remaining[:80]:
             hit = order[i]
-            if per_file[hit.path] >= per_file_cap or (hit.kind == "file" and per_file[hit.path]):
+            if (per_file_cap and per_file[hit.path] >= per_file_cap) or (hit.kind == "file" and per_file[hit.path]):
                 continue
             value = lam * (hit.score / top) - (1 - lam) * float(redundancy[i])
             if value > best_value:

@@ -75,6 +75,8 @@ def reason_of(signals: dict) -> str:
                           if commits else ""))
     if sources:
         found.append(", ".join(sources))
+    if signals.get("deepened"):
+        found.append("in the strongest file, read past the BM25 cut")
     if "part" in signals:
         found.append(str(signals["part"]))
     if "expanded_from" in signals:
