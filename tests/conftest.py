@@ -331,6 +331,20 @@ def wait_for(condition, timeout: float = WAIT_S, what: str = "the condition", st
         step = min(step * 1.5, max_step)
 
 
+@pytest.fixture(scope="module")
+def stdlib_index(tmp_path_factory):
+    """``(root, conn)``: the standard library's ``json`` and ``email`` packages in a folder of the
+    module's own, indexed with real tree-sitter; one index per test module."""
+    from cogd.index.indexer import Indexer  # tree-sitter: only for the modules that use it
+
+    base = tmp_path_factory.mktemp("stdlib-index")
+    root = copy_stdlib(base / "repo", ("json", "email"))
+    indexer = Indexer(root, base / "index.db")
+    indexer.refresh()
+    yield root, indexer.conn
+    indexer.close()
+
+
 def deliveries_settled(root: Path, timeout: float = WAIT_S) -> None:
     """Wait until the daemon serving ``root`` holds no acknowledged pack whose ledger write is
     still to come (status ``deliveries``, docs/protocol.md), so a ledger read sees every pack a

@@ -12,7 +12,6 @@ import math
 
 import pytest
 
-from conftest import copy_stdlib
 from cogd.config import ConfigError, PackConfig, RankConfig, RetrieveConfig, load_config
 from cogd.evidence import credibility, shrunk_weight, uncovered_share
 from cogd.fusion import RRF_K
@@ -257,17 +256,6 @@ def test_evidence_k_is_read(tmp_path):
 
 
 # ---------------------------------------------------------------- on a real index and ledger
-
-@pytest.fixture(scope="module")
-def stdlib_index(tmp_path_factory):
-    from cogd.index.indexer import Indexer  # tree-sitter: only here
-
-    base = tmp_path_factory.mktemp("evidence")
-    root = copy_stdlib(base / "repo", ("json", "email"))
-    indexer = Indexer(root, base / "index.db")
-    indexer.refresh()
-    yield root, indexer.conn
-    indexer.close()
 
 
 def feedback_of(ledger: Ledger, config: RankConfig, session: str | None = None,

@@ -8,7 +8,6 @@ import os
 
 import pytest
 
-from conftest import copy_stdlib
 from cogd.config import PACK_HARD_CAP_CHARS, PackConfig, RetrieveConfig
 from cogd.retrieve.pack import overview_pack, prompt_pack, reason_of, working_set_pack
 from cogd.retrieve.repomap import pagerank
@@ -194,19 +193,6 @@ def test_reason_of_names_every_signal():
 
 # ---------------------------------------------------------------- a file's definitions, on real code
 
-@pytest.fixture(scope="module")
-def email_index(tmp_path_factory):
-    """``(root, conn)``: the standard library's ``json`` and ``email`` packages, indexed (real tree-sitter)."""
-    from cogd.index.indexer import Indexer  # tree-sitter: only here
-
-    base = tmp_path_factory.mktemp("email")
-    root = copy_stdlib(base / "repo", ("json", "email"))
-    indexer = Indexer(root, base / "index.db")
-    indexer.refresh()
-    yield root, indexer.conn
-    indexer.close()
-
-
 PARSER = "email/_header_value_parser.py"
 QUOTED = "parse a quoted string in a header value"
 FIRST_TWELVE = [f"{PARSER}::get_word", f"{PARSER}::get_quoted_string", f"{PARSER}::quote_string",
@@ -216,11 +202,11 @@ FIRST_TWELVE = [f"{PARSER}::get_word", f"{PARSER}::get_quoted_string", f"{PARSER
                 f"{PARSER}::QuotedString", f"{PARSER}::get_value"]
 
 
-def test_no_cap_per_file_by_default_so_the_strongest_file_keeps_its_definitions(email_index):
+def test_no_cap_per_file_by_default_so_the_strongest_file_keeps_its_definitions(stdlib_index):
     # The header parser holds the prompt's best matches: a cap of 8 filled the pointers with
     # weaker files (json's scanner for "string") once it had 8 items; without one (the default)
     # its next definitions come first, and MMR still put three other files in the first twelve.
-    root, conn = email_index
+    root, conn = stdlib_index
     assert PackConfig().per_file_cap == 0
     capped = prompt_pack(conn, root, QUOTED, PackConfig(per_file_cap=8), RetrieveConfig(), mode="bm25")
     free = prompt_pack(conn, root, QUOTED, PackConfig(), RetrieveConfig(), mode="bm25")
@@ -242,13 +228,13 @@ POLICY = "message header parsing policy"
 POLICY_FILE = "email/_policybase.py"
 
 
-def test_the_strongest_file_is_read_past_the_bm25_cut(email_index):
+def test_the_strongest_file_is_read_past_the_bm25_cut(stdlib_index):
     # _policybase.py is the candidates' strongest file; five more of its definitions match the
     # prompt's words at BM25 ranks 72-84, past the list's cut of 60. They join the candidates
     # with the RRF term of that rank, after the 60 that were there; no other file is read deeper.
     from cogd.retrieve.hybrid import retrieve
 
-    root, conn = email_index
+    root, conn = stdlib_index
     assert RetrieveConfig().file_depth == 300
     off = retrieve(conn, POLICY, RetrieveConfig(file_depth=0), mode="bm25", limit=60)
     hits = retrieve(conn, POLICY, RetrieveConfig(), mode="bm25", limit=60)
