@@ -455,6 +455,14 @@ def retrieve(
 
     ranked_ids = sorted(fused, key=fused.get, reverse=True)[: max(limit * 2, limit)]
     extra = _deepen(ranked_ids[:limit], fused, deep, config, signals) if deep else []
+    return _hits(conn, ranked_ids, extra, fused, signals, kinds, limit)
+
+
+def _hits(conn: sqlite3.Connection, ranked_ids: list[str], extra: list[str], fused: dict[str, float],
+          signals: dict[str, dict], kinds: tuple[str, ...] | None, limit: int) -> list[Hit]:
+    """The Hit rows of ``ranked_ids`` (the first ``limit`` of ``kinds`` that the index still holds),
+    then those of ``extra`` (the strongest file's definitions past the BM25 cut, :func:`_deepen`),
+    each with its fused ``score`` and its ``signals``."""
     hits = _fetch(conn, ranked_ids + extra)
     result = []
     for entity_id in ranked_ids:
