@@ -187,24 +187,31 @@ def test_prose_windows_are_embedded_in_one_batch_and_cached(tmp_path):
     from cogd.embed.model import resolve_model
     from cogd.retrieve.prompt import prose_windows
 
-    worker = EmbeddingWorker(tmp_path / "index", tmp_path / "index.db", EmbedConfig(model="minilm"))
-    worker.encoder = Encoder(resolve_model(EmbedConfig(model="minilm")), threads=1, max_tokens=256, batch_size=8)
-    worker.model_id = "minilm-test"
-    report = "Napoleon drops attribute types\n" + "\n\n".join(
-        f"Paragraph {n}: the attribute section of a Google style docstring loses its type. " * 8 for n in range(5))
-    windows = prose_windows(report)
-    assert len(windows) == 4
-    vectors = worker.query_vectors(windows)
-    assert vectors.shape == (4, 384) and vectors.dtype == np.float32
-    for row, window in zip(vectors, windows):
-        assert float(row @ worker.encoder.encode_query(window)) > 0.9999  # the same vector as one by one
+    # after_first_index: the worker's thread waits for an index that never comes, so it never
+    # loads a model of its own over the one set here (its load once replaced model_id mid-test).
+    worker = EmbeddingWorker(tmp_path / "index", tmp_path / "index.db", EmbedConfig(model="minilm"),
+                             after_first_index=True)
+    try:
+        worker.encoder = Encoder(resolve_model(EmbedConfig(model="minilm")), threads=1, max_tokens=256, batch_size=8)
+        worker.model_id = "minilm-test"
+        report = "Napoleon drops attribute types\n" + "\n\n".join(
+            f"Paragraph {n}: the attribute section of a Google style docstring loses its type. " * 8 for n in range(5))
+        windows = prose_windows(report)
+        assert len(windows) == 4
+        vectors = worker.query_vectors(windows)
+        assert vectors.shape == (4, 384) and vectors.dtype == np.float32
+        for row, window in zip(vectors, windows):
+            assert float(row @ worker.encoder.encode_query(window)) > 0.9999  # the same vector as one by one
 
-    def refuse(texts, **kwargs):  # cached now: the encoder must not run again
-        raise AssertionError(f"encoded again: {len(texts)} texts")
+        def refuse(texts, **kwargs):  # cached now: the encoder must not run again
+            raise AssertionError(f"encoded again: {len(texts)} texts")
 
-    worker.encoder.encode = refuse
-    assert np.array_equal(worker.query_vectors(windows), vectors)
-    assert worker.query_vectors([]) is None
+        worker.encoder.encode = refuse
+        assert np.array_equal(worker.query_vectors(windows), vectors)
+        assert worker.query_vectors([]) is None
+        assert worker.model_id == "minilm-test" and worker.state == "loading"  # its thread never loaded
+    finally:
+        worker.stop()
 
 
 def test_fences_inline_code_quotes_and_links_by_the_line_gated_scans():
