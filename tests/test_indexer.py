@@ -578,3 +578,58 @@ def test_store_connect_rejects_a_non_database(tmp_path):
     db.write_bytes(b"this is not sqlite" * 100)
     with pytest.raises(sqlite3.DatabaseError):
         store.connect(db)
+
+
+def test_the_collector_pause_restores_the_state_it_found(monkeypatch):
+    """A large refresh pauses the cyclic collector (indexer.collector_paused): on again after,
+    also when the body raised; left off when it was off before; nested, the outer one decides."""
+    import gc
+
+    from cogd.index import indexer as indexer_module
+
+    assert gc.isenabled()
+    with indexer_module.collector_paused():
+        assert not gc.isenabled()
+        with indexer_module.collector_paused():
+            assert not gc.isenabled()
+        assert not gc.isenabled()  # the inner one found it off: it stays off for the outer body
+    assert gc.isenabled()
+    with pytest.raises(RuntimeError):
+        with indexer_module.collector_paused():
+            raise RuntimeError("boom")
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with indexer_module.collector_paused():
+            pass
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+
+
+def test_a_refresh_of_many_files_parses_with_the_collector_paused(tmp_path, monkeypatch):
+    """At least BULK_MIN_FILES files to parse: the parse runs with the collector off; a save does not."""
+    import gc
+
+    from cogd.index import indexer as indexer_module
+
+    monkeypatch.setattr(indexer_module, "BULK_MIN_FILES", 3)
+    repo = make_repo(tmp_path / "repo", {f"m{i}.py": f"def f{i}():\n    return {i}\n" for i in range(4)})
+    seen: list[bool] = []
+    real = indexer_module.parse_file
+
+    def spying_parse_file(*args, **kwargs):
+        seen.append(gc.isenabled())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(indexer_module, "parse_file", spying_parse_file)
+    ix = Indexer(repo, tmp_path / "index.db")
+    try:
+        ix.refresh()
+        assert seen == [False] * 4 and gc.isenabled()
+        seen.clear()
+        write_file(repo, "m0.py", "def f0():\n    return 10\n")
+        ix.refresh(paths=["m0.py"])
+        assert seen == [True]
+    finally:
+        ix.close()

@@ -111,8 +111,8 @@ class ParsedFile:
     references: list[Reference] = field(default_factory=list)  # unresolved calls, imports, bases
 
 
-def content_hash(data: bytes) -> str:
-    """xxh3-64 of ``data`` as 16 hex digits (the index's content hash)."""
+def content_hash(data: bytes | memoryview) -> str:
+    """xxh3-64 of ``data`` (bytes or a view of them) as 16 hex digits (the index's content hash)."""
     return xxhash.xxh3_64_hexdigest(data)
 
 
@@ -185,12 +185,14 @@ def _leading_comments(node: tree_sitter.Node, src: bytes) -> str:
 
 def _outer(node: tree_sitter.Node) -> tree_sitter.Node:
     """The outermost wrapper (decorators, export, const) of a definition node."""
-    while node.parent is not None and (
-        node.parent.type in _WRAPPERS
-        or (node.parent.type in _GROUP_WRAPPERS
-            and [c for c in node.parent.named_children if c.type not in _COMMENTS] == [node])
+    # Node.parent walks down from the root (linear in the depth): asked once per level.
+    parent = node.parent
+    while parent is not None and (
+        parent.type in _WRAPPERS
+        or (parent.type in _GROUP_WRAPPERS
+            and [c for c in parent.named_children if c.type not in _COMMENTS] == [node])
     ):
-        node = node.parent
+        node, parent = parent, parent.parent
     return node
 
 
@@ -213,11 +215,13 @@ def _code_end(node: tree_sitter.Node) -> tree_sitter.Node:
     """
     while True:
         i = node.child_count - 1
-        while i >= 0 and node.child(i).type == "comment":
+        child = node.child(i) if i >= 0 else None
+        while child is not None and child.type == "comment":
             i -= 1
-        if i < 0:  # a leaf, or only comments inside
+            child = node.child(i) if i >= 0 else None
+        if child is None:  # a leaf, or only comments inside
             return node
-        node = node.child(i)
+        node = child
 
 
 def _body_node(node: tree_sitter.Node) -> tree_sitter.Node | None:
@@ -233,8 +237,9 @@ def _body_node(node: tree_sitter.Node) -> tree_sitter.Node | None:
 
 def _signature(node: tree_sitter.Node, body: tree_sitter.Node | None, src: bytes) -> str:
     start = node.start_byte
-    if node.parent is not None and node.parent.type in ("lexical_declaration", "variable_declaration"):
-        start = node.parent.start_byte  # keep the `const` of `const f = () => ...`
+    parent = node.parent  # linear in the depth: asked once
+    if parent is not None and parent.type in ("lexical_declaration", "variable_declaration"):
+        start = parent.start_byte  # keep the `const` of `const f = () => ...`
     end = node.end_byte
     for child in node.children:  # stop at the body or a comment before it
         if child.type == "comment" or (body is not None and child.start_byte >= body.start_byte):
@@ -455,6 +460,7 @@ def _add_definitions(
     members: dict[str, list[str]] = {file_id: []}
     by_id: dict[str, Entity] = {}
     spans: list[tuple[int, int, str]] = []
+    view = memoryview(source)
     for definition in definitions:
         node = definition.node
         while stack and node.start_byte >= stack[-1][1]:
@@ -478,15 +484,18 @@ def _add_definitions(
         if count > 1:
             entity_id = f"{entity_id}~{count}"
         last = _code_end(node)
-        text_bytes = source[start.start_byte : last.end_byte]
+        text_start, text_end = start.start_byte, last.end_byte
+        # Hashed through a view: a copy of a class's text per entity (every method's again) cost
+        # as much as the hash; the body keeps only its head.
         entity = Entity(
             id=entity_id, kind=kind, subkind=definition.subkind, path=path, name=definition.name,
             qualname=qualname, start_line=start.start_point.row + 1, end_line=last.end_point.row + 1,
-            language=language, signature=_signature(node, body, source), doc=doc, hash=content_hash(text_bytes),
-            parent_id=parent.id if parent is not None else file_id,
+            language=language, signature=_signature(node, body, source), doc=doc,
+            hash=content_hash(view[text_start:text_end]), parent_id=parent.id if parent is not None else file_id,
         )
         if kind in _CALLABLE_KINDS:
-            entity.body = text_bytes[:MAX_BODY_CHARS * 2].decode("utf-8", errors="replace")[:MAX_BODY_CHARS]
+            entity.body = source[text_start:min(text_end, text_start + MAX_BODY_CHARS * 2)].decode(
+                "utf-8", errors="replace")[:MAX_BODY_CHARS]
         parsed.entities.append(entity)
         by_id[entity_id] = entity
         parsed.edges.append(Edge(entity.parent_id, entity_id, "contains"))

@@ -80,6 +80,7 @@ _RECEIVER = re.compile(r"(?:[\w$]+(?:\(\))?(?:\?\.|\.|->|::))+")
 _RECEIVER_CHARS = b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_$.?->:()"
 _NOT_RECEIVER = {"new", "await", "yield", "return"}
 _RECEIVER_SCAN = 120  # bytes before the name looked at
+_RECEIVER_ENDS = frozenset(b".>:")  # the last byte of every receiver chain: `.`, `?.`, `->`, `::`
 
 
 def _receiver(name: tree_sitter.Node, source: bytes) -> str:
@@ -162,11 +163,13 @@ def _add_calls(found: dict[Reference, None], tag_matches: list, enclosing: _Encl
     """
     seen_calls: set[tuple[str, str, str]] = set()
     add_seen = seen_calls.add
+    # (span index, name bytes, receiver) seen: a repeated call is dropped before its name is decoded
+    seen_raw: set[tuple[int, bytes, str]] = set()
+    add_raw = seen_raw.add
     spans, starts, file_id = enclosing.spans, enclosing.starts, enclosing.file_id
-    receiver_chars, receiver_of = _RECEIVER_CHARS, _receiver_of
+    receiver_chars, receiver_of, bisect_right = _RECEIVER_CHARS, _receiver_of, bisect.bisect_right
     for _pattern, captures in tag_matches:
-        calls = captures.get("reference.call")
-        if not calls:
+        if not captures.get("reference.call"):
             classes = captures.get("reference.class")
             if not classes or not any(n.type == "new_expression" for n in classes):
                 continue
@@ -175,21 +178,31 @@ def _add_calls(found: dict[Reference, None], tag_matches: list, enclosing: _Encl
             continue
         name_node = names[0]
         at = name_node.start_byte
-        # The source's own bytes: what Node.text returns, without a call into the tree.
-        name = source[at:name_node.end_byte].decode("utf-8", errors="replace")[:MAX_TEXT] if source else _text(name_node)
-        if not name:
-            continue
         # enclosing(at), inlined: the innermost span holding the name (spans nest)
-        i = bisect.bisect_right(starts, at) - 1
+        i = bisect_right(starts, at) - 1
         while i >= 0 and not at < spans[i][1]:
             i -= 1
-        src = spans[i][2] if i >= 0 else file_id
         receiver = ""
-        if source:  # _receiver_before(source, at), inlined
+        # _receiver_before(source, at), inlined. A receiver chain ends in `.`, `->` or `::`
+        # (:data:`_RECEIVER`): when the byte before the name is none of these there is none,
+        # whatever precedes it (most calls are bare names: no slice, no strip).
+        if source and at and source[at - 1] in _RECEIVER_ENDS:
             before = source[max(0, at - _RECEIVER_SCAN) : at]
             run = len(before) - len(before.rstrip(receiver_chars))
-            if run:
-                receiver = receiver_of(before[len(before) - run:].decode("ascii"))
+            receiver = receiver_of(before[len(before) - run:].decode("ascii"))
+        if source:
+            # The source's own bytes: what Node.text returns, without a call into the tree.
+            raw_name = source[at:name_node.end_byte]
+            raw = (i, raw_name, receiver)
+            if raw in seen_raw:  # the same bytes decode to the same name: seen_calls has it
+                continue
+            add_raw(raw)
+            name = raw_name.decode("utf-8", errors="replace")[:MAX_TEXT]
+        else:
+            name = _text(name_node)
+        if not name:
+            continue
+        src = spans[i][2] if i >= 0 else file_id
         key = (src, name, receiver)
         if key in seen_calls:
             continue
