@@ -389,18 +389,7 @@ def associated(conn: sqlite3.Connection, match: str, settings: AssociationSettin
             "LEFT JOIN commits req ON req.hash = s.request "
             "WHERE m.live = 1 AND m.skipped IS NULL AND src.live = 1 AND s.digest != ? ORDER BY s.score DESC",
             (match, settings.commits * 4, digest(query) if query is not None else "")).fetchall()
-    requests: dict[str, list] = {}  # key → [best score, newest time, members]
-    for hash_, key, score, when in rows:
-        item = requests.get(key)
-        if item is None:
-            if len(requests) >= settings.commits:
-                continue
-            requests[key] = item = [score, when, set()]
-        item[1] = max(item[1], when)
-        item[2].add(hash_)
-    if requests and settings.min_match_share > 0:
-        floor = settings.min_match_share * max(item[0] for item in requests.values())
-        requests = {key: item for key, item in requests.items() if item[0] >= floor}
+    requests = _matched_requests(rows, settings)
     if not requests:
         return []
     members = sorted({h for item in requests.values() for h in item[2]})
@@ -432,6 +421,26 @@ def associated(conn: sqlite3.Connection, match: str, settings: AssociationSettin
                 item.commits.append(key)
                 item.times.append(when)
     return sorted(found.values(), key=lambda a: (-a.score, a.entity_id))
+
+
+def _matched_requests(rows: list[tuple[str, str, float, int]], settings: AssociationSettings) -> dict[str, list]:
+    """:func:`associated`'s rows (``(commit, request key, score, commit time)``, best first)
+    grouped by request: ``{key: [best score, newest time, {commits}]}``, best first, the first
+    ``settings.commits`` requests, without those scoring under ``settings.min_match_share`` × the
+    best one's."""
+    requests: dict[str, list] = {}
+    for hash_, key, score, when in rows:
+        item = requests.get(key)
+        if item is None:
+            if len(requests) >= settings.commits:
+                continue
+            requests[key] = item = [score, when, set()]
+        item[1] = max(item[1], when)
+        item[2].add(hash_)
+    if requests and settings.min_match_share > 0:
+        floor = settings.min_match_share * max(item[0] for item in requests.values())
+        requests = {key: item for key, item in requests.items() if item[0] >= floor}
+    return requests
 
 
 def _rows_from_view(conn: sqlite3.Connection, match: str, limit: int, excluded: str,
