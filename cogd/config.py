@@ -318,7 +318,8 @@ class HistoryConfig:
     half_life_days: float = 365.0  # a commit's weight halves per this many days before the newest one
     # One request, one vote: the k-th of a request's definitions (most changed lines first) gets
     # k ** -request_decay of its weight, so one matched commit cannot fill the list (0: all equal).
-    request_decay: float = 0.0
+    # 1 (1/k) by the replay's cross-validation (README, "History's crowding").
+    request_decay: float = 1.0
     # A matched request counts only when its BM25 score is at least this share of the best matched
     # request's (0: any match; at most 1): one shared common word is not the same change.
     min_match_share: float = 0.0

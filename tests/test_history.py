@@ -528,14 +528,14 @@ def test_one_request_is_one_vote_and_a_weak_match_is_no_evidence(tmp_path):
             return {a.entity_id: a.score for a in associated(store.reader(), '"ratio" OR "circle"',
                                                              AssociationSettings(**knobs))}
 
-        flat = scores()
+        flat = scores(request_decay=0.0)
         assert set(flat) == {"shapes.py::area", "shapes.py::perimeter", "shapes.py::Circle.scale",
                              "shapes.py::Circle.__init__"}
         # request_decay 0: the broad request's three definitions weigh the same
         assert flat["shapes.py::area"] == flat["shapes.py::perimeter"] == flat["shapes.py::Circle.scale"]
         # request_decay 1: its k-th definition (most changed lines first) gets 1/k of that weight;
         # the narrow request's single definition is its first and keeps all of it
-        harmonic = scores(request_decay=1.0)
+        harmonic = scores()  # the default
         assert harmonic["shapes.py::area"] == pytest.approx(flat["shapes.py::area"])
         assert harmonic["shapes.py::Circle.scale"] == pytest.approx(flat["shapes.py::area"] / 2)
         assert harmonic["shapes.py::perimeter"] == pytest.approx(flat["shapes.py::area"] / 3)
@@ -544,7 +544,7 @@ def test_one_request_is_one_vote_and_a_weak_match_is_no_evidence(tmp_path):
         # min_match_share 1: only the best-matching request counts (it is the narrow one: two
         # terms, one of them twice, in a shorter text); 0 (and any share at or below the weaker
         # one's relative score) keeps both
-        best = associated(store.reader(), '"ratio" OR "circle"', AssociationSettings(min_match_share=1.0))
+        best = associated(store.reader(), '"ratio" OR "circle"', AssociationSettings(request_decay=0.0, min_match_share=1.0))
         assert [(a.entity_id, a.commits) for a in best] == [("shapes.py::Circle.__init__", [narrow])]
         assert best[0].score == pytest.approx(flat["shapes.py::Circle.__init__"])
         both = associated(store.reader(), '"ratio" OR "circle"', AssociationSettings(min_match_share=0.0))
@@ -555,9 +555,11 @@ def test_one_request_is_one_vote_and_a_weak_match_is_no_evidence(tmp_path):
 
 def test_request_decay_and_min_match_share_are_validated(tmp_path):
     from cogd.config import ConfigError, load_config
+    from cogd.history.store import AssociationSettings
 
     path = tmp_path / "config.toml"
-    assert (HistoryConfig().request_decay, HistoryConfig().min_match_share) == (0.0, 0.0)
+    assert (HistoryConfig().request_decay, HistoryConfig().min_match_share) == (1.0, 0.0)
+    assert (AssociationSettings().request_decay, AssociationSettings().min_match_share) == (1.0, 0.0)
     path.write_text("[history]\nrequest_decay = 1\nmin_match_share = 0.25\n")
     loaded = load_config(path).history
     assert (loaded.request_decay, loaded.min_match_share) == (1.0, 0.25)

@@ -74,13 +74,13 @@ class AssociationSettings:
     each gives at most (by changed lines), ``half_life_days`` of the recency decay (counted
     back from the newest live commit, not the wall clock, so a replay is deterministic),
     ``request_decay`` the exponent ``p`` of the k-th definition's share ``k ** -p`` of its
-    request's weight (0: all equal), ``min_match_share`` the share of the best request's BM25
+    request's weight (1, as ``[history] request_decay``; 0: all equal), ``min_match_share`` the share of the best request's BM25
     score a request needs to count at all (0: any match) — see :func:`associated`."""
 
     commits: int = 20
     per_commit: int = 6
     half_life_days: float = 365.0
-    request_decay: float = 0.0
+    request_decay: float = 1.0
     min_match_share: float = 0.0
 
 
