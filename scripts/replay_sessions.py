@@ -42,7 +42,8 @@ oldest first, the script
    delivery or at session end).
 
 Arms (each with its own scratch tree, ``.cogd/`` and daemon, one after the
-other, in one invocation; ``[rank]`` keys in the tree's ``config.toml``):
+other, in one invocation; ``[rank]`` keys in the tree's ``config.toml``, and for
+``--candidate`` arms also the ``[history]`` keys of :data:`HISTORY_CANDIDATE_KEYS`):
 
 * ``off`` — feedback off: ``utility_weight = 0``, ``working_set_weight = 0``,
   ``recency_weight = 0``, ``association_weight = 0``, and history off
@@ -891,7 +892,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=None, help="write per-session records and tables as JSON here")
     parser.add_argument("--keep", action="store_true", help="keep the scratch trees (daemons are stopped anyway)")
     parser.add_argument("--candidate", action="append", default=[], metavar="KEY=V,KEY=V",
-                        help="one more arm with these [rank] values (keys: " + ", ".join(CANDIDATE_KEYS)
+                        help="one more arm with these [rank] values ([history] for "
+                             + ", ".join(HISTORY_CANDIDATE_KEYS) + "; keys: " + ", ".join(CANDIDATE_KEYS)
                              + "); repeatable. Its name is the short form, e.g. u0.5_a0.5_r0_k10")
     parser.add_argument("--cv", action="store_true",
                         help="cross-validate the choice among the arms over the tasks' fold field (0-4): choose on "
