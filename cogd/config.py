@@ -316,6 +316,13 @@ class HistoryConfig:
     per_commit: int = 6  # definitions one commit contributes at most (most changed lines first)
     max_associations: int = 20  # entities the history source adds to the fusion at most
     half_life_days: float = 365.0  # a commit's weight halves per this many days before the newest one
+    # One request, one vote: the k-th of a request's definitions (most changed lines first) gets
+    # k ** -request_decay of its weight, so one matched commit cannot fill the list (0: all equal).
+    # 1 (1/k) by the replay's cross-validation (README, "History's crowding").
+    request_decay: float = 1.0
+    # A matched request counts only when its BM25 score is at least this share of the best matched
+    # request's (0: any match; at most 1): one shared common word is not the same change.
+    min_match_share: float = 0.0
     # A commit whose message is the prompt itself (case and spacing aside) is not used for it: a
     # prompt quoting a commit verbatim (a replay, a cherry-pick) must not be answered by that commit.
     mask_exact_message: bool = True
@@ -418,6 +425,10 @@ def load_config(path: Path | None) -> Config:
     if config.rank.association_combine not in ASSOCIATION_COMBINES:
         raise ConfigError(f"rank.association_combine must be one of {', '.join(ASSOCIATION_COMBINES)}, "
                           f"got {config.rank.association_combine!r}")
+    _check_finite(config.history, "history")
+    if config.history.min_match_share > 1:
+        raise ConfigError(f"history.min_match_share is a share of the best match's score in [0, 1], "
+                          f"got {config.history.min_match_share}")
     if config.retrieve.mode not in MODES:
         raise ConfigError(f"retrieve.mode must be {describe_modes()}, got {config.retrieve.mode!r}")
     if config.consolidate.similarity > 1 or config.consolidate.token_agreement > 100:

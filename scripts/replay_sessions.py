@@ -42,7 +42,8 @@ oldest first, the script
    delivery or at session end).
 
 Arms (each with its own scratch tree, ``.cogd/`` and daemon, one after the
-other, in one invocation; ``[rank]`` keys in the tree's ``config.toml``):
+other, in one invocation; ``[rank]`` keys in the tree's ``config.toml``, and for
+``--candidate`` arms also the ``[history]`` keys of :data:`HISTORY_CANDIDATE_KEYS`):
 
 * ``off`` — feedback off: ``utility_weight = 0``, ``working_set_weight = 0``,
   ``recency_weight = 0``, ``association_weight = 0``, and history off
@@ -144,7 +145,10 @@ CANDIDATE_KEYS = {"utility_weight": "u", "association_weight": "a", "recency_wei
                   "evidence_k": "k", "history_association_weight": "h", "co_change_weight": "c",
                   "history_evidence_k": "hk", "association_combine": "ac",
                   "utility_history_k": "uhk", "association_history_k": "ahk",
-                  "utility_with_history": "uwh", "same_change_days": "scd"}
+                  "utility_with_history": "uwh", "same_change_days": "scd",
+                  "request_decay": "rd", "min_match_share": "mm"}
+# --candidate keys that live in [history], not [rank] (how history's association list is built)
+HISTORY_CANDIDATE_KEYS = ("request_decay", "min_match_share")
 # --candidate keys whose value is a word (a TOML string), not a number, and the words allowed
 WORD_KEYS = {"association_combine": ("sum", "max", "pooled", "single"), "utility_with_history": ("both", "once")}
 # Seconds after the session's start at which each event happens (on the injected clock).
@@ -476,15 +480,19 @@ def summarise(records: list[dict]) -> dict:
 # ---------------------------------------------------------------- one arm
 
 def write_config(tree: Path, arm: str, mode: str, extra: list[str], rank: dict[str, str] | None = None) -> str:
+    values = dict(ARMS[arm] if rank is None else rank)
     sections: dict[str, dict[str, str]] = {
         "retrieve": {"mode": json.dumps(mode)},
         "usage": {"trust_client_clock": "true"},
-        "rank": dict(ARMS[arm] if rank is None else rank),
+        "rank": {k: v for k, v in values.items() if k not in HISTORY_CANDIDATE_KEYS},
         "daemon": {"idle_exit_s": "0"},
         "hook": {"deadline_ms": str(HOOK_DEADLINE_MS)},
     }
     if mode == "bm25":  # no vectors read: keep the model and its CPU out of the run
         sections["embed"] = {"enabled": "false"}
+    history = {k: v for k, v in values.items() if k in HISTORY_CANDIDATE_KEYS}
+    if history:
+        sections["history"] = history
     text = render_config(sections, extra)
     (tree / ".cogd").mkdir(parents=True, exist_ok=True)
     (tree / ".cogd" / "config.toml").write_text(text, encoding="utf-8")
@@ -776,6 +784,9 @@ def select_tasks(rows: list[dict], last: int, offset: int, limit: int) -> list[d
 def parse_candidate(spec: str) -> tuple[str, dict[str, str]]:
     """``"utility_weight=0.5,evidence_k=10"`` → (arm name ``u0.5_k10``, ``[rank]`` values).
 
+    The keys of :data:`HISTORY_CANDIDATE_KEYS` are returned among them and written to
+    ``[history]`` instead (:func:`write_config`).
+
     Only :data:`CANDIDATE_KEYS` may be set (finite numbers ≥ 0, or for :data:`WORD_KEYS` one of
     their words, e.g. ``association_combine=max`` → ``acmax``); the rest of ``[rank]``
     is cogd's defaults. Raises ValueError on a bad spec.
@@ -881,7 +892,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=None, help="write per-session records and tables as JSON here")
     parser.add_argument("--keep", action="store_true", help="keep the scratch trees (daemons are stopped anyway)")
     parser.add_argument("--candidate", action="append", default=[], metavar="KEY=V,KEY=V",
-                        help="one more arm with these [rank] values (keys: " + ", ".join(CANDIDATE_KEYS)
+                        help="one more arm with these [rank] values ([history] for "
+                             + ", ".join(HISTORY_CANDIDATE_KEYS) + "; keys: " + ", ".join(CANDIDATE_KEYS)
                              + "); repeatable. Its name is the short form, e.g. u0.5_a0.5_r0_k10")
     parser.add_argument("--cv", action="store_true",
                         help="cross-validate the choice among the arms over the tasks' fold field (0-4): choose on "

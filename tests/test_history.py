@@ -505,3 +505,70 @@ def test_cogd_history_says_what_will_happen(tmp_path):
         assert describe(done, 0)[-1].startswith("co-change pairs: 0; time spent mining: ")
     finally:
         store.close()
+
+
+def test_one_request_is_one_vote_and_a_weak_match_is_no_evidence(tmp_path):
+    root = init_repo(tmp_path / "repo")
+    # A broad request: three definitions, most lines changed in area, then one line each in
+    # perimeter and Circle.scale (a tie: by id, Circle.scale first).
+    write(root, "shapes.py", SHAPES_V1.replace("    return width * height",
+                                               "    if width < 0:\n        raise ValueError(width)\n"
+                                               "    return width * height")
+          .replace("2 * (width + height)", "2 * (abs(width) + height)")
+          .replace("self.radius * factor", "self.radius * float(factor)"))
+    broad = commit(root, "tidy shapes to match the circle ratio")
+    # A narrow one, matching the query better: one definition.
+    write(root, "shapes.py", (root / "shapes.py").read_text().replace("self.radius = radius", "self.radius = +radius"))
+    narrow = commit(root, "circle ratio radius ratio")
+    miner, store = mine(root)
+    try:
+        from cogd.history.store import AssociationSettings
+
+        def scores(**knobs) -> dict[str, float]:
+            return {a.entity_id: a.score for a in associated(store.reader(), '"ratio" OR "circle"',
+                                                             AssociationSettings(**knobs))}
+
+        flat = scores(request_decay=0.0)
+        assert set(flat) == {"shapes.py::area", "shapes.py::perimeter", "shapes.py::Circle.scale",
+                             "shapes.py::Circle.__init__"}
+        # request_decay 0: the broad request's three definitions weigh the same
+        assert flat["shapes.py::area"] == flat["shapes.py::perimeter"] == flat["shapes.py::Circle.scale"]
+        # request_decay 1: its k-th definition (most changed lines first) gets 1/k of that weight;
+        # the narrow request's single definition is its first and keeps all of it
+        harmonic = scores()  # the default
+        assert harmonic["shapes.py::area"] == pytest.approx(flat["shapes.py::area"])
+        assert harmonic["shapes.py::Circle.scale"] == pytest.approx(flat["shapes.py::area"] / 2)
+        assert harmonic["shapes.py::perimeter"] == pytest.approx(flat["shapes.py::area"] / 3)
+        assert harmonic["shapes.py::Circle.__init__"] == pytest.approx(flat["shapes.py::Circle.__init__"])
+        assert scores(request_decay=0.5)["shapes.py::perimeter"] == pytest.approx(flat["shapes.py::area"] / 3 ** 0.5)
+        # min_match_share 1: only the best-matching request counts (it is the narrow one: two
+        # terms, one of them twice, in a shorter text); 0 (and any share at or below the weaker
+        # one's relative score) keeps both
+        best = associated(store.reader(), '"ratio" OR "circle"', AssociationSettings(request_decay=0.0, min_match_share=1.0))
+        assert [(a.entity_id, a.commits) for a in best] == [("shapes.py::Circle.__init__", [narrow])]
+        assert best[0].score == pytest.approx(flat["shapes.py::Circle.__init__"])
+        both = associated(store.reader(), '"ratio" OR "circle"', AssociationSettings(min_match_share=0.0))
+        assert {c for a in both for c in a.commits} == {broad, narrow}
+    finally:
+        store.close()
+
+
+def test_request_decay_and_min_match_share_are_validated(tmp_path):
+    from cogd.config import ConfigError, load_config
+    from cogd.history.store import AssociationSettings
+
+    path = tmp_path / "config.toml"
+    assert (HistoryConfig().request_decay, HistoryConfig().min_match_share) == (1.0, 0.0)
+    assert (AssociationSettings().request_decay, AssociationSettings().min_match_share) == (1.0, 0.0)
+    path.write_text("[history]\nrequest_decay = 1\nmin_match_share = 0.25\n")
+    loaded = load_config(path).history
+    assert (loaded.request_decay, loaded.min_match_share) == (1.0, 0.25)
+    queries = HistoryQueries(HistoryMiner(tmp_path, HistoryStore(tmp_path / "history.db"), loaded), loaded)
+    assert (queries.settings.request_decay, queries.settings.min_match_share) == (1.0, 0.25)
+    queries.miner.store.close()
+    for key, value, message in (("request_decay", "-1", "non-negative"), ("request_decay", "inf", "finite"),
+                                ("min_match_share", "1.5", r"in \[0, 1\]"), ("min_match_share", "nan", "finite"),
+                                ("min_match_share", '"half"', "non-negative number")):
+        path.write_text(f"[history]\n{key} = {value}\n")
+        with pytest.raises(ConfigError, match=message):
+            load_config(path)

@@ -95,7 +95,7 @@ def test_noise_bootstrap_and_sign_test():
     assert cv.bootstrap_interval([-1.0, 1.0] * 20, "s") == (lo, hi)  # seeded: reproducible
 
 
-def test_candidate_specs():
+def test_candidate_specs(tmp_path):
     assert replay_sessions.parse_candidate("utility_weight=0.5,association_weight=1,recency_weight=0,evidence_k=10") \
         == ("u0.5_a1_r0_k10", {"utility_weight": "0.5", "association_weight": "1", "recency_weight": "0",
                                "evidence_k": "10"})
@@ -105,6 +105,12 @@ def test_candidate_specs():
     assert tomllib.loads(render_config({"rank": rank}, []))["rank"]["association_combine"] == "max"
     assert replay_sessions.parse_candidate("same_change_days=7,association_history_k=0") == (
         "ahk0_scd7", {"same_change_days": "7", "association_history_k": "0"})
+    # history's keys are candidates too, written to [history] while the rest stays in [rank]
+    name, values = replay_sessions.parse_candidate("request_decay=1,min_match_share=0.5,co_change_weight=0")
+    assert (name, values) == ("c0_rd1_mm0.5", {"request_decay": "1", "min_match_share": "0.5", "co_change_weight": "0"})
+    written = tomllib.loads(replay_sessions.write_config(tmp_path, name, "bm25", [], values))
+    assert written["history"] == {"request_decay": 1, "min_match_share": 0.5}
+    assert written["rank"] == {"co_change_weight": 0}
     for bad in ("utility_weight", "bm25_weight=1", "evidence_k=-1", "evidence_k=inf", "", "association_combine=1",
                 "association_combine=product"):
         with pytest.raises(ValueError):

@@ -23,7 +23,8 @@ class HistoryQueries:
     def __init__(self, miner: HistoryMiner, config: HistoryConfig):
         self.miner = miner
         self.config = config
-        self.settings = AssociationSettings(config.association_commits, config.per_commit, config.half_life_days)
+        self.settings = AssociationSettings(config.association_commits, config.per_commit, config.half_life_days,
+                                            config.request_decay, config.min_match_share)
         # Old id → current id (None: gone), valid for one state of the index and of the live set.
         self._mapped: dict[str, str | None] = {}
         self._mapped_for: tuple | None = None

@@ -72,11 +72,16 @@ class Association:
 class AssociationSettings:
     """How commits become associations: ``commits`` matched at most, ``per_commit`` entities
     each gives at most (by changed lines), ``half_life_days`` of the recency decay (counted
-    back from the newest live commit, not the wall clock, so a replay is deterministic)."""
+    back from the newest live commit, not the wall clock, so a replay is deterministic),
+    ``request_decay`` the exponent ``p`` of the k-th definition's share ``k ** -p`` of its
+    request's weight (1, as ``[history] request_decay``; 0: all equal), ``min_match_share`` the share of the best request's BM25
+    score a request needs to count at all (0: any match) — see :func:`associated`."""
 
     commits: int = 20
     per_commit: int = 6
     half_life_days: float = 365.0
+    request_decay: float = 1.0
+    min_match_share: float = 0.0
 
 
 def connect(path: Path, *, readonly: bool = False) -> sqlite3.Connection:
@@ -349,7 +354,12 @@ def associated(conn: sqlite3.Connection, match: str, settings: AssociationSettin
     in days of its newest commit before the newest live commit; it gives each of its
     ``per_commit`` most-changed definitions ``score / sqrt(n)`` (``n``: the definitions it
     changed: a request that changes one function says more about it than one that changes
-    twenty). An entity's score is the sum over its requests, its evidence how many requests
+    twenty), the k-th of them (k from 1, most changed lines first) times ``k ** -request_decay``:
+    one request is one vote, and with ``request_decay`` > 0 a single matched request cannot fill
+    the list with equal entries ahead of the other requests' best ones (the harmonic, Zipf-like
+    split at 1). A request whose BM25 score is below ``min_match_share`` × the best matched
+    request's is left out (a match on one shared common word is not evidence of the same
+    change; the score is relative because BM25 has no fixed scale). An entity's score is the sum over its requests, its evidence how many requests
     (independent ones: a pull request of five commits counts once); ``commits`` names the
     requests (a commit's hash, or the merge's). Best first; [] for an empty expression.
 
@@ -379,15 +389,7 @@ def associated(conn: sqlite3.Connection, match: str, settings: AssociationSettin
             "LEFT JOIN commits req ON req.hash = s.request "
             "WHERE m.live = 1 AND m.skipped IS NULL AND src.live = 1 AND s.digest != ? ORDER BY s.score DESC",
             (match, settings.commits * 4, digest(query) if query is not None else "")).fetchall()
-    requests: dict[str, list] = {}  # key → [best score, newest time, members]
-    for hash_, key, score, when in rows:
-        item = requests.get(key)
-        if item is None:
-            if len(requests) >= settings.commits:
-                continue
-            requests[key] = item = [score, when, set()]
-        item[1] = max(item[1], when)
-        item[2].add(hash_)
+    requests = _matched_requests(rows, settings)
     if not requests:
         return []
     members = sorted({h for item in requests.values() for h in item[2]})
@@ -407,8 +409,9 @@ def associated(conn: sqlite3.Connection, match: str, settings: AssociationSettin
                 changed[entity_id] = changed.get(entity_id, 0) + n
         if not changed:
             continue
-        weight = score * 0.5 ** (max(newest - when, 0) / half_life) / math.sqrt(len(changed))
-        for entity_id in sorted(changed, key=lambda e: (-changed[e], e))[: settings.per_commit]:
+        base = score * 0.5 ** (max(newest - when, 0) / half_life) / math.sqrt(len(changed))
+        for k, entity_id in enumerate(sorted(changed, key=lambda e: (-changed[e], e))[: settings.per_commit], 1):
+            weight = base * k ** -settings.request_decay
             item = found.get(entity_id)
             if item is None:
                 found[entity_id] = Association(entity_id, weight, 1, [key], [when])
@@ -418,6 +421,26 @@ def associated(conn: sqlite3.Connection, match: str, settings: AssociationSettin
                 item.commits.append(key)
                 item.times.append(when)
     return sorted(found.values(), key=lambda a: (-a.score, a.entity_id))
+
+
+def _matched_requests(rows: list[tuple[str, str, float, int]], settings: AssociationSettings) -> dict[str, list]:
+    """:func:`associated`'s rows (``(commit, request key, score, commit time)``, best first)
+    grouped by request: ``{key: [best score, newest time, {commits}]}``, best first, the first
+    ``settings.commits`` requests, without those scoring under ``settings.min_match_share`` × the
+    best one's."""
+    requests: dict[str, list] = {}
+    for hash_, key, score, when in rows:
+        item = requests.get(key)
+        if item is None:
+            if len(requests) >= settings.commits:
+                continue
+            requests[key] = item = [score, when, set()]
+        item[1] = max(item[1], when)
+        item[2].add(hash_)
+    if requests and settings.min_match_share > 0:
+        floor = settings.min_match_share * max(item[0] for item in requests.values())
+        requests = {key: item for key, item in requests.items() if item[0] >= floor}
+    return requests
 
 
 def _rows_from_view(conn: sqlite3.Connection, match: str, limit: int, excluded: str,
