@@ -623,12 +623,31 @@ def scan(text: str) -> list[Finding]:
     spans += _entropy_spans(text)
     line_starts = _line_starts(text)
     spans += _ds_spans(text, lowered, line_starts, pem)
-    spans = _drop_masked(_merge(spans), text)
+    spans = [span for span in _drop_masked(_merge(spans), text) if not _inside_ulid(text, span[1], span[2])]
     findings = []
     for kind, start, end in spans:
         line = bisect.bisect_right(line_starts, start)
         findings.append(Finding(kind, start, end, line, _preview(text[start:end])))
     return findings
+
+
+_ALNUM_UPPER = frozenset("0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ")
+
+
+def _inside_ulid(text: str, start: int, end: int) -> bool:
+    """Whether ``text[start:end]`` lies within one whole-word ULID (a memory record's id: 26
+    Crockford base32 characters, the first 0-7). Such an id is no credential, but a pattern can
+    match inside it: detect-secrets' AWS key id pattern ``A3T[A-Z0-9]{16}`` matches the id
+    ``01M8XYA3TW16BVC401RV8QGQQ2``, and masking it would rewrite the record's own id."""
+    left, right = start, end
+    while left > 0 and text[left - 1] in _ALNUM_UPPER:
+        left -= 1
+    while right < len(text) and text[right] in _ALNUM_UPPER:
+        right += 1
+    if right - left != 26 or any(text[i] not in _ALNUM_UPPER for i in range(start, end)):
+        return False
+    token = text[left:right]
+    return token[0] in "01234567" and _ULID.match(token) is not None
 
 
 def redact(text: str) -> tuple[str, list[Finding]]:

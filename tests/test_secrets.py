@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import statistics
 import time
 
@@ -123,6 +122,8 @@ NOT_SECRETS = [
     "The access_key_id field is required",
     "export PATH=/usr/local/bin:$PATH",
     "ULID 01JD6Y0M7Q3V9S2W1T0R8K4N5P was superseded by 01JD6Y0M7Q3V9S2W1T0R8K4N5Q",
+    # an id whose time part spells A3T: detect-secrets' AWS key id pattern matches inside it
+    "id: 01M8XYA3TW16BVC401RV8QGQQ2\nsupersedes: [01M8XYA3TW16BVC401RV8QGQQ2]",
     "return jsonify(access_token=create_access_token(identity=user.id))",
     "headers = {'Authorization': f'Bearer {token}'}",
     "JSONDecoder.raw_decode returns (obj, end); parse_headers_from_bytes handles folding",
@@ -334,3 +335,12 @@ def test_a_ledger_written_before_masking_is_masked_once_when_opened(tmp_path):
     raw = b"".join(p.read_bytes() for p in tmp_path.iterdir() if p.is_file())
     assert b"ZXCVBNMQWERTYUIO" not in raw and b"b4dor-and-3x" not in raw
     Ledger(db).close()  # a second open finds nothing to do
+
+
+def test_an_aws_key_id_shape_inside_a_record_id_is_no_secret_but_alone_it_is():
+    """A memory record's id is never masked (that would rewrite the record); the same 20
+    characters on their own, or a 27-character run around them, are still an AWS key id."""
+    ulid = "01M8XYA3TW16BVC401RV8QGQQ2"
+    assert redact(f"id: {ulid}") == (f"id: {ulid}", [])
+    assert [f.kind for f in redact("id: A3TW16BVC401RV8QGQQ2")[1]] == ["aws_access_key"]
+    assert [f.kind for f in redact(f"id: {ulid}X")[1]] == ["ds_aws_access_key"]
