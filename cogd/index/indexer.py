@@ -53,6 +53,7 @@ import logging
 import os
 import posixpath
 import stat
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -388,6 +389,7 @@ class Indexer:
     def __init__(self, root: Path, db_path: Path, config: IndexConfig | None = None, *,
                  pool: ParsePool | None = None):
         self.root = root
+        self.db_path = db_path
         languages.configure(root)  # this repository's query overrides (.cogd/queries/), in this process
         self.conn = store.connect(db_path)
         # The daemon parses in child processes it can kill; direct callers
@@ -444,7 +446,7 @@ class Indexer:
 
     def _resolve(
         self, known: dict, parsed_paths: list[str], gone: list[str], names_before: set[tuple[str, str, str]],
-        everything: bool,
+        everything: bool, beside: Callable[[], contextlib.AbstractContextManager] | None = None,
     ) -> None:
         """Bring reference edges in step with the files just written.
 
@@ -456,7 +458,7 @@ class Indexer:
         """
         if everything or gone or any(p not in known for p in parsed_paths):
             self._file_list = None
-            resolve.resolve(self.conn, str(self.root), None)
+            resolve.resolve(self.conn, str(self.root), None, beside=beside)
         elif parsed_paths:
             names_after = resolve.entity_names(self.conn, parsed_paths)
             affected = {name for name, _id, _kind in names_before ^ names_after}
@@ -533,8 +535,11 @@ class Indexer:
                 for path in gone:
                     store.delete_file(self.conn, path)
                 run.result.removed = len(gone)
+                if bulk:  # every file written: committed, so the index build beside may write
+                    self.conn.commit()
                 self._resolve(known, run.parsed_paths, gone, run.names_before,
-                              everything=(full and paths is None) or resolve_all)
+                              everything=(full and paths is None) or resolve_all,
+                              beside=self._indexes_beside if bulk else None)
         finally:
             if bulk:
                 store.end_bulk(self.conn)
@@ -542,6 +547,36 @@ class Indexer:
         self._finish(run.result, paths is None, digests)
         run.result.duration_ms = (time.perf_counter() - started) * 1000
         return run.result
+
+    @contextlib.contextmanager
+    def _indexes_beside(self) -> Iterator[None]:
+        """Build a bulk load's secondary indexes over the tables the reference resolution only
+        reads (:data:`store.RESOLUTION_SAFE_INDEXES`) in a thread while the body runs, and wait
+        for it at the end (the rest, over ``edges``, are built after the edges are written:
+        :func:`store.end_bulk`).
+
+        Why: resolving the references of a full build is Python on one core while the parse
+        pool's cores sit idle; SQLite sorts an index without the GIL, so the two overlap (the
+        serial tail of a full index shrinks by the index build). A build that fails is logged
+        and left to :func:`store.end_bulk`, which makes every index still missing: the rows
+        are the same either way.
+        """
+        failed: list[BaseException] = []
+
+        def build() -> None:
+            try:
+                store.build_indexes(self.db_path, store.RESOLUTION_SAFE_INDEXES)
+            except Exception as exc:  # noqa: BLE001 - reported below; end_bulk builds them instead
+                failed.append(exc)
+
+        thread = threading.Thread(target=build, name="cogd-index-build", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            thread.join()
+        if failed:
+            log.warning("building the indexes beside the resolution failed (built after it): %s", failed[0])
 
     def _forget_trees(self, paths: list[str]) -> None:
         """Drop the trees and bytes of ``paths`` here and in the pool's save lane."""

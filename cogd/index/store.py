@@ -146,6 +146,10 @@ def connect(path: Path, *, readonly: bool = False, check_same_thread: bool = Tru
 # cost a b-tree insert each (most of a full build's writes); built once at the end, a sort.
 SECONDARY_INDEXES = tuple(re.findall(r"CREATE INDEX IF NOT EXISTS (\w+) ON", SCHEMA))
 BULK_CACHE_KIB = 65536
+_INDEX_STATEMENTS = dict(zip(SECONDARY_INDEXES, re.findall(r"CREATE INDEX IF NOT EXISTS [^;]+", SCHEMA)))
+# The indexes a bulk load can build while its references are being resolved: those over the
+# tables the resolution only reads (the edges it writes afterwards).
+RESOLUTION_SAFE_INDEXES = tuple(name for name in SECONDARY_INDEXES if not name.startswith("edges_"))
 
 
 def begin_bulk(conn: sqlite3.Connection) -> None:
@@ -161,10 +165,33 @@ def begin_bulk(conn: sqlite3.Connection) -> None:
 
 
 def end_bulk(conn: sqlite3.Connection) -> None:
-    """After a bulk load (:func:`begin_bulk`): build the secondary indexes and restore the cache size. No commit."""
-    for statement in re.findall(r"CREATE INDEX IF NOT EXISTS [^;]+", SCHEMA):
+    """After a bulk load (:func:`begin_bulk`): build the secondary indexes still missing (see
+    :func:`build_indexes`) and restore the cache size. No commit."""
+    for statement in _INDEX_STATEMENTS.values():
         conn.execute(statement)
     conn.execute("PRAGMA cache_size=-2000")
+
+
+def build_indexes(path: Path, names: Sequence[str] = SECONDARY_INDEXES) -> None:
+    """Build the secondary indexes ``names`` (of :data:`SECONDARY_INDEXES`) of the index at
+    ``path`` on a connection of its own, and commit.
+
+    Why a connection of its own: a bulk load's writer (:func:`begin_bulk`) runs this in a
+    thread while its own thread resolves references in Python; SQLite builds an index without
+    holding the GIL, so the sort runs on the core the parse pool no longer uses. The writer
+    must hold no write transaction meanwhile (SQLite has one writer at a time: this one waits
+    up to the busy timeout, then raises sqlite3.OperationalError). An index that exists is
+    left as it is. Raises sqlite3.Error, safepath.UnsafePath.
+    """
+    safepath.prepare_db(path, create=False)
+    conn = sqlite3.connect(path, timeout=5.0)
+    try:
+        conn.execute(f"PRAGMA cache_size=-{BULK_CACHE_KIB}")
+        for name in names:
+            conn.execute(_INDEX_STATEMENTS[name])
+        conn.commit()
+    finally:
+        conn.close()
 
 
 def close_writer(conn: sqlite3.Connection) -> None:
