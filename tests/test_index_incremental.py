@@ -154,16 +154,24 @@ def test_a_first_build_with_its_indexes_deferred_stores_what_a_build_without_doe
     def locked(path, names):
         raise sqlite3.OperationalError("database is locked")
 
+    # The deferred build's resolution takes the entities and references as its writer kept them
+    # (store.ResolutionTables), reading neither table back; the kept build reads both.
+    read_back: list[str] = []
+    for reader in ("all_refs", "entity_table"):
+        real = getattr(store, reader)
+        monkeypatch.setattr(store, reader, lambda conn, _real=real, _name=reader: read_back.append(_name) or _real(conn))
     found = {}
     for name, threshold, build in (("deferred", 1, spied), ("kept", 1 << 30, spied), ("beside failed", 1, locked)):
         monkeypatch.setattr(indexer_module, "BULK_MIN_FILES", threshold)
         monkeypatch.setattr(store, "build_indexes", build)
+        read_back.clear()
         built = Indexer(root, tmp_path / f"{name.replace(' ', '-')}.db")
         try:
             built.refresh()
             found[name] = with_order(built)
             indexes = {r[0] for r in built.conn.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
             assert set(store.SECONDARY_INDEXES) <= indexes, name
+            assert sorted(read_back) == ([] if threshold == 1 else ["all_refs", "entity_table"]), name
         finally:
             built.close()
     assert built_beside == [store.RESOLUTION_SAFE_INDEXES]  # the deferred build only: the kept one needs none

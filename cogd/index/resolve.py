@@ -80,7 +80,7 @@ class Resolver:
         self._partial: dict[str, set[str]] = {}  # crowded name → the files its definitions were read in
         self._crowded_rows: dict[str, list[tuple]] = {}  # crowded name → (rowid, id, kind, path, parent, name)
 
-    def preload(self) -> None:
+    def preload(self, tables: store.ResolutionTables | None = None) -> None:
         """Read every entity and reference once, for a pass over every file.
 
         Fills the name table for every name a call or base mentions (as a
@@ -91,16 +91,21 @@ class Resolver:
         no query per file or per entity. What it loads equals what the lazy
         lookups would read: per name, definitions in rowid order (as the name
         index returns them); members last defined first, ties in rowid order.
+        ``tables``: the same two tables as the writer kept them while writing them
+        (:class:`cogd.index.store.ResolutionTables`, used only when ``valid``): nothing read.
         """
         children: dict[str, list[tuple[int, str, str]]] = defaultdict(list)
-        refs = store.all_refs(self.conn)
+        if tables is not None and not tables.valid:
+            tables = None
+        refs = store.all_refs(self.conn) if tables is None else tables.refs
         # The names of store.referenced_names, from the rows just read (a second scan cost as much).
         referenced = {name for rows in refs.values() for _src, kind, name, _q, _a in rows if kind != "imports"}
         by_name: dict[str, list[tuple[str, str, str, str | None]]] = {name: [] for name in referenced}
         # The same definitions by name and then by file, each with its place in by_name's list
         # (see _in_files): most lookups ask for one file among a name's hundreds of definitions.
         by_file: dict[str, dict[str, list[tuple[int, str, str, str | None]]]] = {name: {} for name in referenced}
-        for entity_id, kind, path, parent, name, start_line in store.entity_table(self.conn):
+        for entity_id, kind, path, parent, name, start_line in (
+                store.entity_table(self.conn) if tables is None else tables.entities):
             self._parent[entity_id] = (kind, parent)
             if kind != "file" and name in referenced:
                 listed = by_name[name]
@@ -578,7 +583,8 @@ def entity_names(conn: sqlite3.Connection, paths: Iterable[str]) -> set[tuple[st
 
 
 def resolve(conn: sqlite3.Connection, root: str, paths: Iterable[str] | None = None, *,
-            beside: Callable[[], AbstractContextManager] | None = None) -> int:
+            beside: Callable[[], AbstractContextManager] | None = None,
+            tables: store.ResolutionTables | None = None) -> int:
     """Recompute reference edges for ``paths`` (None = every file). Returns the edge count written.
 
     The files' previous ``imports``/``calls``/``inherits`` edges are replaced (for ``paths``,
@@ -587,12 +593,14 @@ def resolve(conn: sqlite3.Connection, root: str, paths: Iterable[str] | None = N
     the index is read and the edges computed, before any write, so that another connection
     may write meanwhile (a bulk load builds its indexes there:
     :func:`cogd.index.store.build_indexes`); the caller must hold no write transaction.
+    ``tables`` (with ``beside``): what the writer kept of the rows it wrote (see
+    :meth:`Resolver.preload`).
     """
     resolver = Resolver(conn, root)
     targets = sorted(resolver.files) if paths is None else sorted(p for p in set(paths) if p in resolver.files)
     if paths is None and beside is not None:
         with beside():
-            resolver.preload()
+            resolver.preload(tables)
             edges = [edge for path in targets for edge in resolver.resolve_file(path)]
         store.delete_reference_edges(conn)
         for start in range(0, len(edges), EDGE_BATCH):
