@@ -16,6 +16,7 @@ stored order, the FTS rows joined to their entities, and the files.
 from __future__ import annotations
 
 import shutil
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -133,7 +134,9 @@ def test_a_file_added_and_a_file_removed(saved):
 
 def test_a_first_build_with_its_indexes_deferred_stores_what_a_build_without_does(tmp_path, monkeypatch):
     # The first build of a tree drops the secondary indexes and builds them at the end
-    # (store.begin_bulk / end_bulk): same rows, same edges, and every index back afterwards.
+    # (store.begin_bulk / end_bulk), those the reference resolution only reads in a thread
+    # while it runs (store.build_indexes): same rows, same edges, and every index back
+    # afterwards, also when that thread's build fails (end_bulk then builds them all).
     from cogd.index import indexer as indexer_module, store
 
     root = tmp_path / "repo"
@@ -141,16 +144,36 @@ def test_a_first_build_with_its_indexes_deferred_stores_what_a_build_without_doe
     for name in ("json", "collections"):
         shutil.copytree(STDLIB / name, root / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     make_repo(root)
+    real_build = store.build_indexes
+    built_beside: list[tuple] = []
+
+    def spied(path, names):
+        built_beside.append(tuple(names))
+        real_build(path, names)
+
+    def locked(path, names):
+        raise sqlite3.OperationalError("database is locked")
+
+    # The deferred build's resolution takes the entities and references as its writer kept them
+    # (store.ResolutionTables), reading neither table back; the kept build reads both.
+    read_back: list[str] = []
+    for reader in ("all_refs", "entity_table"):
+        real = getattr(store, reader)
+        monkeypatch.setattr(store, reader, lambda conn, _real=real, _name=reader: read_back.append(_name) or _real(conn))
     found = {}
-    for name, threshold in (("deferred", 1), ("kept", 1 << 30)):
+    for name, threshold, build in (("deferred", 1, spied), ("kept", 1 << 30, spied), ("beside failed", 1, locked)):
         monkeypatch.setattr(indexer_module, "BULK_MIN_FILES", threshold)
-        built = Indexer(root, tmp_path / f"{name}.db")
+        monkeypatch.setattr(store, "build_indexes", build)
+        read_back.clear()
+        built = Indexer(root, tmp_path / f"{name.replace(' ', '-')}.db")
         try:
             built.refresh()
             found[name] = with_order(built)
             indexes = {r[0] for r in built.conn.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
             assert set(store.SECONDARY_INDEXES) <= indexes, name
+            assert sorted(read_back) == ([] if threshold == 1 else ["all_refs", "entity_table"]), name
         finally:
             built.close()
-    assert found["deferred"] == found["kept"]
+    assert built_beside == [store.RESOLUTION_SAFE_INDEXES]  # the deferred build only: the kept one needs none
+    assert found["deferred"] == found["kept"] == found["beside failed"]
     assert len(found["kept"]["entities"]) > 200 and found["kept"]["edges"]

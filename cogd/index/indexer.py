@@ -53,6 +53,7 @@ import logging
 import os
 import posixpath
 import stat
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -388,6 +389,7 @@ class Indexer:
     def __init__(self, root: Path, db_path: Path, config: IndexConfig | None = None, *,
                  pool: ParsePool | None = None):
         self.root = root
+        self.db_path = db_path
         languages.configure(root)  # this repository's query overrides (.cogd/queries/), in this process
         self.conn = store.connect(db_path)
         # The daemon parses in child processes it can kill; direct callers
@@ -404,6 +406,8 @@ class Indexer:
         # library. data_version moves only when another connection commits, so a change made
         # by another writer is seen; this writer's own changes of the list clear it (_resolve).
         self._file_list: tuple[int, dict[str, str]] | None = None
+        # During a first build (store.begin_bulk): the rows its resolution reads, kept as written.
+        self._kept: store.ResolutionTables | None = None
 
     def close(self) -> None:
         """Checkpoint the WAL and close the writer connection (see :func:`cogd.index.store.close_writer`)."""
@@ -415,7 +419,7 @@ class Indexer:
         Size and mtime are 0: nothing of the target, not even its size, is kept.
         """
         store.write_file(self.conn, _file_only(path, language_for_path(path) or "text", b"", 0),
-                         size=0, mtime_ns=0, status=SYMLINK_OUTSIDE, now=time.time())
+                         size=0, mtime_ns=0, status=SYMLINK_OUTSIDE, now=time.time(), keep=self._kept)
         result.skipped[SYMLINK_OUTSIDE] = result.skipped.get(SYMLINK_OUTSIDE, 0) + 1
         result.parsed += 1
 
@@ -444,7 +448,8 @@ class Indexer:
 
     def _resolve(
         self, known: dict, parsed_paths: list[str], gone: list[str], names_before: set[tuple[str, str, str]],
-        everything: bool,
+        everything: bool, beside: Callable[[], contextlib.AbstractContextManager] | None = None,
+        tables: store.ResolutionTables | None = None,
     ) -> None:
         """Bring reference edges in step with the files just written.
 
@@ -456,7 +461,7 @@ class Indexer:
         """
         if everything or gone or any(p not in known for p in parsed_paths):
             self._file_list = None
-            resolve.resolve(self.conn, str(self.root), None)
+            resolve.resolve(self.conn, str(self.root), None, beside=beside, tables=tables)
         elif parsed_paths:
             names_after = resolve.entity_names(self.conn, parsed_paths)
             affected = {name for name, _id, _kind in names_before ^ names_after}
@@ -520,6 +525,7 @@ class Indexer:
         bulk = paths is None and not known and len(to_parse) >= BULK_MIN_FILES
         if bulk:
             store.begin_bulk(self.conn)
+            self._kept = store.ResolutionTables()  # what the resolution would read back: kept as written
         # Many files: no collector passes over the growing rows while they are parsed and resolved.
         paused = collector_paused() if len(to_parse) >= BULK_MIN_FILES else contextlib.nullcontext()
         try:
@@ -533,15 +539,50 @@ class Indexer:
                 for path in gone:
                     store.delete_file(self.conn, path)
                 run.result.removed = len(gone)
+                if bulk:  # every file written: committed, so the index build beside may write
+                    self.conn.commit()
                 self._resolve(known, run.parsed_paths, gone, run.names_before,
-                              everything=(full and paths is None) or resolve_all)
+                              everything=(full and paths is None) or resolve_all,
+                              beside=self._indexes_beside if bulk else None,
+                              tables=self._kept if bulk and not gone else None)
         finally:
+            self._kept = None
             if bulk:
                 store.end_bulk(self.conn)
         store.set_meta(self.conn, "resolve_pending", "0")
         self._finish(run.result, paths is None, digests)
         run.result.duration_ms = (time.perf_counter() - started) * 1000
         return run.result
+
+    @contextlib.contextmanager
+    def _indexes_beside(self) -> Iterator[None]:
+        """Build a bulk load's secondary indexes over the tables the reference resolution only
+        reads (:data:`store.RESOLUTION_SAFE_INDEXES`) in a thread while the body runs, and wait
+        for it at the end (the rest, over ``edges``, are built after the edges are written:
+        :func:`store.end_bulk`).
+
+        Why: resolving the references of a full build is Python on one core while the parse
+        pool's cores sit idle; SQLite sorts an index without the GIL, so the two overlap (the
+        serial tail of a full index shrinks by the index build). A build that fails is logged
+        and left to :func:`store.end_bulk`, which makes every index still missing: the rows
+        are the same either way.
+        """
+        failed: list[BaseException] = []
+
+        def build() -> None:
+            try:
+                store.build_indexes(self.db_path, store.RESOLUTION_SAFE_INDEXES)
+            except Exception as exc:  # noqa: BLE001 - reported below; end_bulk builds them instead
+                failed.append(exc)
+
+        thread = threading.Thread(target=build, name="cogd-index-build", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            thread.join()
+        if failed:
+            log.warning("building the indexes beside the resolution failed (built after it): %s", failed[0])
 
     def _forget_trees(self, paths: list[str]) -> None:
         """Drop the trees and bytes of ``paths`` here and in the pool's save lane."""
@@ -696,7 +737,7 @@ class Indexer:
         now = time.time()
         store.write_files(self.conn, [(parsed if isinstance(parsed, store.FileRows) else store.file_rows(parsed),
                                        job[1].st_size, job[2], status) for job, (parsed, status) in batch],
-                          now=now, replaced=indexed)
+                          now=now, replaced=indexed, keep=self._kept)
         for job, (_parsed, status) in batch:
             if status != "ok":
                 result.skipped[status] = result.skipped.get(status, 0) + 1
@@ -721,7 +762,7 @@ class Indexer:
         run.result.skipped["unreadable"] = run.result.skipped.get("unreadable", 0) + 1
         run.names_before |= resolve.entity_names(self.conn, [path])
         store.write_file(self.conn, _file_only(path, language_for_path(path) or "text", b"", 0),
-                         size=st.st_size, mtime_ns=0, status="unreadable", now=time.time())
+                         size=st.st_size, mtime_ns=0, status="unreadable", now=time.time(), keep=self._kept)
         run.parsed_paths.append(path)
         run.result.parsed += 1
 

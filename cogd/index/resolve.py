@@ -28,7 +28,8 @@ import re
 import sqlite3
 import threading
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager
 
 from cogd.index import store
 from cogd.index.boundary import read_tree_file
@@ -72,12 +73,14 @@ class Resolver:
         self._go_module: str | None | bool = False
         self._families: dict[str, str] = {}
         self._refs: dict[str, list[tuple[str, str, str, str, str]]] | None = None  # preloaded, by path
+        # preloaded: name → file → (place in the name's list, id, kind, parent), in rowid order
+        self._by_file: dict[str, dict[str, list[tuple[int, str, str, str | None]]]] | None = None
         # family → the tree's languages in it: derived from the file list alone, so shared through the layout
         self._family_languages: dict[str, list[str]] = self._layout.setdefault("family_languages", {})
         self._partial: dict[str, set[str]] = {}  # crowded name → the files its definitions were read in
         self._crowded_rows: dict[str, list[tuple]] = {}  # crowded name → (rowid, id, kind, path, parent, name)
 
-    def preload(self) -> None:
+    def preload(self, tables: store.ResolutionTables | None = None) -> None:
         """Read every entity and reference once, for a pass over every file.
 
         Fills the name table for every name a call or base mentions (as a
@@ -88,22 +91,34 @@ class Resolver:
         no query per file or per entity. What it loads equals what the lazy
         lookups would read: per name, definitions in rowid order (as the name
         index returns them); members last defined first, ties in rowid order.
+        ``tables``: the same two tables as the writer kept them while writing them
+        (:class:`cogd.index.store.ResolutionTables`, used only when ``valid``): nothing read.
         """
         children: dict[str, list[tuple[int, str, str]]] = defaultdict(list)
-        referenced = store.referenced_names(self.conn)
+        if tables is not None and not tables.valid:
+            tables = None
+        refs = store.all_refs(self.conn) if tables is None else tables.refs
+        # The names of store.referenced_names, from the rows just read (a second scan cost as much).
+        referenced = {name for rows in refs.values() for _src, kind, name, _q, _a in rows if kind != "imports"}
         by_name: dict[str, list[tuple[str, str, str, str | None]]] = {name: [] for name in referenced}
-        for entity_id, kind, path, parent, name, start_line in store.entity_table(self.conn):
+        # The same definitions by name and then by file, each with its place in by_name's list
+        # (see _in_files): most lookups ask for one file among a name's hundreds of definitions.
+        by_file: dict[str, dict[str, list[tuple[int, str, str, str | None]]]] = {name: {} for name in referenced}
+        for entity_id, kind, path, parent, name, start_line in (
+                store.entity_table(self.conn) if tables is None else tables.entities):
             self._parent[entity_id] = (kind, parent)
             if kind != "file" and name in referenced:
-                by_name[name].append((entity_id, kind, path, parent))
+                listed = by_name[name]
+                by_file[name].setdefault(path, []).append((len(listed), entity_id, kind, parent))
+                listed.append((entity_id, kind, path, parent))
             if parent is not None:
                 children[parent].append((start_line, entity_id, name))
-        self._by_name = by_name
+        self._by_name, self._by_file = by_name, by_file
         for parent, rows in children.items():
             rows.sort(key=lambda row: -row[0])  # stable: ties stay in rowid order
             # Last defined first, put in a dict: the first definition of a repeated name wins.
             self._members[parent] = {name: entity_id for _line, entity_id, name in rows}
-        self._refs = store.all_refs(self.conn)
+        self._refs = refs
 
     # ---- name tables ------------------------------------------------------
     def load_names(self, names: set[str], files: set[str] | None = None) -> None:
@@ -313,6 +328,10 @@ class Resolver:
 
     # ---- resolution -----------------------------------------------------------
     def _in_files(self, name: str, files: list[str], kinds: tuple[str, ...]) -> str | None:
+        """The definition of ``name`` of one of ``kinds`` in one of ``files``: the first, in rowid
+        order, defined at the top level of its file, else the first; None when there is none."""
+        if self._by_file is not None:
+            return self._in_files_preloaded(name, files, kinds)
         candidates = self._by_name.get(name)
         if not candidates:
             return None
@@ -332,6 +351,27 @@ class Resolver:
                     return entity_id
                 best = best or entity_id
         return best
+
+    def _in_files_preloaded(self, name: str, files: list[str], kinds: tuple[str, ...]) -> str | None:
+        """:meth:`_in_files` over the preloaded table by name and file: the same answer, found
+        among the definitions in ``files`` only (their places in the name's list order them)."""
+        in_file = self._by_file.get(name)
+        if not in_file:
+            return None
+        top = best = None  # (place, entity id)
+        for path in (files if len(files) == 1 else set(files)):
+            for place, entity_id, kind, parent in in_file.get(path, ()):
+                if kind not in kinds:
+                    continue
+                if parent == path:  # top level beats nested: the first of them in this file
+                    if top is None or place < top[0]:
+                        top = (place, entity_id)
+                    break
+                if best is None or place < best[0]:
+                    best = (place, entity_id)
+        if top is not None:
+            return top[1]
+        return best[1] if best is not None else None
 
     def _family(self, path: str) -> str:
         family = self._families.get(path)
@@ -542,15 +582,30 @@ def entity_names(conn: sqlite3.Connection, paths: Iterable[str]) -> set[tuple[st
     return set(store.entities_in_paths(conn, sorted(set(paths)), ("name", "id", "kind")))
 
 
-def resolve(conn: sqlite3.Connection, root: str, paths: Iterable[str] | None = None) -> int:
+def resolve(conn: sqlite3.Connection, root: str, paths: Iterable[str] | None = None, *,
+            beside: Callable[[], AbstractContextManager] | None = None,
+            tables: store.ResolutionTables | None = None) -> int:
     """Recompute reference edges for ``paths`` (None = every file). Returns the edge count written.
 
     The files' previous ``imports``/``calls``/``inherits`` edges are replaced (for ``paths``,
     only those that differ are deleted and inserted); ``contains`` edges are untouched.
-    Does not commit.
+    Does not commit. ``beside`` (with ``paths`` None): a context manager factory entered while
+    the index is read and the edges computed, before any write, so that another connection
+    may write meanwhile (a bulk load builds its indexes there:
+    :func:`cogd.index.store.build_indexes`); the caller must hold no write transaction.
+    ``tables`` (with ``beside``): what the writer kept of the rows it wrote (see
+    :meth:`Resolver.preload`).
     """
     resolver = Resolver(conn, root)
     targets = sorted(resolver.files) if paths is None else sorted(p for p in set(paths) if p in resolver.files)
+    if paths is None and beside is not None:
+        with beside():
+            resolver.preload(tables)
+            edges = [edge for path in targets for edge in resolver.resolve_file(path)]
+        store.delete_reference_edges(conn)
+        for start in range(0, len(edges), EDGE_BATCH):
+            store.write_reference_edges(conn, edges[start:start + EDGE_BATCH])
+        return len(edges)
     if paths is None:
         store.delete_reference_edges(conn)
         resolver.preload()

@@ -8,6 +8,7 @@ under way.
 
 from __future__ import annotations
 
+import operator
 import re
 import sqlite3
 from collections.abc import Iterable, Iterator, Sequence
@@ -146,6 +147,10 @@ def connect(path: Path, *, readonly: bool = False, check_same_thread: bool = Tru
 # cost a b-tree insert each (most of a full build's writes); built once at the end, a sort.
 SECONDARY_INDEXES = tuple(re.findall(r"CREATE INDEX IF NOT EXISTS (\w+) ON", SCHEMA))
 BULK_CACHE_KIB = 65536
+_INDEX_STATEMENTS = dict(zip(SECONDARY_INDEXES, re.findall(r"CREATE INDEX IF NOT EXISTS [^;]+", SCHEMA)))
+# The indexes a bulk load can build while its references are being resolved: those over the
+# tables the resolution only reads (the edges it writes afterwards).
+RESOLUTION_SAFE_INDEXES = tuple(name for name in SECONDARY_INDEXES if not name.startswith("edges_"))
 
 
 def begin_bulk(conn: sqlite3.Connection) -> None:
@@ -161,10 +166,33 @@ def begin_bulk(conn: sqlite3.Connection) -> None:
 
 
 def end_bulk(conn: sqlite3.Connection) -> None:
-    """After a bulk load (:func:`begin_bulk`): build the secondary indexes and restore the cache size. No commit."""
-    for statement in re.findall(r"CREATE INDEX IF NOT EXISTS [^;]+", SCHEMA):
+    """After a bulk load (:func:`begin_bulk`): build the secondary indexes still missing (see
+    :func:`build_indexes`) and restore the cache size. No commit."""
+    for statement in _INDEX_STATEMENTS.values():
         conn.execute(statement)
     conn.execute("PRAGMA cache_size=-2000")
+
+
+def build_indexes(path: Path, names: Sequence[str] = SECONDARY_INDEXES) -> None:
+    """Build the secondary indexes ``names`` (of :data:`SECONDARY_INDEXES`) of the index at
+    ``path`` on a connection of its own, and commit.
+
+    Why a connection of its own: a bulk load's writer (:func:`begin_bulk`) runs this in a
+    thread while its own thread resolves references in Python; SQLite builds an index without
+    holding the GIL, so the sort runs on the core the parse pool no longer uses. The writer
+    must hold no write transaction meanwhile (SQLite has one writer at a time: this one waits
+    up to the busy timeout, then raises sqlite3.OperationalError). An index that exists is
+    left as it is. Raises sqlite3.Error, safepath.UnsafePath.
+    """
+    safepath.prepare_db(path, create=False)
+    conn = sqlite3.connect(path, timeout=5.0)
+    try:
+        conn.execute(f"PRAGMA cache_size=-{BULK_CACHE_KIB}")
+        for name in names:
+            conn.execute(_INDEX_STATEMENTS[name])
+        conn.commit()
+    finally:
+        conn.close()
 
 
 def close_writer(conn: sqlite3.Connection) -> None:
@@ -220,9 +248,12 @@ def delete_file(conn: sqlite3.Connection, path: str) -> None:
     conn.execute("DELETE FROM files WHERE path = ?", (path,))
 
 
-def _fts_row(entity: Entity) -> tuple[str, str, str, str, str]:
+def _fts_row(entity: Entity, path_words: str | None = None) -> tuple[str, str, str, str, str]:
+    """The FTS5 row of ``entity``; ``path_words``: its path's words when the caller has them (the
+    same for every entity of a file)."""
     name_words = f"{entity.qualname} {split_identifier(entity.qualname)}"
-    path_words = f"{entity.path} {split_identifier(entity.path)}"
+    if path_words is None:
+        path_words = f"{entity.path} {split_identifier(entity.path)}"
     return (path_words, name_words, entity.signature, entity.doc, entity.body)
 
 
@@ -247,13 +278,47 @@ class FileRows(NamedTuple):
 
 def file_rows(parsed: ParsedFile) -> FileRows:
     """The rows of ``parsed`` (see :class:`FileRows`)."""
+    words: dict[str, str] = {}  # path → its words: one split per file, not per entity
+    fts = []
+    for entity in parsed.entities:
+        path_words = words.get(entity.path)
+        if path_words is None:
+            path_words = words[entity.path] = f"{entity.path} {split_identifier(entity.path)}"
+        fts.append(_fts_row(entity, path_words))
     return FileRows(
         parsed.path, parsed.language, parsed.entities[0].hash if parsed.entities else "",
-        [tuple(getattr(entity, column) for column in ENTITY_COLUMNS) for entity in parsed.entities],
-        [_fts_row(entity) for entity in parsed.entities],
-        [(edge.src, edge.dst, edge.kind) for edge in parsed.edges],
+        list(map(_ENTITY_ROW, parsed.entities)), fts, list(map(_EDGE_ROW, parsed.edges)),
         list(map(tuple, parsed.references)),
     )
+
+
+_ENTITY_ROW = operator.attrgetter(*ENTITY_COLUMNS)  # an entity's row, in ENTITY_COLUMNS order
+_EDGE_ROW = operator.attrgetter("src", "dst", "kind")
+
+
+class ResolutionTables:
+    """What a full reference resolution reads of the index (:func:`entity_table`, :func:`all_refs`),
+    kept by :func:`write_files` as it writes the rows, so that the resolution of a bulk load
+    after its last file need not read them back.
+
+    ``entities``: ``(id, kind, path, parent_id, name, start_line)`` in rowid order; ``refs``:
+    ``{path: [(src, kind, name, qualifier, alias), ...]}`` in stored order. Exact only while
+    every write appended new rows: ``valid`` turns False for good when a file was rewritten or
+    deleted, and the resolution then reads the tables (:meth:`cogd.index.resolve.Resolver.preload`).
+    """
+
+    __slots__ = ("entities", "refs", "valid")
+
+    def __init__(self) -> None:
+        self.entities: list[tuple[str, str, str, str | None, str, int]] = []
+        self.refs: dict[str, list[tuple[str, str, str, str, str]]] = {}
+        self.valid = True
+
+    def add(self, rows: FileRows) -> None:
+        """Keep the rows of one file just inserted (none of it stored before)."""
+        self.entities.extend((e[0], e[1], e[3], e[12], e[4], e[6]) for e in rows.entities)
+        if rows.refs:
+            self.refs.setdefault(rows.path, []).extend(ref[:5] for ref in rows.refs)
 
 
 def write_file(
@@ -264,9 +329,11 @@ def write_file(
     mtime_ns: int,
     status: str,
     now: float,
+    keep: ResolutionTables | None = None,
 ) -> None:
-    """Replace everything stored for ``parsed.path`` with ``parsed`` (no commit)."""
-    write_files(conn, [(file_rows(parsed), size, mtime_ns, status)], now=now, replaced=[parsed.path])
+    """Replace everything stored for ``parsed.path`` with ``parsed`` (no commit); ``keep``: see
+    :func:`write_files`."""
+    write_files(conn, [(file_rows(parsed), size, mtime_ns, status)], now=now, replaced=[parsed.path], keep=keep)
 
 
 def delete_files(conn: sqlite3.Connection, paths: Sequence[str]) -> None:
@@ -287,6 +354,7 @@ def write_files(
     *,
     now: float,
     replaced: Sequence[str] | None = None,
+    keep: ResolutionTables | None = None,
 ) -> None:
     """Store ``(rows, size, mtime_ns, status)`` files (:func:`file_rows`), one ``executemany`` per table (no commit).
 
@@ -296,10 +364,13 @@ def write_files(
     of the file. New entities get the next free rowids in order, and their FTS rows the same
     rowids, exactly as writing the files one by one with :func:`write_file` would. The
     ``imports``/``calls``/``inherits`` edges of a rewritten file stay until the reference
-    resolution that follows replaces them (:func:`cogd.index.resolve.resolve`).
+    resolution that follows replaces them (:func:`cogd.index.resolve.resolve`). ``keep``: the
+    resolution's tables to add the new rows to (:class:`ResolutionTables`).
     """
     candidates = [rows.path for rows, *_rest in files] if replaced is None else list(replaced)
     stored = _stored_entities(conn, candidates)
+    if keep is not None and stored:
+        keep.valid = False  # stored rows rewritten: the kept tables no longer match the index
     delete_files(conn, [path for path in candidates if path not in stored])  # stray rows without entities
     first = conn.execute("SELECT coalesce(max(rowid), 0) + 1 FROM entities").fetchone()[0]
     file_rows_, entity_rows, fts_rows, edge_rows, ref_rows = [], [], [], [], []
@@ -318,6 +389,8 @@ def write_files(
         first += len(rows.entities)
         edge_rows.extend((*edge, path) for edge in rows.edges)
         ref_rows.extend((path, *ref) for ref in rows.refs)
+        if keep is not None:
+            keep.add(rows)
     conn.executemany(
         "INSERT INTO files(path, language, hash, size, mtime_ns, status, indexed_at) VALUES (?,?,?,?,?,?,?)",
         file_rows_)
