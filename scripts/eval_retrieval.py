@@ -1042,7 +1042,7 @@ def history_feedback(layout, config, conn, query: str, history_db: Path | None =
 
     # the daemon's shrinkage: history's weights by the change requests reachable from this HEAD
     return Feedback(rank, history=assoc, co_changed=lambda seeds: queries.co_changed(conn, seeds),
-                    evidence=queries.evidence())
+                    evidence=queries.evidence(), file_changes=lambda: queries.file_changes(conn))
 
 
 def swe_table(title: str, groups: dict[str, list[dict]], budgets: list[int]) -> str:

@@ -31,6 +31,7 @@ class HistoryQueries:
         # Per state of the live set (synced HEAD, projection file, writer's commits): the newest
         # live commit's time and the evidence counts, read once per state instead of per request.
         self._per_state: tuple | None = None
+        self._changes: tuple | None = None  # (state, {path: change requests}) of file_changes
 
     def _current(self, index_conn: sqlite3.Connection, ids: list[str], index_version: object) -> dict[str, str]:
         """:func:`cogd.history.store.current_ids`, cached while ``index_version`` and the synced
@@ -122,6 +123,31 @@ class HistoryQueries:
                                 view=self._view())
         mapping = self._current(index_conn, list({r[1] for r in rows}), index_version)
         return [(seed, mapping[b], conf, sup) for seed, b, conf, sup in rows if b in mapping and mapping[b] != seed]
+
+    def file_changes(self, index_conn: sqlite3.Connection, index_version: object = None) -> dict[str, int]:
+        """``{current path: live change requests that changed it}``: how often each file of the
+        index was where a request's change went, the prior P(file) of the file-level ranking
+        (:meth:`cogd.retrieve.feedback.Feedback.file_prior_shares`). A commit counts once per
+        file whatever number of its definitions it touched; ids recorded at past parents are
+        mapped onto the current index as for associations (a moved file's definitions follow
+        it). Only live commits not skipped count; {} while history is not usable. Cached per
+        state of the live set and ``index_version`` (None: no cache). Raises sqlite3.Error."""
+        if not self.miner.usable():
+            return {}
+        key = (self.miner.state_key(), index_version)
+        cached = self._changes
+        if index_version is not None and cached is not None and cached[0] == key:
+            return cached[1]
+        rows = self.miner.store.reader().execute(
+            "SELECT DISTINCT t.hash, t.entity_id FROM touched t JOIN commits c ON c.hash = t.hash "
+            "WHERE c.live = 1 AND c.skipped IS NULL").fetchall()
+        mapping = self._current(index_conn, list({entity_id for _h, entity_id in rows}), index_version)
+        pairs = {(hash_, mapping[entity_id].split("::", 1)[0]) for hash_, entity_id in rows if entity_id in mapping}
+        counts: dict[str, int] = {}
+        for _hash, path in pairs:
+            counts[path] = counts.get(path, 0) + 1
+        self._changes = (key, counts)
+        return counts
 
     def subjects(self, hashes: list[str]) -> dict[str, str]:
         """hash → subject of stored commits (for ``--explain``)."""
