@@ -125,8 +125,8 @@ class RetrieveConfig:
     title_weight: float = 0.5  # fusion weight of a long prompt's first line searched alone (its title); 0 = off
     own_names: bool = True  # names a prompt's snippet defines for itself (class Point) are the reporter's, not clues
     # fusion weight of the files assigning __version__/VERSION for a version-bump prompt
-    # ("start version 8.0"; cogd.retrieve.version); 0 = off
-    version_weight: float = 0.0
+    # ("start version 8.0"; cogd.retrieve.version): a printed path's weight; 0 = off
+    version_weight: float = 1.5
     # The strongest candidate file's definitions are read from the BM25 list down to this rank (the
     # list itself is cut at `candidates`), each fused with the RRF term of its rank; 0 = off
     # (cogd.retrieve.hybrid._deepen; README, "Which definitions of a found file").
@@ -175,7 +175,8 @@ class RankConfig:
     history_file_weight: float = 0.0
     # A file prior from history (Feedback.file_prior_shares): the share of history's change requests
     # that changed a file, relative to the most changed one, × this, as file-level evidence. 0 = off.
-    history_file_prior: float = 0.0
+    # 0.5 by cross-validation over the click set's folds (README, "Which definitions of a found file").
+    history_file_prior: float = 0.5
     # Learned sources (utility, association) are shrunk towards no effect until their evidence is
     # strong: weight × n / (n + evidence_k), n = earlier sessions that gave the source evidence
     # (cogd.evidence: Bühlmann credibility). At n = evidence_k a source has half its weight; 0 = no shrinkage.

@@ -1098,6 +1098,48 @@ def _fold_means(entries: list[dict], metric: str) -> dict[int, float]:
     return {f: 100 * sum(v) / len(v) for f, v in sorted(folds.items())}
 
 
+CV_METRICS = ("file R@5", "file MRR", "fn in 2000 tok", "fn MRR")  # the objective's sum and the bar
+
+
+def _cv_objective(entries: dict[str, dict], base: dict[str, dict], commits: set[str]) -> float:
+    """Mean over ``commits`` of the sum of :data:`CV_METRICS` a task has, minus the default's."""
+    total = [sum(entries[c]["metrics"].get(m, 0.0) - base[c]["metrics"].get(m, 0.0) for m in CV_METRICS)
+             for c in commits if c in entries and c in base]
+    return sum(total) / len(total) if total else 0.0
+
+
+def variant_cv(default: list[dict], variants: dict[str, list[dict]]) -> list[str]:
+    """Cross-validation of the choice among ``default`` and ``variants`` over the tasks' ``fold``:
+    for each fold the variant with the best :func:`_cv_objective` on the other four folds (ties:
+    the default, so a variant must gain to be chosen), judged on the held-out fold against the
+    default, paired by task, per metric of :data:`CV_METRICS`: the mean delta and the 95 %
+    paired-bootstrap interval (:func:`_replay_cv.bootstrap_interval`, as the replay's ``--cv``);
+    a fold *loses* when a whole interval is below 0."""
+    from _replay_cv import bootstrap_interval  # noqa: E402 — scripts/ is on sys.path when run as a script
+
+    base = {e["commit"]: e for e in default}
+    arms = {"default": base, **{n: {e["commit"]: e for e in v} for n, v in variants.items() if v}}
+    folds = {e["commit"]: e.get("fold") for e in default}
+    out = [f"cross-validation over folds (objective: mean {' + '.join(CV_METRICS)} minus the default's, "
+           "on the other four folds; held-out deltas with paired-bootstrap 95% intervals)"]
+    for fold in sorted({f for f in folds.values() if f is not None}):
+        held = {c for c, f in folds.items() if f == fold}
+        training = {c for c, f in folds.items() if f is not None and f != fold}
+        chosen = max(arms, key=lambda n: (round(_cv_objective(arms[n], base, training), 12), n == "default"))
+        cells = []
+        for metric in CV_METRICS:
+            diffs = [arms[chosen][c]["metrics"][metric] - base[c]["metrics"][metric] for c in sorted(held)
+                     if metric in base[c]["metrics"] and metric in arms[chosen].get(c, {}).get("metrics", {})]
+            lo, hi = bootstrap_interval(diffs, f"fold{fold}:{chosen}:{metric}")
+            mean = 100 * sum(diffs) / len(diffs) if diffs else 0.0
+            cells.append(f"{metric} {mean:+.1f} [{100 * lo:+.1f}, {100 * hi:+.1f}]{' LOSES' if 100 * hi < 0 else ''}")
+        out.append(f"  fold {fold} ({len(held)} tasks): chosen {chosen}; " + "; ".join(cells))
+    everything = {c for c, f in folds.items() if f is not None}
+    best = max(arms, key=lambda n: (round(_cv_objective(arms[n], base, everything), 12), n == "default"))
+    out.append(f"  chosen on all folds: {best}")
+    return out
+
+
 def variant_report(results: list[dict], budgets: list[int]) -> str:
     """For a commit-set run with ``--variants``: one row per variant (the record first, as
     ``default``) of the README's columns, then each variant's per-fold deltas against the
@@ -1122,6 +1164,7 @@ def variant_report(results: list[dict], budgets: list[int]) -> str:
                 mine = _fold_means(entries, m)
                 parts.append(" ".join(f"{mine[f] - base[m][f]:+.1f}" for f in base[m] if f in mine))
             out.append(f"  {name}: " + " | ".join(parts))
+        out += variant_cv(res["records"], res["variants"])
     return "\n".join(out)
 
 
