@@ -74,14 +74,17 @@ adds one table per arm with a row per repository and in total, beside the data R
 reference: file Acc@1/@5, file R@5, file MRR, function Acc@10, function MRR, function recall
 within 2,000 and 8,000 tokens.
 
-``--variants 'name:section.key=value,…;name2:…'`` (bm25 arm): after the hook, each task's pack
+``--variants 'name:section.key=value,…;name2:…'`` (bm25 and hybrid arms): after the hook, each task's pack
 is also built in this process (cogd imported; the index read-only; no ledger feedback) under
 each variant's settings and scored alike, so parts of the ranking are compared on one replay
-(the same scoring: with every setting at its default the variant equals the hook's pack).
+(the same scoring: with every setting at its default the variant equals the hook's pack). A
+variant may set ``retrieve.mode`` (``bm25`` on the hybrid arm's index: the lexical arm's pack).
+For the commit set the report ends with one row per variant, its per-fold deltas against the
+default and a cross-validation of the choice over the tasks' ``fold`` (:func:`variant_cv`).
 
 Saved indexes and caches
 ------------------------
-``--save-index DIR`` (bm25 arm) keeps a copy of each task's ``index.db`` (SQLite's online
+``--save-index DIR`` keeps a copy of each task's ``index.db`` (SQLite's online
 backup) as ``DIR/COMMIT.db``; ``--from-index DIR`` then scores the same tasks without a daemon or
 a hook: the tree is still moved (the packs quote it), and the default configuration's pack and
 each ``--variants`` pack are built in process on the saved index (the record is the default
@@ -89,7 +92,10 @@ pack, so it equals the hook's when nothing changed), turning an hour of replay i
 while a ranking is tuned. With ``--history on`` the save also keeps each task's ``history.db``
 (``DIR/COMMIT.history.db``, its live set synchronised with the task's parent), and ``--from-index
 DIR --history on`` moves a git scratch tree to each parent and reads history from those copies,
-so the in-process packs equal the hook's with history on too. ``--embed-cache DIR`` keeps each arm's embedding cache between runs
+so the in-process packs equal the hook's with history on too. On the hybrid arm ``--from-index``
+needs the ``--embed-cache DIR`` of the saving run: each saved index's entity vectors are looked up
+there and the prompt is encoded in process (:class:`HybridVectors`; the packs then equal the
+hook's). ``--signals`` keeps each item's ranking signals in ``--out``. ``--embed-cache DIR`` keeps each arm's embedding cache between runs
 (copied into the scratch tree before its daemon starts, back after it stops): the cache is
 keyed by content, so within a run it already spans every base commit, and across runs only
 texts the earlier run never saw are embedded.
@@ -1247,7 +1253,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="a full-history git directory (outside the project): PATH for the commit set, "
                              "OWNER/NAME=PATH per repository of a SWE-bench file (repeatable)")
     parser.add_argument("--variants", default="",
-                        help="bm25 arm only: extra packs per task built in process, "
+                        help="bm25 and hybrid arms: extra packs per task built in process, "
                              "'name:section.key=value,...;name2:...' (see variant_packs)")
     parser.add_argument("--repos", default="", help="SWE-bench file: only these OWNER/NAME, comma-separated")
     parser.add_argument("--tasks", default=str(DEFAULT_TASKS))
@@ -1265,10 +1271,11 @@ def main(argv: list[str] | None = None) -> int:
                              "repository whose HEAD is each task's parent (see run_arm)")
     parser.add_argument("--keep", action="store_true", help="keep the scratch trees (daemons are stopped anyway)")
     parser.add_argument("--save-index", default=None, metavar="DIR",
-                        help="bm25 arm: keep a copy of each task's index.db in DIR (for --from-index)")
+                        help="keep a copy of each task's index.db (and history.db) in DIR (for --from-index)")
     parser.add_argument("--from-index", default=None, metavar="DIR",
-                        help="bm25 arm: no daemon, no hook; score in-process packs on the index.db copies "
-                             "a --save-index run kept (the tree is still moved, for the packs' text)")
+                        help="bm25 or hybrid arm (hybrid: with the saving run's --embed-cache): no daemon, no "
+                             "hook; score in-process packs on the index.db copies a --save-index run kept "
+                             "(the tree is still moved, for the packs' text)")
     parser.add_argument("--embed-cache", default=None, metavar="DIR",
                         help="keep each arm's embedding cache in DIR between runs (copied in before the daemon "
                              "starts, back after it stops)")
