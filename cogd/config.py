@@ -124,6 +124,9 @@ class RetrieveConfig:
     module_weight: float = 1.0  # fusion weight of the files a dotted module name or a prose word names (long prompts)
     title_weight: float = 0.5  # fusion weight of a long prompt's first line searched alone (its title); 0 = off
     own_names: bool = True  # names a prompt's snippet defines for itself (class Point) are the reporter's, not clues
+    # fusion weight of the files assigning __version__/VERSION for a version-bump prompt
+    # ("start version 8.0"; cogd.retrieve.version): a printed path's weight; 0 = off
+    version_weight: float = 1.5
     # The strongest candidate file's definitions are read from the BM25 list down to this rank (the
     # list itself is cut at `candidates`), each fused with the RRF term of its rank; 0 = off
     # (cogd.retrieve.hybrid._deepen; README, "Which definitions of a found file").
@@ -170,6 +173,10 @@ class RankConfig:
     # share of the best file's evidence (× their history score over the best one's, × history's
     # credibility) in the file-level ranking ([retrieve] file_rank_weight). 0 = off.
     history_file_weight: float = 0.0
+    # A file prior from history (Feedback.file_prior_shares): the share of history's change requests
+    # that changed a file, relative to the most changed one, × this, as file-level evidence. 0 = off.
+    # 0.5 by cross-validation over the click set's folds (README, "Which definitions of a found file").
+    history_file_prior: float = 0.5
     # Learned sources (utility, association) are shrunk towards no effect until their evidence is
     # strong: weight × n / (n + evidence_k), n = earlier sessions that gave the source evidence
     # (cogd.evidence: Bühlmann credibility). At n = evidence_k a source has half its weight; 0 = no shrinkage.

@@ -74,14 +74,17 @@ adds one table per arm with a row per repository and in total, beside the data R
 reference: file Acc@1/@5, file R@5, file MRR, function Acc@10, function MRR, function recall
 within 2,000 and 8,000 tokens.
 
-``--variants 'name:section.key=value,…;name2:…'`` (bm25 arm): after the hook, each task's pack
+``--variants 'name:section.key=value,…;name2:…'`` (bm25 and hybrid arms): after the hook, each task's pack
 is also built in this process (cogd imported; the index read-only; no ledger feedback) under
 each variant's settings and scored alike, so parts of the ranking are compared on one replay
-(the same scoring: with every setting at its default the variant equals the hook's pack).
+(the same scoring: with every setting at its default the variant equals the hook's pack). A
+variant may set ``retrieve.mode`` (``bm25`` on the hybrid arm's index: the lexical arm's pack).
+For the commit set the report ends with one row per variant, its per-fold deltas against the
+default and a cross-validation of the choice over the tasks' ``fold`` (:func:`variant_cv`).
 
 Saved indexes and caches
 ------------------------
-``--save-index DIR`` (bm25 arm) keeps a copy of each task's ``index.db`` (SQLite's online
+``--save-index DIR`` keeps a copy of each task's ``index.db`` (SQLite's online
 backup) as ``DIR/COMMIT.db``; ``--from-index DIR`` then scores the same tasks without a daemon or
 a hook: the tree is still moved (the packs quote it), and the default configuration's pack and
 each ``--variants`` pack are built in process on the saved index (the record is the default
@@ -89,7 +92,10 @@ pack, so it equals the hook's when nothing changed), turning an hour of replay i
 while a ranking is tuned. With ``--history on`` the save also keeps each task's ``history.db``
 (``DIR/COMMIT.history.db``, its live set synchronised with the task's parent), and ``--from-index
 DIR --history on`` moves a git scratch tree to each parent and reads history from those copies,
-so the in-process packs equal the hook's with history on too. ``--embed-cache DIR`` keeps each arm's embedding cache between runs
+so the in-process packs equal the hook's with history on too. On the hybrid arm ``--from-index``
+needs the ``--embed-cache DIR`` of the saving run: each saved index's entity vectors are looked up
+there and the prompt is encoded in process (:class:`HybridVectors`; the packs then equal the
+hook's). ``--signals`` keeps each item's ranking signals in ``--out``. ``--embed-cache DIR`` keeps each arm's embedding cache between runs
 (copied into the scratch tree before its daemon starts, back after it stops): the cache is
 keyed by content, so within a run it already spans every base commit, and across runs only
 texts the earlier run never saw are embedded.
@@ -688,13 +694,13 @@ def run_arm(arm: str, tasks: list[dict], args, budgets: list[int], git_dir: Path
             timing["total"] = time.perf_counter() - t_task
             for name, packed in variant_packs(work, arm, task["query"], cached_index(args, task)):
                 result["variants"][name].append({
-                    "commit": task["commit"],
+                    "commit": task["commit"], "fold": task.get("fold"),
                     "query_mentions_gold_file": task["query_mentions_gold_file"],
                     "query_mentions_gold_function": task["query_mentions_gold_function"],
                     "items": [{"id": i["id"], "kind": i["kind"], "end": i["end"]} for i in packed],
                     "metrics": score_task(task, packed, budgets)})
             record = {
-                "commit": task["commit"], "parent": task["parent"], "date": task["date"],
+                "commit": task["commit"], "parent": task["parent"], "date": task["date"], "fold": task.get("fold"),
                 "query": task["query"][:300],
                 "gold_files": task["gold_files"], "gold_functions": task["gold_functions"],
                 "query_mentions_gold_file": task["query_mentions_gold_file"],
@@ -854,8 +860,12 @@ def _replay_cached(arm, tasks, args, budgets, git_dir, work, index_file, result,
     ``--history`` run) the tree is a git repository moved to each parent, and history is read
     from the task's saved ``history.db`` copy when the config enables it."""
     global VARIANTS
-    if arm != "bm25":
-        raise EvalError("--from-index scores the bm25 arm only")
+    if arm not in ("bm25", "hybrid"):
+        raise EvalError("--from-index scores the bm25 and hybrid arms only")
+    if arm == "hybrid":
+        HYBRID_VECTORS.cache_file = embed_cache_file(args, label or arm)
+        if HYBRID_VECTORS.cache_file is None or not HYBRID_VECTORS.cache_file.exists():
+            raise EvalError("--from-index on the hybrid arm needs the --embed-cache DIR its --save-index run kept")
     wanted = VARIANTS
     VARIANTS = [("default", [])] + list(wanted)
     result["cached"] = True
@@ -873,7 +883,10 @@ def _replay_cached(arm, tasks, args, budgets, git_dir, work, index_file, result,
             for name, packed in packs:
                 entry = {"commit": task["commit"], "query_mentions_gold_file": task["query_mentions_gold_file"],
                          "query_mentions_gold_function": task["query_mentions_gold_function"],
-                         "items": [{"id": i["id"], "kind": i["kind"], "end": i["end"]} for i in packed],
+                         "fold": task.get("fold"),
+                         "items": [{"id": i["id"], "kind": i["kind"], "end": i["end"],
+                                    **({"signals": i["signals"]} if args.signals and i.get("signals") else {})}
+                                   for i in packed],
                          "metrics": score_task(task, packed, budgets)}
                 if name == "default":
                     result["records"].append({**entry, "gold_files": task["gold_files"],
@@ -894,9 +907,10 @@ def variant_packs(work: Path, arm: str, query: str, index_db: Path | None = None
 
     Reads the tree's ``index.db`` read-only and calls :func:`cogd.retrieve.pack.prompt_pack`
     with ``mode = bm25`` and no ledger feedback (the variants compare retrieval, not learning),
-    so a variant costs one pack, not one replay. Only the bm25 arm has variants.
+    so a variant costs one pack, not one replay. The bm25 and hybrid arms have variants; the
+    hybrid arm's query vector and entity vectors come from :data:`HYBRID_VECTORS`.
     """
-    if not VARIANTS or arm != "bm25":
+    if not VARIANTS or arm not in ("bm25", "hybrid"):
         return []
     from cogd.config import load_config
     from cogd.index import store
@@ -907,22 +921,103 @@ def variant_packs(work: Path, arm: str, query: str, index_db: Path | None = None
     conn = store.connect(index_db or layout.index_db, readonly=True)
     out = []
     try:
+        vector = dense = None
+        if arm == "hybrid":
+            vector, dense = HYBRID_VECTORS.pair(conn, load_config(layout.config_file), work, query)
         for name, settings in VARIANTS:
             config = load_config(layout.config_file)
             for item in settings:
                 _set_value(config, item)
-            pack = prompt_pack(conn, work, query, config.pack, config.retrieve, mode="bm25",
+            # a variant may set retrieve.mode (bm25 on the hybrid arm's index: the lexical arm's pack,
+            # MMR on structural similarity as there); else the arm's mode
+            mode = config.retrieve.mode if any(i.startswith("retrieve.mode=") for i in settings) else arm
+            vectors = (vector, dense) if mode != "bm25" else (None, None)
+            pack = prompt_pack(conn, work, query, config.pack, config.retrieve, mode=mode,
+                               query_vector=vectors[0], dense=vectors[1],
                                feedback=history_feedback(layout, config, conn, query, history_db))
             kinds = {i.entity_id: i.kind for i in pack.items}
+            signals = {i.entity_id: i.signals for i in pack.items}
             items = parse_pack(pack.text)
             for i in items:
                 i["kind"] = kinds.get(i["id"], i["kind"])
+                i["signals"] = signals.get(i["id"]) or {}
             out.append((name, items))
     finally:
         conn.close()
     return out
 
 
+class HybridVectors:
+    """The vectors a ``--from-index`` hybrid pack reads, built in this process: each saved
+    index's entity vectors looked up in the embedding cache its ``--save-index`` run kept
+    (``--embed-cache``; keyed by model and text, as the daemon's embedder keys it), the rare
+    miss encoded, and the prompt encoded the way the daemon does (one vector, or one row per
+    prose window for a long prompt: :meth:`cogd.daemon.parts.Parts.query_vector`). The model
+    is loaded once per run; ``misses`` counts the entity texts the cache lacked."""
+
+    def __init__(self):
+        self.cache_file: Path | None = None
+        self.encoder = None
+        self.model_id = ""
+        self.misses = 0
+        self._cache = None
+        self._dense: dict[str, object] = {}
+
+    def _load(self, config, root: Path) -> None:
+        from cogd.embed.cache import EmbeddingCache
+        from cogd.embed.encoder import load_encoder
+        from cogd.embed.model import resolve_model
+
+        info = resolve_model(config.embed, root)
+        self.encoder = load_encoder(info, 1, config.embed.max_tokens, config.embed.batch_size,
+                                    batch_tokens=config.embed.batch_tokens)
+        self.model_id = info.id
+        copy = Path(tempfile.mkdtemp(prefix="cogd-eval-cache-")) / "embed_cache.db"
+        shutil.copyfile(self.cache_file, copy)  # the kept cache is never written by a scoring run
+        self._cache = EmbeddingCache(copy)
+
+    def dense_index(self, conn, config):
+        """A :class:`cogd.index.vectors.DenseIndex` of every entity of ``conn``'s index."""
+        import numpy as np
+        from cogd.embed.text import entity_text, text_key
+        from cogd.index import store
+        from cogd.index.vectors import DenseIndex
+
+        rows = store.embedding_rows(conn, list(store.entity_states(conn)))
+        texts = {r[0]: entity_text(r[1], r[2], r[3], r[4], r[7], r[5], style=config.embed.text) for r in rows}
+        keys = {i: text_key(self.model_id, config.embed.max_tokens, t) for i, t in texts.items()}
+        found = self._cache.get_many(list(set(keys.values())))
+        missing = [i for i in texts if keys[i] not in found]
+        if missing:
+            self.misses += len(missing)
+            fresh = self.encoder.encode([texts[i] for i in missing])
+            new = {keys[i]: fresh[n] for n, i in enumerate(missing)}
+            self._cache.put_many(new, self.model_id)
+            found.update(new)
+        dense = DenseIndex(self.encoder.dim)
+        ids = [r[0] for r in rows]
+        matrix = np.stack([np.asarray(found[keys[i]], dtype=np.float32) for i in ids]) if ids else np.zeros((0, self.encoder.dim), dtype=np.float32)
+        dense.replace(ids, [r[1] for r in rows], matrix)
+        return dense
+
+    def pair(self, conn, config, root: Path, query: str):
+        """``(query vector(s), DenseIndex)`` for ``query`` on ``conn``'s index (one index kept)."""
+        from cogd.retrieve.prompt import WINDOW_CHARS, prose_windows
+
+        if self.encoder is None:
+            self._load(config, root)
+        key = str(conn.execute("PRAGMA database_list").fetchall()[0][2])
+        if key not in self._dense:
+            self._dense = {key: self.dense_index(conn, config)}
+        if len(query) <= WINDOW_CHARS:
+            return self.encoder.encode_query(query[:4000]), self._dense[key]
+        windows = prose_windows(query)
+        if len(windows) <= 1:
+            return self.encoder.encode_query((windows or [query])[0][:4000]), self._dense[key]
+        return self.encoder.encode(windows), self._dense[key]
+
+
+HYBRID_VECTORS = HybridVectors()
 _HISTORY_STORES: dict = {}
 
 
@@ -953,7 +1048,7 @@ def history_feedback(layout, config, conn, query: str, history_db: Path | None =
 
     # the daemon's shrinkage: history's weights by the change requests reachable from this HEAD
     return Feedback(rank, history=assoc, co_changed=lambda seeds: queries.co_changed(conn, seeds),
-                    evidence=queries.evidence())
+                    evidence=queries.evidence(), file_changes=lambda: queries.file_changes(conn))
 
 
 def swe_table(title: str, groups: dict[str, list[dict]], budgets: list[int]) -> str:
@@ -994,6 +1089,90 @@ def swe_report(results: list[dict], budgets: list[int]) -> str:
 
 
 # ---------------------------------------------------------------- report
+
+VARIANT_COLUMNS = (("file R@1", "all"), ("file R@5", "all"), ("file MRR", "all"), ("file in 2000 tok", "all"),
+                   ("fn in 2000 tok", "all"), ("fn in 2000 tok", "no-mention"), ("fn R@5", "all"), ("fn MRR", "all"))
+FOLD_METRICS = ("file R@5", "file MRR", "fn in 2000 tok", "fn MRR")
+
+
+def _fold_means(entries: list[dict], metric: str) -> dict[int, float]:
+    """fold → macro mean (%) of ``metric`` over the entries of that fold that have it."""
+    folds: dict[int, list[float]] = {}
+    for e in entries:
+        if e.get("fold") is not None and metric in e["metrics"]:
+            folds.setdefault(e["fold"], []).append(e["metrics"][metric])
+    return {f: 100 * sum(v) / len(v) for f, v in sorted(folds.items())}
+
+
+CV_METRICS = ("file R@5", "file MRR", "fn in 2000 tok", "fn MRR")  # the objective's sum and the bar
+
+
+def _cv_objective(entries: dict[str, dict], base: dict[str, dict], commits: set[str]) -> float:
+    """Mean over ``commits`` of the sum of :data:`CV_METRICS` a task has, minus the default's."""
+    total = [sum(entries[c]["metrics"].get(m, 0.0) - base[c]["metrics"].get(m, 0.0) for m in CV_METRICS)
+             for c in commits if c in entries and c in base]
+    return sum(total) / len(total) if total else 0.0
+
+
+def variant_cv(default: list[dict], variants: dict[str, list[dict]]) -> list[str]:
+    """Cross-validation of the choice among ``default`` and ``variants`` over the tasks' ``fold``:
+    for each fold the variant with the best :func:`_cv_objective` on the other four folds (ties:
+    the default, so a variant must gain to be chosen), judged on the held-out fold against the
+    default, paired by task, per metric of :data:`CV_METRICS`: the mean delta and the 95 %
+    paired-bootstrap interval (:func:`_replay_cv.bootstrap_interval`, as the replay's ``--cv``);
+    a fold *loses* when a whole interval is below 0."""
+    from _replay_cv import bootstrap_interval  # noqa: E402 — scripts/ is on sys.path when run as a script
+
+    base = {e["commit"]: e for e in default}
+    arms = {"default": base, **{n: {e["commit"]: e for e in v} for n, v in variants.items() if v}}
+    folds = {e["commit"]: e.get("fold") for e in default}
+    out = [f"cross-validation over folds (objective: mean {' + '.join(CV_METRICS)} minus the default's, "
+           "on the other four folds; held-out deltas with paired-bootstrap 95% intervals)"]
+    for fold in sorted({f for f in folds.values() if f is not None}):
+        held = {c for c, f in folds.items() if f == fold}
+        training = {c for c, f in folds.items() if f is not None and f != fold}
+        chosen = max(arms, key=lambda n: (round(_cv_objective(arms[n], base, training), 12), n == "default"))
+        cells = []
+        for metric in CV_METRICS:
+            diffs = [arms[chosen][c]["metrics"][metric] - base[c]["metrics"][metric] for c in sorted(held)
+                     if metric in base[c]["metrics"] and metric in arms[chosen].get(c, {}).get("metrics", {})]
+            lo, hi = bootstrap_interval(diffs, f"fold{fold}:{chosen}:{metric}")
+            mean = 100 * sum(diffs) / len(diffs) if diffs else 0.0
+            cells.append(f"{metric} {mean:+.1f} [{100 * lo:+.1f}, {100 * hi:+.1f}]{' LOSES' if 100 * hi < 0 else ''}")
+        out.append(f"  fold {fold} ({len(held)} tasks): chosen {chosen}; " + "; ".join(cells))
+    everything = {c for c, f in folds.items() if f is not None}
+    best = max(arms, key=lambda n: (round(_cv_objective(arms[n], base, everything), 12), n == "default"))
+    out.append(f"  chosen on all folds: {best}")
+    return out
+
+
+def variant_report(results: list[dict], budgets: list[int]) -> str:
+    """For a commit-set run with ``--variants``: one row per variant (the record first, as
+    ``default``) of the README's columns, then each variant's per-fold deltas against the
+    record (``fold`` 0–4: the cross-validation rule — a new default must lose no fold beyond
+    noise) at file R@5, file MRR, function recall within 2,000 tokens and function MRR."""
+    out = []
+    for res in results:
+        if not res.get("variants") or not res["records"]:
+            continue
+        rows = [("default", res["records"])] + [(n, v) for n, v in res["variants"].items() if v]
+        head = " | ".join(f"{m}{' (no mention)' if c != 'all' else ''}" for m, c in VARIANT_COLUMNS)
+        out += ["", f"arm {res['arm']}: variants ({len(res['records'])} tasks)", f"| variant | {head} |"]
+        for name, entries in rows:
+            table = aggregate(entries, budgets)
+            cells = " | ".join(f"{table[m][c][0]:.1f}" if table[m][c][0] is not None else "-" for m, c in VARIANT_COLUMNS)
+            out.append(f"| {name} | {cells} |")
+        base = {m: _fold_means(res["records"], m) for m in FOLD_METRICS}
+        out.append("per-fold deltas against default (folds 0..4): " + ", ".join(FOLD_METRICS))
+        for name, entries in rows[1:]:
+            parts = []
+            for m in FOLD_METRICS:
+                mine = _fold_means(entries, m)
+                parts.append(" ".join(f"{mine[f] - base[m][f]:+.1f}" for f in base[m] if f in mine))
+            out.append(f"  {name}: " + " | ".join(parts))
+        out += variant_cv(res["records"], res["variants"])
+    return "\n".join(out)
+
 
 def report(results: list[dict], budgets: list[int], swe: bool = False) -> str:
     """The text report: per arm its table (not for a SWE-bench file: :func:`swe_report`), timings, checks."""
@@ -1074,7 +1253,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="a full-history git directory (outside the project): PATH for the commit set, "
                              "OWNER/NAME=PATH per repository of a SWE-bench file (repeatable)")
     parser.add_argument("--variants", default="",
-                        help="bm25 arm only: extra packs per task built in process, "
+                        help="bm25 and hybrid arms: extra packs per task built in process, "
                              "'name:section.key=value,...;name2:...' (see variant_packs)")
     parser.add_argument("--repos", default="", help="SWE-bench file: only these OWNER/NAME, comma-separated")
     parser.add_argument("--tasks", default=str(DEFAULT_TASKS))
@@ -1092,13 +1271,16 @@ def main(argv: list[str] | None = None) -> int:
                              "repository whose HEAD is each task's parent (see run_arm)")
     parser.add_argument("--keep", action="store_true", help="keep the scratch trees (daemons are stopped anyway)")
     parser.add_argument("--save-index", default=None, metavar="DIR",
-                        help="bm25 arm: keep a copy of each task's index.db in DIR (for --from-index)")
+                        help="keep a copy of each task's index.db (and history.db) in DIR (for --from-index)")
     parser.add_argument("--from-index", default=None, metavar="DIR",
-                        help="bm25 arm: no daemon, no hook; score in-process packs on the index.db copies "
-                             "a --save-index run kept (the tree is still moved, for the packs' text)")
+                        help="bm25 or hybrid arm (hybrid: with the saving run's --embed-cache): no daemon, no "
+                             "hook; score in-process packs on the index.db copies a --save-index run kept "
+                             "(the tree is still moved, for the packs' text)")
     parser.add_argument("--embed-cache", default=None, metavar="DIR",
                         help="keep each arm's embedding cache in DIR between runs (copied in before the daemon "
                              "starts, back after it stops)")
+    parser.add_argument("--signals", action="store_true",
+                        help="--from-index: keep each pack item's ranking signals in --out (for an analysis)")
     parser.add_argument("--cogd-src", default=None, metavar="DIR",
                         help="put DIR first on cogd's PYTHONPATH (e.g. an exported older cogd/ to compare against)")
     args = parser.parse_args(argv)
@@ -1169,6 +1351,8 @@ def main(argv: list[str] | None = None) -> int:
         text += "\n" + block_table(results) + "\n" + "\n".join(duplicate_lines(results))
     if swe:
         text += "\n" + swe_report(results, budgets)
+    elif VARIANTS:
+        text += "\n" + variant_report(results, budgets)
     changed = source.get("uncommitted")
     text = (f"cogd code: {source['path']} (project HEAD {source.get('project_head')}"
             + (f", uncommitted changes in {len(changed)} paths under cogd/" if changed else "") + ")\n") + text

@@ -94,8 +94,12 @@ def _feedback(parts: Parts, session_id: str | None) -> Feedback:
         return parts.ledger.associated(match_expression(query_terms(text)), limit=parts.config.retrieve.candidates)
 
     history, co_changed = _history_sources(parts)
+    queries = parts.history
+    changes = ((lambda: queries.file_changes(parts.reader(), (parts.worker.refreshes, parts.readers.generation)))
+               if history is not None and queries is not None else None)
     return Feedback(parts.config.rank, parts.utility, touches, parts.recent.get(), associations, history, co_changed,
-                    session_times=parts.ledger.association_times, evidence=learned_evidence(parts))
+                    session_times=parts.ledger.association_times, evidence=learned_evidence(parts),
+                    file_changes=changes)
 
 
 

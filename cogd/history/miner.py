@@ -69,13 +69,19 @@ _MERGE_LINE = re.compile(r"^Merge (pull request|branch|remote-tracking branch|ta
 SKIP_REASONS = ("merge", "bot", "version", "no_code", "mass_files", "mass_definitions", "empty")
 
 
+def version_subject(subject: str) -> bool:
+    """True when a commit subject (or a request's first line) is a version bump or a release by
+    the ``version`` skip rule: "Bump version to 8.1", "start version 8.0", "Release 8.1.3", "8.1.3"."""
+    return bool(_VERSION.match(subject))
+
+
 def skip_reason_before_diff(commit: Commit) -> str | None:
     """``merge``, ``bot`` or ``version`` when the commit is not a change request by those rules."""
     if len(commit.parents) > 1:
         return "merge"
     if _BOT.search(commit.author) or _BOT.search(commit.email):
         return "bot"
-    if _VERSION.match(commit.subject):
+    if version_subject(commit.subject):
         return "version"
     return None
 

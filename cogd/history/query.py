@@ -31,6 +31,7 @@ class HistoryQueries:
         # Per state of the live set (synced HEAD, projection file, writer's commits): the newest
         # live commit's time and the evidence counts, read once per state instead of per request.
         self._per_state: tuple | None = None
+        self._changes: tuple | None = None  # (state, {path: change requests}) of file_changes
 
     def _current(self, index_conn: sqlite3.Connection, ids: list[str], index_version: object) -> dict[str, str]:
         """:func:`cogd.history.store.current_ids`, cached while ``index_version`` and the synced
@@ -122,6 +123,41 @@ class HistoryQueries:
                                 view=self._view())
         mapping = self._current(index_conn, list({r[1] for r in rows}), index_version)
         return [(seed, mapping[b], conf, sup) for seed, b, conf, sup in rows if b in mapping and mapping[b] != seed]
+
+    def file_changes(self, index_conn: sqlite3.Connection, index_version: object = None) -> dict[str, int]:
+        """``{current path: live change requests that changed it}``: how often each file of the
+        index was where a request's change went, the prior P(file) of the file-level ranking
+        (:meth:`cogd.retrieve.feedback.Feedback.file_prior_shares`). A commit counts once per
+        file whatever number of its definitions it touched. A recorded path the index still
+        holds counts as itself; the ids recorded under any other path (a file moved or renamed
+        since) are mapped onto the current index as for associations, so a moved file's
+        definitions follow it. Only live commits not skipped count; {} while history is not
+        usable. Cached per state of the live set (a prior moves with history, not with each
+        edit; ``index_version`` only feeds the id-mapping cache). Raises sqlite3.Error."""
+        if not self.miner.usable():
+            return {}
+        key = self.miner.state_key()
+        if self._changes is not None and self._changes[0] == key:
+            return self._changes[1]
+        from cogd.index import store as index_store
+
+        rows = self.miner.store.reader().execute(
+            "SELECT DISTINCT t.hash, t.path, t.entity_id FROM touched t JOIN commits c ON c.hash = t.hash "
+            "WHERE c.live = 1 AND c.skipped IS NULL").fetchall()
+        held = index_store.indexed_paths(index_conn, {path for _h, path, _e in rows})
+        moved = [entity_id for _h, path, entity_id in rows if path not in held]
+        mapping = self._current(index_conn, list(dict.fromkeys(moved)), index_version) if moved else {}
+        pairs = set()
+        for hash_, path, entity_id in rows:
+            if path in held:
+                pairs.add((hash_, path))
+            elif entity_id in mapping:
+                pairs.add((hash_, mapping[entity_id].split("::", 1)[0]))
+        counts: dict[str, int] = {}
+        for _hash, path in pairs:
+            counts[path] = counts.get(path, 0) + 1
+        self._changes = (key, counts)
+        return counts
 
     def subjects(self, hashes: list[str]) -> dict[str, str]:
         """hash → subject of stored commits (for ``--explain``)."""

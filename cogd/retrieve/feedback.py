@@ -84,6 +84,8 @@ class Feedback:
     # association (cogd.usage.ledger.Ledger.evidence_sessions), reachable change requests / pair
     # commits for history_association / co_change (cogd.history.query.HistoryQueries.evidence)
     evidence: dict[str, float] = field(default_factory=dict)
+    # → {path: live change requests that changed it} (cogd.history.query.HistoryQueries.file_changes)
+    file_changes: Callable[[], dict[str, int]] | None = None
 
     def __post_init__(self) -> None:
         self._ranges: dict[str, list[tuple[int, int]]] = {}
@@ -247,6 +249,24 @@ class Feedback:
             return {}
         share = self.config.history_file_weight * self.weight("history_association") / base
         return {path: share * value / top for path, value in self._history_files.items()}
+
+    def file_prior_shares(self) -> dict[str, float]:
+        """``{path: share}`` for the file-level ranking's ``named_files``: the prior that a request's
+        change goes to a file, from how many of history's change requests changed it (``n_f``,
+        :attr:`file_changes`) — ``rank.history_file_prior × Z × n_f / max n``, ``Z`` history's
+        credibility as in :meth:`history_file_shares` (the shrinkage by reachable change
+        requests, so a young history moves nothing). Whatever the prompt says: P(f | q) ∝
+        P(q | f) · P(f), and the retrieval lists estimate only the first factor. Empty when the
+        weight, history or its association source is off."""
+        base = self.config.history_association_weight
+        if self.file_changes is None or self.config.history_file_prior <= 0 or base <= 0:
+            return {}
+        counts = self.file_changes()
+        top = max(counts.values(), default=0)
+        if top <= 0:
+            return {}
+        share = self.config.history_file_prior * self.weight("history_association") / base
+        return {path: share * n / top for path, n in counts.items()}
 
     def co_change_edges(self, seeds: list[str]) -> list[tuple[str, str, float, int]]:
         """The co-change partners of ``seeds`` (``[]`` when the source or its weight is off)."""

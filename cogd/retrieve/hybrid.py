@@ -354,6 +354,22 @@ def _title_list(conn: sqlite3.Connection, text: str, parts: PromptParts, config:
     return [("title", config.title_weight, [h.id for h in found])] if found else []
 
 
+def _version_list(paths, config: RetrieveConfig, kinds: tuple[str, ...] | None,
+                  signals: dict[str, dict], found: Clues) -> list[tuple[str, float, list[str]]]:
+    """The fusion list of a version-bump request's version files (their file entities, ids =
+    paths), ``retrieve.version_weight``; [] without files, with the weight 0, or when ``kinds``
+    leaves out files. The files also join ``found.files``: the request points at them as a
+    printed path would, so the file-level ranking gives them a named file's evidence."""
+    if not paths or config.version_weight <= 0 or (kinds and "file" not in kinds):
+        return []
+    found.files.extend(p for p in paths if p not in found.files)
+    for rank, path in enumerate(paths, 1):
+        sig = signals.setdefault(path, {})
+        sig["version_rank"] = rank
+        sig["part"] = "assigns the version the prompt bumps"
+    return [("version", config.version_weight, list(paths))]
+
+
 def _add_module_list(conn, parts: PromptParts, config: RetrieveConfig, found: Clues, tests_ok: bool,
                      kinds: tuple[str, ...] | None, signals: dict[str, dict], lists: list) -> None:
     """The files the prompt names as modules (:func:`cogd.retrieve.clues.resolve_modules`):
@@ -401,6 +417,7 @@ def retrieve(
     parts: PromptParts | None = None,
     clues: Clues | None = None,
     extra_terms: tuple[str, ...] = (),
+    version_files: list[str] | tuple[str, ...] = (),
 ) -> list[Hit]:
     """Ranked candidates for ``text`` (before MMR), best first, at most ``limit``.
 
@@ -408,7 +425,10 @@ def retrieve(
     None); ``clues``: filled in place with what its frames, paths and identifiers resolved
     to (:func:`cogd.retrieve.clues.resolve`), each a list of its own in the fusion
     (``retrieve.frame_weight``, ``path_weight``, ``identifier_weight``); ``extra_terms``:
-    lower-case words searched by BM25 besides the prompt's own terms (``cogd search get``).
+    lower-case words searched by BM25 besides the prompt's own terms (``cogd search get``);
+    ``version_files``: for a version-bump request, the files that assign the version
+    (:func:`cogd.retrieve.version.version_files`), one more fusion list of weight
+    ``retrieve.version_weight``.
 
     ``mode``: ``bm25``, ``vector`` or ``hybrid`` (default ``config.mode``);
     without a query vector or a dense index the vector source is empty and
@@ -434,6 +454,7 @@ def retrieve(
     tests_ok = tests_wanted(text, parts, config.strict_test_prior, found.files)
     if config.compound_names:
         _add_compound_names(conn, parts, text, found, tests_ok)
+    lists.extend(_version_list(version_files, config, kinds, signals, found))
     if clues is not None:
         clues.__dict__.update(found.__dict__)
     if config.module_weight > 0 and is_long(parts):
@@ -666,10 +687,12 @@ def select(
         named = (module_words(hits, parts, config.module_word_weight, config.template_filter)
                  if config.module_word_weight > 0 else None)
         changed = feedback.history_file_shares() if feedback is not None else {}
-        if changed:  # files the matching commits changed: evidence about files, not only definitions
-            named = dict(named or {})
-            for path, share in changed.items():
-                named[path] = named.get(path, 0.0) + share
+        prior = feedback.file_prior_shares() if feedback is not None else {}
+        for shares in (changed, prior):  # files the matching commits changed; files changes go to
+            if shares:
+                named = dict(named or {})
+                for path, share in shares.items():
+                    named[path] = named.get(path, 0.0) + share
         ranking = file_ranking(hits, clue_files, config.file_rank_agg, named)
         order_of = {path: n for n, path in enumerate(sorted(ranking, key=ranking.get, reverse=True), 1)}
         best = max(h.score for h in hits)

@@ -29,6 +29,7 @@ from cogd.retrieve.lexical import Hit, query_terms
 from cogd.retrieve.priors import cached_package_roots, vendored_patterns
 from cogd.retrieve.prompt import analyze
 from cogd.retrieve.repomap import RankedGraph, map_entities
+from cogd.retrieve.version import version_files, version_request
 from cogd.visible import visible
 
 EXCERPT_READ_BYTES = 16 << 20  # indexed files are far smaller (index.max_file_bytes); a bound all the same
@@ -292,8 +293,9 @@ def prompt_pack(
         return Pack("")  # rules were given at session start; chat filler needs nothing
     parts = analyze(prompt)
     clues = Clues()
+    bumped = (version_files(conn, root) if retrieve_config.version_weight > 0 and version_request(prompt) else [])
     hits = retrieve(conn, prompt, retrieve_config, mode=mode, query_vector=query_vector, dense=dense, limit=CANDIDATES,
-                    feedback=feedback, parts=parts, clues=clues)
+                    feedback=feedback, parts=parts, clues=clues, version_files=bumped)
     ranked = select(hits, retrieve_config, per_file_cap=config.per_file_cap, prompt=prompt, dense=dense,
                     limit=config.max_items + config.max_pointers, feedback=feedback, parts=parts, clues=clues,
                     vendored=vendored_patterns(root), package_roots=_package_roots(conn, root, retrieve_config))

@@ -1,0 +1,116 @@
+"""File-level evidence beyond the retrieval lists, on real code (tree-sitter, SQLite FTS5, git):
+the files a version-bump request changes (cogd/retrieve/version.py), and the prior of a file
+from how many of history's change requests changed it (HistoryQueries.file_changes,
+Feedback.file_prior_shares) as the file-level ranking reads it (cogd/retrieve/hybrid.py)."""
+
+from __future__ import annotations
+
+from cogd.config import HistoryConfig, PackConfig, RankConfig, RetrieveConfig
+from cogd.history.query import HistoryQueries
+from cogd.retrieve.feedback import Feedback
+from cogd.retrieve.pack import prompt_pack
+from cogd.retrieve.version import version_files, version_request
+from conftest import make_repo, write
+from test_history import commit, indexed, init_repo, mine
+
+INIT = '''"""A toolkit for command lines."""
+
+from .options import version_option
+
+__version__ = "2.3.0"
+'''
+OPTIONS = '''"""Options every command may take."""
+
+
+def version_option(version=None, message="%(prog)s, version %(version)s"):
+    """Add a --version option that prints the version and exits."""
+    return {"version": version, "message": message}
+
+
+def check_version(version):
+    """Reject a version string that does not parse."""
+    if not version or not version[0].isdigit():
+        raise ValueError("bad version %r" % version)
+    return version
+'''
+VERSION_REPO = {"tool/__init__.py": INIT, "tool/options.py": OPTIONS,
+                "tool/shell.py": 'VERSION_HINT = "version"\n\n\ndef shell_version():\n    return "bash version 5"\n'}
+
+
+def test_a_version_bump_is_a_short_request_naming_a_number_or_a_bump():
+    assert version_request("start version 8.0")
+    assert version_request("Bump version to 2.4")
+    assert version_request("release version 8.1.3")
+    assert version_request("bump the version")
+    assert not version_request("update the version check in the parser")  # the miner's rule alone takes it
+    assert not version_request("version_option prints the wrong program name")
+    assert not version_request("start version 8.0 " + "and rewrite the parser " * 20)  # a task, not a bump
+    assert not version_request("")
+
+
+def test_the_files_assigning_the_version_are_found_and_lead_the_pack(tmp_path):
+    root = make_repo(tmp_path / "repo", VERSION_REPO)
+    conn = indexed(root)
+    try:
+        # shell.py mentions a version and assigns VERSION_HINT, which is no version assignment
+        assert version_files(conn, root) == ["tool/__init__.py"]
+        config = RetrieveConfig(version_weight=1.5)
+        on = prompt_pack(conn, root, "start version 2.4", PackConfig(), config, mode="bm25")
+        off = prompt_pack(conn, root, "start version 2.4", PackConfig(), RetrieveConfig(version_weight=0.0),
+                          mode="bm25")
+        on_files = list(dict.fromkeys(i.path for i in on.items))
+        assert "tool/__init__.py" in on_files[:2]
+        assert on.items[[i.entity_id for i in on.items].index("tool/__init__.py")].signals["version_rank"] == 1
+        assert all("version_rank" not in i.signals for i in off.items)
+        # a prompt that is no bump gets no version list, whatever the weight
+        other = prompt_pack(conn, root, "check_version rejects 2.4rc1", PackConfig(), config, mode="bm25")
+        assert all("version_rank" not in i.signals for i in other.items)
+        # a version file deleted from the tree since it was indexed is skipped, not an error
+        (root / "tool" / "__init__.py").unlink()
+        assert version_files(conn, root) == []
+    finally:
+        conn.close()
+
+
+def test_file_changes_count_each_request_once_per_file_and_follow_a_move(tmp_path):
+    root = init_repo(tmp_path / "repo")
+    text = (root / "shapes.py").read_text()
+    write(root, "shapes.py", text.replace("return width * height", "return abs(width * height)")
+          .replace("2 * (width + height)", "2 * abs(width + height)"))
+    commit(root, "area and perimeter are never negative")  # two definitions, one request for the file
+    write(root, "util.py", "def clamp(x, low, high):\n    return max(low, min(high, x))\n")
+    commit(root, "add a clamp helper")
+    write(root, "shapes.py", (root / "shapes.py").read_text().replace("Circle(self.radius * factor)",
+                                                                      "Circle(abs(self.radius * factor))"))
+    commit(root, "scale keeps the radius positive")
+    write(root, "util.py", "def clamp(x, low, high):\n    return low if x < low else high if x > high else x\n")
+    commit(root, "Bump version to 1.1")  # a version commit: skipped by the miner, so not counted
+    miner, _store = mine(root)
+    conn = indexed(root)
+    try:
+        counts = HistoryQueries(miner, HistoryConfig()).file_changes(conn)
+        # the initial commit added shapes.py (its file entity); then two requests changed it
+        assert counts["shapes.py"] == 3
+        assert counts["util.py"] == 1
+        (root / "geometry").mkdir()
+        (root / "shapes.py").rename(root / "geometry" / "shapes.py")
+        commit(root, "move the shapes into a package")
+        miner.sync()
+        moved = HistoryQueries(miner, HistoryConfig()).file_changes(indexed(root))
+        assert "shapes.py" not in moved and moved["geometry/shapes.py"] >= 2  # the definitions followed the file
+    finally:
+        conn.close()
+
+
+def test_the_file_prior_is_relative_to_the_most_changed_file_and_shrunk_by_history():
+    counts = {"core.py": 40, "types.py": 10, "rare.py": 1}
+    young = Feedback(RankConfig(history_file_prior=0.5), file_changes=lambda: counts,
+                     history=lambda text: [], evidence={"history_association": 0})
+    grown = Feedback(RankConfig(history_file_prior=0.5), file_changes=lambda: counts,
+                     history=lambda text: [], evidence={"history_association": 10_000})
+    off = Feedback(RankConfig(history_file_prior=0.0), file_changes=lambda: counts, history=lambda text: [])
+    assert all(v == 0.0 for v in young.file_prior_shares().values())  # no evidence, no prior
+    shares = grown.file_prior_shares()
+    assert 0.49 < shares["core.py"] <= 0.5 and abs(shares["types.py"] - shares["core.py"] / 4) < 1e-9
+    assert off.file_prior_shares() == {}
+    assert Feedback(RankConfig(history_file_prior=0.5)).file_prior_shares() == {}  # no history at all
