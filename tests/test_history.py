@@ -593,10 +593,10 @@ def test_a_requests_test_edits_are_left_out_of_its_change_when_tests_are_not_wan
         assert apart["shapes.py::perimeter"] == pytest.approx(kept[test_entity] * 2 ** 0.5)
         # a request that changed only tests gives nothing then
         assert associated(store.reader(), '"tests"', miner_settings(), leave_out=is_test_path) == []
-        # the query layer applies the caller's predicate only with test_changes = "wanted" (the default)
+        # the query layer applies the caller's predicate only with test_changes = "wanted"
         conn = indexed(root)
-        for config, expected in ((HistoryConfig(), {"shapes.py::perimeter"}),
-                                 (HistoryConfig(test_changes="always"), set(kept))):
+        for config, expected in ((HistoryConfig(test_changes="wanted"), {"shapes.py::perimeter"}),
+                                 (HistoryConfig(), set(kept))):
             queries = HistoryQueries(miner, config)
             assert {a.entity_id for a in queries.associations(conn, '"perimeter"', 10, None, None, is_test_path)} == expected
             assert {a.entity_id for a in queries.associations(conn, '"perimeter"', 10)} == set(kept)
@@ -610,9 +610,9 @@ def test_test_changes_is_validated(tmp_path):
     from cogd.config import ConfigError, load_config
 
     path = tmp_path / "config.toml"
-    assert HistoryConfig().test_changes == "wanted"
-    path.write_text('[history]\ntest_changes = "always"\n')
-    assert load_config(path).history.test_changes == "always"
+    assert HistoryConfig().test_changes == "always"  # rule worst of the replay's cross-validation
+    path.write_text('[history]\ntest_changes = "wanted"\n')
+    assert load_config(path).history.test_changes == "wanted"
     path.write_text('[history]\ntest_changes = "never"\n')
     with pytest.raises(ConfigError, match="must be one of always, wanted"):
         load_config(path)

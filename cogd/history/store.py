@@ -407,7 +407,7 @@ def associated(conn: sqlite3.Connection, match: str, settings: AssociationSettin
         for hash_, entity_id, n in conn.execute(
                 f"SELECT hash, entity_id, lines FROM touched WHERE hash IN ({marks(len(chunk))})", chunk):
             lines.setdefault(hash_, {})[entity_id] = n
-    half_life = max(settings.half_life_days, 1e-6) * 86400
+    half_life, leave_out = max(settings.half_life_days, 1e-6) * 86400, _memo(leave_out)
     found: dict[str, Association] = {}
     for key, (score, when, parts) in requests.items():  # best request first
         changed = _request_change(parts, lines, leave_out)
@@ -437,6 +437,20 @@ def _request_change(members: set[str], lines: dict[str, dict[str, int]],
             if leave_out is None or not leave_out(entity_id.split("::", 1)[0]):
                 changed[entity_id] = changed.get(entity_id, 0) + n
     return changed
+
+
+def _memo(predicate: Callable[[str], bool] | None) -> Callable[[str], bool] | None:
+    """``predicate`` asked once per distinct path (one query's requests share a few files)."""
+    if predicate is None:
+        return None
+    known: dict[str, bool] = {}
+
+    def ask(path: str) -> bool:
+        found = known.get(path)
+        if found is None:
+            found = known[path] = bool(predicate(path))
+        return found
+    return ask
 
 
 def _matched_requests(rows: list[tuple[str, str, float, int]], settings: AssociationSettings) -> dict[str, list]:
