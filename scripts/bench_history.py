@@ -90,9 +90,9 @@ def per_pack(repo: Path, db: Path, prompts: list[str], rounds: int) -> dict:
                                                 for v in ("view", "sql")}
 
     def sources(lists: dict[str, list[float]]):
-        def assoc(text):
+        def assoc(text, tests_unwanted=None):
             t, c = time.perf_counter(), time.thread_time()
-            found = queries.associations(conn, match_expression(query_terms(text)), 60, text, 1)
+            found = queries.associations(conn, match_expression(query_terms(text)), 60, text, 1, tests_unwanted)
             queries.subjects(list({h for a in found[:20] for h in a.commits[:3]}))
             lists["part"].append(time.perf_counter() - t)
             lists["part_cpu"].append(time.thread_time() - c)

@@ -75,7 +75,8 @@ def main(argv: list[str] | None = None) -> int:
     def pack(query: str, weight: float) -> list[str]:
         config.rank.co_change_weight = weight
         feedback = Feedback(config.rank, evidence=evidence,
-                            history=lambda t: queries.associations(conn, match_expression(query_terms(t)), 60, t, 1),
+                            history=lambda t, unwanted=None: queries.associations(
+                                conn, match_expression(query_terms(t)), 60, t, 1, unwanted),
                             co_changed=lambda seeds: queries.co_changed(conn, seeds, 1))
         return [i.entity_id for i in prompt_pack(conn, repo, query, config.pack, config.retrieve, mode="bm25",
                                                  feedback=feedback).items]

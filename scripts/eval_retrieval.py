@@ -1042,8 +1042,9 @@ def history_feedback(layout, config, conn, query: str, history_db: Path | None =
         history = _HISTORY_STORES[path] = HistoryStore(path, readonly=True)
     queries = HistoryQueries(HistoryMiner(layout.root, history, config.history), config.history)
 
-    def assoc(text):
-        found = queries.associations(conn, match_expression(query_terms(text)), config.retrieve.candidates, text)
+    def assoc(text, tests_unwanted=None):
+        found = queries.associations(conn, match_expression(query_terms(text)), config.retrieve.candidates, text,
+                                     None, tests_unwanted)
         return found
 
     # the daemon's shrinkage: history's weights by the change requests reachable from this HEAD

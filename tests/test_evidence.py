@@ -71,11 +71,11 @@ def test_feedback_shrinks_only_the_learned_sources():
 
 def test_history_sources_shrink_by_their_commits():
     config = RankConfig(history_association_weight=0.5, co_change_weight=1.0, history_evidence_k=50)
-    fresh = Feedback(config, history=lambda text: [], co_changed=lambda seeds: [("a", "b", 1.0, 2)])
+    fresh = Feedback(config, history=lambda text, _unwanted=None: [], co_changed=lambda seeds: [("a", "b", 1.0, 2)])
     # no commit reachable: history weighs nothing, its sources are not even asked
     assert (fresh.weight("history_association"), fresh.weight("co_change")) == (0.0, 0.0)
     assert fresh.association_lists("anything", 10) == [] and fresh.co_change_edges(["a"]) == []
-    grown = Feedback(config, history=lambda text: [], co_changed=lambda seeds: [("a", "b", 1.0, 2)],
+    grown = Feedback(config, history=lambda text, _unwanted=None: [], co_changed=lambda seeds: [("a", "b", 1.0, 2)],
                      evidence={"history_association": 150, "co_change": 50})
     assert grown.weight("history_association") == 0.375  # 0.5 · 150 / 200
     assert grown.weight("co_change") == 0.5  # 1 · 50 / 100
@@ -130,7 +130,7 @@ def _two_sources(combine: str) -> Feedback:
     config = RankConfig(association_weight=0.25, history_association_weight=0.5, evidence_k=0,
                         history_evidence_k=0, association_combine=combine)
     return Feedback(config, associations=lambda text: [("a", 3.0), ("b", 2.0)],
-                    history=lambda text: [Association("b", 2.0, 2, ["c1", "c2"]), Association("c", 1.0, 1, ["c3"])])
+                    history=lambda text, _unwanted=None: [Association("b", 2.0, 2, ["c1", "c2"]), Association("c", 1.0, 1, ["c3"])])
 
 
 def test_association_sources_pool_by_default():
@@ -168,7 +168,7 @@ def test_association_combine_with_one_source_is_that_source():
         only = Feedback(RankConfig(history_association_weight=0.5, association_weight=0.0, history_evidence_k=0,
                                    association_combine=combine),
                         associations=lambda text: [("a", 3.0)],
-                        history=lambda text: [Association("b", 2.0, 2, ["c1"]), Association("c", 1.0, 1, ["c3"])])
+                        history=lambda text, _unwanted=None: [Association("b", 2.0, 2, ["c1"]), Association("c", 1.0, 1, ["c3"])])
         assert only.association_terms("q", 10, RRF_K)[0] == pytest.approx({"b": 0.5 / 61, "c": 0.5 / 62})
     fresh = Feedback(RankConfig(association_combine="pooled"), associations=lambda text: [("a", 3.0)])
     assert fresh.association_terms("q", 10, RRF_K) == ({}, [])  # no evidence yet: nothing learned is fused
@@ -182,7 +182,7 @@ def _one_change(days: float, combine: str = "pooled", commit_at: float = 10_000 
     config = RankConfig(association_weight=0.25, history_association_weight=0.5, evidence_k=0,
                         history_evidence_k=0, association_combine=combine, same_change_days=days)
     return Feedback(config, associations=lambda text: [("a", 3.0), ("b", 2.0)],
-                    history=lambda text: [Association("c", 2.0, 1, ["c1"], [5_000]),
+                    history=lambda text, _unwanted=None: [Association("c", 2.0, 1, ["c1"], [5_000]),
                                           Association("b", 1.0, 1, ["c2"], [int(commit_at)])],
                     session_times=(lambda ids: {i: [10_000.0] for i in ids if i in ("a", "b")}) if session_times else None)
 
@@ -392,7 +392,7 @@ def test_an_edit_both_the_ledger_and_history_hold_is_fused_once_unless_summed(st
             config = RankConfig(utility_weight=0, recency_weight=0, working_set_weight=0, evidence_k=0,
                                 history_evidence_k=0, association_combine=combine)
             feedback = feedback_of(ledger, config)
-            feedback.history = lambda text: [Association(target_id, 1.0, 1, ["c1"])]  # the same edit, committed
+            feedback.history = lambda text, _unwanted=None: [Association(target_id, 1.0, 1, ["c1"])]  # the same edit, committed
             items = prompt_pack(conn, root, ASKED, PackConfig(), RetrieveConfig(), mode="bm25", feedback=feedback).items
             hit = next(h for h in items if h.entity_id == target_id)
             assert (hit.signals["association_rank"], hit.signals["history_rank"]) == (1, 1)
@@ -422,7 +422,7 @@ def test_a_session_committed_within_the_window_is_fused_once_even_under_sum(stdl
             config = RankConfig(utility_weight=0, recency_weight=0, working_set_weight=0, evidence_k=0,
                                 history_evidence_k=0, association_combine="sum", same_change_days=7)
             feedback = feedback_of(ledger, config)
-            feedback.history = lambda text, t=committed: [Association(target_id, 1.0, 1, ["c1"], [int(t)])]
+            feedback.history = lambda text, _unwanted=None, t=committed: [Association(target_id, 1.0, 1, ["c1"], [int(t)])]
             items = prompt_pack(conn, root, ASKED, PackConfig(), RetrieveConfig(), mode="bm25", feedback=feedback).items
             hit = next(h for h in items if h.entity_id == target_id)
             assert (hit.signals["association_rank"], hit.signals["history_rank"]) == (1, 1)
@@ -491,7 +491,7 @@ def test_utility_once_leaves_out_the_boost_history_already_counts(stdlib_index, 
         def pack(mode: str, committed: bool) -> dict:
             feedback = feedback_of(ledger, RankConfig(utility_with_history=mode))
             if committed:
-                feedback.history = lambda text: [Association(target[0], 1.0, 3, ["c1", "c2", "c3"])]
+                feedback.history = lambda text, _unwanted=None: [Association(target[0], 1.0, 3, ["c1", "c2", "c3"])]
                 feedback.evidence["history_association"] = 150
             items = prompt_pack(conn, root, ASKED, PackConfig(), RetrieveConfig(), mode="bm25", feedback=feedback).items
             return {i.entity_id: i for i in items}
@@ -531,12 +531,30 @@ def test_history_file_evidence_is_shrunk_with_the_history_source():
     found = [Association("a.py::f", 3.0, 2, ["c1", "c2"]), Association("a.py::g", 1.0, 1, ["c1"]),
              Association("b.py::h", 2.0, 1, ["c3"])]
     config = RankConfig(history_association_weight=0.5, history_file_weight=1.0, history_evidence_k=50)
-    feedback = Feedback(config, history=lambda text: found, evidence={"history_association": 150})
+    feedback = Feedback(config, history=lambda text, _unwanted=None: found, evidence={"history_association": 150})
     assert feedback.history_file_shares() == {}  # nothing asked yet for this request
     assert [source for source, _ in feedback.association_lists("q", 10)] == ["history"]
     # per file: the sum of its entities' scores over the best file's (a 4, b 2), × Z = 150 / 200
     assert feedback.history_file_shares() == {"a.py": 0.75, "b.py": 0.375}
-    assert Feedback(RankConfig(history_file_weight=1.0), history=lambda text: found).history_file_shares() == {}
-    off = Feedback(RankConfig(history_file_weight=0.0), history=lambda text: found, evidence={"history_association": 150})
+    assert Feedback(RankConfig(history_file_weight=1.0), history=lambda text, _unwanted=None: found).history_file_shares() == {}
+    off = Feedback(RankConfig(history_file_weight=0.0), history=lambda text, _unwanted=None: found, evidence={"history_association": 150})
     off.association_lists("q", 10)
     assert off.history_file_shares() == {}
+
+
+def test_history_is_told_to_leave_test_edits_out_only_when_the_request_does_not_want_tests():
+    from cogd.history.store import Association
+    from cogd.retrieve.hybrid import _fuse_learned, is_test_path
+
+    asked: list = []
+
+    def history(text, tests_unwanted=None):
+        asked.append(tests_unwanted)
+        return [Association("src/a.py::f", 2.0, 1, ["c1"]), Association("tests/test_a.py::test_f", 1.0, 1, ["c1"])]
+
+    feedback = Feedback(RankConfig(history_evidence_k=0), history=history)
+    for tests_ok, expected in ((False, is_test_path), (True, None)):
+        fused: dict[str, float] = {}
+        _fuse_learned(feedback, "fix f", RetrieveConfig(), fused, {}, tests_ok)
+        assert asked.pop() is expected
+        assert set(fused) == {"src/a.py::f", "tests/test_a.py::test_f"}  # the source answers; nothing filtered here

@@ -553,6 +553,71 @@ def test_one_request_is_one_vote_and_a_weak_match_is_no_evidence(tmp_path):
         store.close()
 
 
+TESTS_PY = '''from shapes import area, perimeter
+
+
+def test_area():
+    assert area(2, 3) == 6
+
+
+def test_perimeter():
+    assert perimeter(2, 3) == 10
+'''
+
+
+def test_a_requests_test_edits_are_left_out_of_its_change_when_tests_are_not_wanted(tmp_path):
+    from cogd.retrieve.hybrid import is_test_path
+
+    root = init_repo(tmp_path / "repo")
+    write(root, "tests/test_shapes.py", TESTS_PY)
+    commit(root, "add tests")
+    # One request: a one-line fix of perimeter and a larger edit of its tests (most lines: first).
+    write(root, "shapes.py", (root / "shapes.py").read_text().replace("2 * (width + height)", "2 * (width + abs(height))"))
+    write(root, "tests/test_shapes.py", TESTS_PY.replace("    assert perimeter(2, 3) == 10",
+                                                          "    assert perimeter(2, 3) == 10\n"
+                                                          "    assert perimeter(2, -3) == 10\n"
+                                                          "    assert perimeter(0, 0) == 0"))
+    fix = commit(root, "perimeter of a negative height")
+    miner, store = mine(root)
+    try:
+        def found(**knobs) -> dict[str, float]:
+            return {a.entity_id: a.score for a in associated(store.reader(), '"perimeter"', miner_settings(), **knobs)}
+
+        kept = found()  # the test edit has the most lines: the request's first, full share
+        test_entity = next(e for e in kept if e.startswith("tests/test_shapes.py"))
+        assert set(kept) == {test_entity, "shapes.py::perimeter"}
+        assert kept["shapes.py::perimeter"] == pytest.approx(kept[test_entity] / 2)
+        apart = found(leave_out=is_test_path)
+        # without the tests the request changed one definition: it is the first, and n = 1, not 2
+        assert set(apart) == {"shapes.py::perimeter"}
+        assert apart["shapes.py::perimeter"] == pytest.approx(kept[test_entity] * 2 ** 0.5)
+        # a request that changed only tests gives nothing then
+        assert associated(store.reader(), '"tests"', miner_settings(), leave_out=is_test_path) == []
+        # the query layer applies the caller's predicate only with test_changes = "wanted"
+        conn = indexed(root)
+        for config, expected in ((HistoryConfig(test_changes="wanted"), {"shapes.py::perimeter"}),
+                                 (HistoryConfig(), set(kept))):
+            queries = HistoryQueries(miner, config)
+            assert {a.entity_id for a in queries.associations(conn, '"perimeter"', 10, None, None, is_test_path)} == expected
+            assert {a.entity_id for a in queries.associations(conn, '"perimeter"', 10)} == set(kept)
+            assert all(fix in a.commits for a in queries.associations(conn, '"perimeter"', 10))
+        conn.close()
+    finally:
+        store.close()
+
+
+def test_test_changes_is_validated(tmp_path):
+    from cogd.config import ConfigError, load_config
+
+    path = tmp_path / "config.toml"
+    assert HistoryConfig().test_changes == "always"  # rule worst of the replay's cross-validation
+    path.write_text('[history]\ntest_changes = "wanted"\n')
+    assert load_config(path).history.test_changes == "wanted"
+    path.write_text('[history]\ntest_changes = "never"\n')
+    with pytest.raises(ConfigError, match="must be one of always, wanted"):
+        load_config(path)
+
+
 def test_request_decay_and_min_match_share_are_validated(tmp_path):
     from cogd.config import ConfigError, load_config
     from cogd.history.store import AssociationSettings

@@ -111,6 +111,13 @@ def test_candidate_specs(tmp_path):
     written = tomllib.loads(replay_sessions.write_config(tmp_path, name, "bm25", [], values))
     assert written["history"] == {"request_decay": 1, "min_match_share": 0.5}
     assert written["rank"] == {"co_change_weight": 0}
+    # a word key of [history]: test_changes
+    name, values = replay_sessions.parse_candidate("test_changes=wanted,min_match_share=0.5")
+    assert name == "mm0.5_tcwanted"
+    written = tomllib.loads(replay_sessions.write_config(tmp_path, name, "bm25", [], values))
+    assert written["history"] == {"min_match_share": 0.5, "test_changes": "wanted"}
+    with pytest.raises(ValueError):
+        replay_sessions.parse_candidate("test_changes=never")
     for bad in ("utility_weight", "bm25_weight=1", "evidence_k=-1", "evidence_k=inf", "", "association_combine=1",
                 "association_combine=product"):
         with pytest.raises(ValueError):

@@ -10,6 +10,7 @@ current entity are merged (scores added, commits united).
 from __future__ import annotations
 
 import sqlite3
+from typing import Callable
 
 from cogd.config import HistoryConfig
 from cogd.history import store
@@ -81,19 +82,24 @@ class HistoryQueries:
         return dict(self._state()["evidence"])
 
     def associations(self, index_conn: sqlite3.Connection, match: str, limit: int,
-                     query: str | None = None, index_version: object = None) -> list[Association]:
+                     query: str | None = None, index_version: object = None,
+                     tests_unwanted: Callable[[str], bool] | None = None) -> list[Association]:
         """The entities of the commits whose messages match ``match`` (an FTS5 expression), best
         first, at most ``limit``, with each one's evidence (independent commits) and commits.
         With ``[history] mask_exact_message``, commits whose message is ``query`` are left out
         (:func:`cogd.history.store.associated`). ``index_version``: a token that changes with the
-        index (the daemon's refresh count), for the id-mapping cache."""
+        index (the daemon's refresh count), for the id-mapping cache. ``tests_unwanted``: the
+        caller's test-path predicate when the request does not ask for tests (None when it does);
+        with ``[history] test_changes = "wanted"`` a request's test edits are then left out of its
+        change (:func:`cogd.history.store.associated`'s ``leave_out``), with ``"always"`` kept."""
         if not match or not self.miner.usable():
             return []
         limit = min(limit, self.config.max_associations)
         exclude = query if self.config.mask_exact_message else None
         view = self._view()
+        leave_out = tests_unwanted if self.config.test_changes == "wanted" else None
         found = store.associated(self.miner.store.reader(), match, self.settings, exclude,
-                                 view.newest if view is not None else self._newest_time(), view)
+                                 view.newest if view is not None else self._newest_time(), view, leave_out)
         mapping = self._current(index_conn, [a.entity_id for a in found], index_version)
         merged: dict[str, Association] = {}
         for item in found:

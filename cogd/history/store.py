@@ -23,6 +23,7 @@ import sqlite3
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 from cogd import safepath
 from cogd.inlist import chunked, marks
@@ -345,7 +346,8 @@ def live_view(conn: sqlite3.Connection, key: tuple, max_definitions: int) -> Liv
 
 
 def associated(conn: sqlite3.Connection, match: str, settings: AssociationSettings,
-               query: str | None = None, newest: int | None = None, view: LiveView | None = None) -> list[Association]:
+               query: str | None = None, newest: int | None = None, view: LiveView | None = None,
+               leave_out: Callable[[str], bool] | None = None) -> list[Association]:
     """Entities changed by the live change requests whose texts match the FTS5 expression ``match``.
 
     A *change request* is a commit, or a merged pull request (its commits together, found by
@@ -371,6 +373,11 @@ def associated(conn: sqlite3.Connection, match: str, settings: AssociationSettin
     ``newest``: :func:`newest_time`, when the caller has it. ``view``: the :class:`LiveView` of
     the live set as it is now, when the caller has one: the same answer from one FTS5 query and
     lookups in memory (the live and skipped tests and the commits' lines come from the view).
+    ``leave_out``: a predicate over paths (e.g. test files, when the request is not about tests):
+    a request's definitions in such files are not part of its change for this query — not
+    counted in ``n``, not ranked, no weight — so a commit's test edits (most commits have them,
+    often with the most changed lines) neither take its first, largest share nor its
+    ``per_commit`` places from the code it changed; a request with nothing else gives nothing.
     Raises sqlite3.Error."""
     if not match:
         return []
@@ -400,13 +407,10 @@ def associated(conn: sqlite3.Connection, match: str, settings: AssociationSettin
         for hash_, entity_id, n in conn.execute(
                 f"SELECT hash, entity_id, lines FROM touched WHERE hash IN ({marks(len(chunk))})", chunk):
             lines.setdefault(hash_, {})[entity_id] = n
-    half_life = max(settings.half_life_days, 1e-6) * 86400
+    half_life, leave_out = max(settings.half_life_days, 1e-6) * 86400, _memo(leave_out)
     found: dict[str, Association] = {}
     for key, (score, when, parts) in requests.items():  # best request first
-        changed: dict[str, int] = {}
-        for member in parts:
-            for entity_id, n in lines.get(member, {}).items():
-                changed[entity_id] = changed.get(entity_id, 0) + n
+        changed = _request_change(parts, lines, leave_out)
         if not changed:
             continue
         base = score * 0.5 ** (max(newest - when, 0) / half_life) / math.sqrt(len(changed))
@@ -421,6 +425,32 @@ def associated(conn: sqlite3.Connection, match: str, settings: AssociationSettin
                 item.commits.append(key)
                 item.times.append(when)
     return sorted(found.values(), key=lambda a: (-a.score, a.entity_id))
+
+
+def _request_change(members: set[str], lines: dict[str, dict[str, int]],
+                    leave_out: Callable[[str], bool] | None) -> dict[str, int]:
+    """A request's change: ``{entity_id: changed lines}`` summed over its ``members`` (commits;
+    ``lines`` per commit), without the entities whose path ``leave_out`` says (when given)."""
+    changed: dict[str, int] = {}
+    for member in members:
+        for entity_id, n in lines.get(member, {}).items():
+            if leave_out is None or not leave_out(entity_id.split("::", 1)[0]):
+                changed[entity_id] = changed.get(entity_id, 0) + n
+    return changed
+
+
+def _memo(predicate: Callable[[str], bool] | None) -> Callable[[str], bool] | None:
+    """``predicate`` asked once per distinct path (one query's requests share a few files)."""
+    if predicate is None:
+        return None
+    known: dict[str, bool] = {}
+
+    def ask(path: str) -> bool:
+        found = known.get(path)
+        if found is None:
+            found = known[path] = bool(predicate(path))
+        return found
+    return ask
 
 
 def _matched_requests(rows: list[tuple[str, str, float, int]], settings: AssociationSettings) -> dict[str, list]:

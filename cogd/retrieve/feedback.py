@@ -73,8 +73,10 @@ class Feedback:
     recent_paths: list[str] = field(default_factory=list)  # newest first
     # text → [(entity_id, score)]: code earlier sessions edited after prompts like this one
     associations: Callable[[str], list[tuple[str, float]]] | None = None
-    # text → [Association] (cogd.history.store): code commits with messages like this one changed
-    history: Callable[[str], list] | None = None
+    # (text, tests_unwanted) → [Association] (cogd.history.store): code commits with messages like
+    # this one changed; tests_unwanted a test-path predicate when the request does not ask for
+    # tests, else None (cogd.history.query.HistoryQueries.associations)
+    history: Callable[..., list] | None = None
     # current seed ids → [(seed, partner, confidence, support)]: definitions changed with them
     co_changed: Callable[[list[str]], list[tuple[str, str, float, int]]] | None = None
     # entity ids → {entity_id: [unix seconds]}: when sessions' edits associated them with a prompt
@@ -146,9 +148,12 @@ class Feedback:
         shrinking it again would count the same evidence twice."""
         return self.weight("history_association" if source == "history" else "association")
 
-    def association_lists(self, text: str, limit: int) -> list[tuple[str, list[tuple[str, int | None, list[str]]]]]:
+    def association_lists(self, text: str, limit: int, tests_unwanted: Callable[[str], bool] | None = None
+                          ) -> list[tuple[str, list[tuple[str, int | None, list[str]]]]]:
         """``[(source, [(entity_id, evidence, commits)] best first)]`` for the sources that are on,
-        each at most ``limit`` long (``evidence`` None and ``commits`` [] for ``session``)."""
+        each at most ``limit`` long (``evidence`` None and ``commits`` [] for ``session``).
+        ``tests_unwanted``: passed to :attr:`history` (a test-path predicate when the request does
+        not ask for tests)."""
         out: list[tuple[str, list[tuple[str, int | None, list[str]]]]] = []
         if self.learns_associations:
             out.append(("session", [(entity_id, None, []) for entity_id, _ in self.associations(text)[:limit]]))
@@ -156,7 +161,7 @@ class Feedback:
         self._history_named = set()
         self._history_times = {}
         if self.history is not None and self.weight("history_association") > 0:
-            found = self.history(text)[:limit]
+            found = self.history(text, tests_unwanted)[:limit]
             out.append(("history", [(a.entity_id, a.evidence, a.commits) for a in found]))
             self._history_named = {a.entity_id for a in found}
             self._history_times = {a.entity_id: list(a.times) for a in found}
@@ -188,7 +193,8 @@ class Feedback:
         return {entity_id for entity_id in both
                 if any(abs(c - s) <= window for s in session_times.get(entity_id, ()) for c in history_times[entity_id])}
 
-    def association_terms(self, text: str, limit: int, rrf_k: int) -> tuple[dict[str, float], list]:
+    def association_terms(self, text: str, limit: int, rrf_k: int,
+                          tests_unwanted: Callable[[str], bool] | None = None) -> tuple[dict[str, float], list]:
         """The learned association lists as fusion terms: ``({entity_id: term}, lists)``.
 
         ``lists`` is :meth:`association_lists` (for the signals); ``term`` is what an entity adds
@@ -211,9 +217,10 @@ class Feedback:
         An entity both sources name for one change read twice (:meth:`same_change`, with
         ``rank.same_change_days`` > 0) takes ``max_s t_s(e)`` under every mode: the agreement is
         one request counted by both, not two.
-        ``limit``: each source's length; ``rrf_k`` > 0.
+        ``limit``: each source's length; ``rrf_k`` > 0; ``tests_unwanted``: as
+        :meth:`association_lists`.
         """
-        lists = self.association_lists(text, limit)
+        lists = self.association_lists(text, limit, tests_unwanted)
         mode = self.config.association_combine
         once = self.counted_once = self.same_change(lists)
         per_source = []

@@ -278,13 +278,16 @@ def _clue_lists(conn: sqlite3.Connection, found: Clues, config: RetrieveConfig, 
 
 
 def _fuse_learned(feedback: Feedback, text: str, config: RetrieveConfig, fused: dict[str, float],
-                  signals: dict[str, dict]) -> None:
+                  signals: dict[str, dict], tests_ok: bool = True) -> None:
     """Add the learned association terms to ``fused`` in place (:meth:`Feedback.association_terms`).
 
     Retrieval alone can only rerank what it found; past prompts (and past commit messages) bring
     back the code that requests like this one changed, whatever words that code uses. How the
-    two sources' RRF terms combine per entity is ``rank.association_combine``."""
-    terms, lists = feedback.association_terms(text, max(config.candidates // 3, 1), config.rrf_k)
+    two sources' RRF terms combine per entity is ``rank.association_combine``. ``tests_ok``:
+    whether the request wants tests (:func:`tests_wanted`); when not, history is given
+    :func:`is_test_path` to leave a past request's test edits out of its change."""
+    terms, lists = feedback.association_terms(text, max(config.candidates // 3, 1), config.rrf_k,
+                                              None if tests_ok else is_test_path)
     for entity_id, term in terms.items():
         fused[entity_id] = fused.get(entity_id, 0.0) + term
     for source, items in lists:
@@ -465,7 +468,7 @@ def retrieve(
 
     fused = reciprocal_rank_fusion(((weight, ids) for _name, weight, ids in lists), config.rrf_k)
     if feedback is not None:
-        _fuse_learned(feedback, text, config, fused, signals)
+        _fuse_learned(feedback, text, config, fused, signals, tests_ok)
     for entity_id, score in fused.items():
         signals[entity_id]["rrf"] = round(score, 5)
 
