@@ -4,7 +4,6 @@ right incrementally as files change."""
 from __future__ import annotations
 
 import shutil
-from pathlib import Path
 
 import pytest
 

@@ -11,7 +11,6 @@ files) is searched byte by byte for a distinctive middle part of each secret: no
 from __future__ import annotations
 
 import asyncio
-import json
 import sqlite3
 from pathlib import Path
 
