@@ -7,6 +7,8 @@ import json
 import os
 import signal
 import stat
+import subprocess
+import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -136,6 +138,38 @@ def test_stop_cleans_up(repo):
     assert not layout.socket_path.exists() and not layout.pid_file.exists()
     assert json.loads(run_cogd(repo, "status", "--json").stdout)["running"] is False
     assert "stopped (SIGTERM)" in layout.daemon_log.read_text()
+
+
+def test_stop_waits_for_a_starting_daemon_to_name_itself(repo, monkeypatch):
+    # For its first moments a daemon holds the lock while its pid file is missing or still names
+    # the daemon before it (killed with -9, then restarted by a hook): stop must not call that
+    # "a command working without a daemon".
+    run_cogd(repo, "start")
+    layout = Layout(repo)
+    try:
+        [pid] = daemon_pids(repo)
+        gone = subprocess.Popen([sys.executable, "-c", "pass"])  # a pid that has exited: the stale file's
+        gone.wait()
+        stale = {"pid": gone.pid}
+        real_read = control.read_pid
+        reads = []
+
+        def starting(layout_):
+            reads.append(1)
+            return stale if len(reads) <= 3 else real_read(layout_)
+
+        monkeypatch.setattr(control, "read_pid", starting)
+        assert control.stop(layout, grace=WAIT_S) is True
+        assert len(reads) > 3 and not daemon_pids(repo)
+        # With no grace the same stale file is refused, as before: the holder is no daemon it knows.
+        run_cogd(repo, "start")
+        reads.clear()
+        assert control.stop(layout, grace=0) is False
+        assert daemon_pids(repo)
+    finally:
+        monkeypatch.undo()
+        run_cogd(repo, "stop")
+    assert not daemon_pids(repo) and pid != stale["pid"]
 
 
 def test_long_repository_path_uses_private_runtime_socket(tmp_path, monkeypatch):

@@ -237,18 +237,38 @@ def is_daemon_process(pid: int, layout: Layout) -> bool:
     return b"cogd.daemon" in argv and os.fsencode(str(layout.root)) in argv
 
 
-def stop(layout: Layout, timeout: float = 15.0) -> bool:
+START_GRACE_S = 5.0  # how long stop() waits for a starting daemon to name itself in its pid file
+
+
+def _lock_holder(layout: Layout, grace: float) -> int | None:
+    """The pid of the daemon holding the lock, or None when the holder is no daemon of this
+    repository. A daemon takes the lock before it writes its pid file, so for its first moments
+    the file is missing or still names the previous daemon (after ``kill -9``, or a hook that
+    started a new one): the file is read again for up to ``grace`` seconds while the lock stays
+    held. A command working without a daemon holds the lock and never writes one."""
+    deadline = time.monotonic() + grace
+    while True:
+        info = read_pid(layout)
+        pid = info.get("pid") if info else None
+        if isinstance(pid, int) and is_daemon_process(pid, layout):
+            return pid
+        if time.monotonic() >= deadline or not is_running(layout):
+            return None
+        time.sleep(0.05)
+
+
+def stop(layout: Layout, timeout: float = 15.0, grace: float = START_GRACE_S) -> bool:
     """Stop the running daemon: SIGTERM, then wait for the lock to be released.
 
-    Returns True when no daemon runs afterwards. Falls back to SIGKILL after
-    ``timeout`` seconds.
+    Returns True when no daemon runs afterwards, False when the lock's holder is not a daemon
+    of this repository (after ``grace`` seconds for a starting daemon to write its pid file, see
+    :func:`_lock_holder`). Falls back to SIGKILL after ``timeout`` seconds.
     """
-    info = read_pid(layout)
     if not is_running(layout):
         return True
-    pid = info.get("pid") if info else None
-    if not isinstance(pid, int) or not is_daemon_process(pid, layout):
-        return False  # the lock is held by something else (a command working without a daemon)
+    pid = _lock_holder(layout, grace)
+    if pid is None:
+        return not is_running(layout)  # the holder finished meanwhile, or is something else
     try:
         os.kill(pid, signal.SIGTERM)
     except ProcessLookupError:
