@@ -360,8 +360,9 @@ def _definitions(matches: list, src: bytes) -> list[_Definition]:
         defined = [(capture, nodes) for capture, nodes in captures.items() if capture in _DEFINITION_KINDS]
         if not defined:  # a call or other reference: most matches
             continue
+        receivers = captures.get("receiver")  # most definitions have none: nothing to sort or join
         receiver = ".".join(_text(src, n.start_byte, n.end_byte)
-                            for n in sorted(captures.get("receiver", []), key=lambda n: n.start_byte))
+                            for n in sorted(receivers, key=lambda n: n.start_byte)) if receivers else ""
         for capture, nodes in defined:
             kinds = _DEFINITION_KINDS[capture]
             for captured in nodes:
