@@ -141,15 +141,19 @@ def to_utf8(data: bytes) -> bytes:
 
 
 def looks_minified(text: bytes, max_line: int, max_mean: int) -> bool:
-    """Whether ``text`` reads as generated/minified (see the module docstring)."""
+    """Whether ``text`` reads as generated/minified (see the module docstring).
+
+    The lines are split out only when the text is longer than ``max_line`` (only then can one
+    line be): for the languages without a longest-line rule (``max_line`` ``1 << 62``) they are
+    counted, not made into as many bytes objects.
+    """
     if len(text) <= max_line and len(text) < MINIFIED_MEAN_MIN_BYTES:
         return False
-    lines = text.split(b"\n")
-    if max(map(len, lines)) > max_line:
+    if len(text) > max_line and max(map(len, text.split(b"\n"))) > max_line:
         return True
-    if lines[-1] == b"":
-        lines.pop()
-    return len(text) >= MINIFIED_MEAN_MIN_BYTES and len(text) / max(len(lines), 1) > max_mean
+    # The lines of text.split(b"\n"), a last empty one (after a final newline) not counted.
+    lines = text.count(b"\n") + (0 if text.endswith(b"\n") or not text else 1)
+    return len(text) >= MINIFIED_MEAN_MIN_BYTES and len(text) / max(lines, 1) > max_mean
 
 
 def read_source(path: Path | str, max_file_bytes: int, *, root: Path | None = None) -> bytes:
