@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import tree_sitter
 import xxhash
 
-from cogd.index.languages import grammar
+from cogd.index.languages import Grammar, grammar
 from cogd.index.queries import run_query
 from cogd.index.references import Reference, collect_references
 
@@ -199,10 +199,10 @@ def _outer(node: tree_sitter.Node) -> tuple[tree_sitter.Node, tree_sitter.Node |
 _PRELUDES_BY_LANGUAGE: dict[str, bool] = {}
 
 
-def _has_preludes(gram, language: str) -> bool:
-    """Whether ``language``'s grammar (``gram``, a :class:`cogd.index.languages.Grammar`) has a
-    node kind of :data:`_PRELUDES`: only then can a definition have one (asked once per language:
-    reading a node's previous sibling walks its parent's children)."""
+def _has_preludes(gram: Grammar, language: str) -> bool:
+    """Whether ``language``'s grammar (``gram``) has a node kind of :data:`_PRELUDES`: only then
+    can a definition have one (asked once per language: reading a node's previous sibling walks
+    its parent's children)."""
     found = _PRELUDES_BY_LANGUAGE.get(language)
     if found is None:
         found = _PRELUDES_BY_LANGUAGE[language] = any(
