@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import tree_sitter
 import xxhash
 
-from cogd.index.languages import grammar
+from cogd.index.languages import Grammar, grammar
 from cogd.index.queries import run_query
 from cogd.index.references import Reference, collect_references
 
@@ -183,17 +183,31 @@ def _leading_comments(node: tree_sitter.Node, src: bytes) -> str:
     return _clean_doc("\n".join(reversed(parts)))
 
 
-def _outer(node: tree_sitter.Node) -> tree_sitter.Node:
-    """The outermost wrapper (decorators, export, const) of a definition node."""
+def _outer(node: tree_sitter.Node) -> tuple[tree_sitter.Node, tree_sitter.Node | None]:
+    """The outermost wrapper (decorators, export, const) of a definition node, and the node's parent."""
     # Node.parent walks down from the root (linear in the depth): asked once per level.
-    parent = node.parent
+    parent = first_parent = node.parent
     while parent is not None and (
         parent.type in _WRAPPERS
         or (parent.type in _GROUP_WRAPPERS
             and [c for c in parent.named_children if c.type not in _COMMENTS] == [node])
     ):
         node, parent = parent, parent.parent
-    return node
+    return node, first_parent
+
+
+_PRELUDES_BY_LANGUAGE: dict[str, bool] = {}
+
+
+def _has_preludes(gram: Grammar, language: str) -> bool:
+    """Whether ``language``'s grammar (``gram``) has a node kind of :data:`_PRELUDES`: only then
+    can a definition have one (asked once per language: reading a node's previous sibling walks
+    its parent's children)."""
+    found = _PRELUDES_BY_LANGUAGE.get(language)
+    if found is None:
+        found = _PRELUDES_BY_LANGUAGE[language] = any(
+            gram.language.id_for_node_kind(kind, True) for kind in _PRELUDES)
+    return found
 
 
 def _start(node: tree_sitter.Node) -> tree_sitter.Node:
@@ -224,8 +238,8 @@ def _code_end(node: tree_sitter.Node) -> tree_sitter.Node:
         node = child
 
 
-def _body_node(node: tree_sitter.Node) -> tree_sitter.Node | None:
-    body = node.child_by_field_name("body")
+def _body_node(node: tree_sitter.Node, body: tree_sitter.Node | None) -> tree_sitter.Node | None:
+    """The body of a definition ``node``; ``body``: its ``body`` field, as the caller read it."""
     if body is None:
         value = node.child_by_field_name("value") or node.child_by_field_name("right")
         if value is not None:
@@ -235,9 +249,15 @@ def _body_node(node: tree_sitter.Node) -> tree_sitter.Node | None:
     return body
 
 
-def _signature(node: tree_sitter.Node, body: tree_sitter.Node | None, src: bytes) -> str:
+def _signature(node: tree_sitter.Node, body: tree_sitter.Node | None, src: bytes,
+               parent: tree_sitter.Node | None, body_field: bool) -> str:
+    """The head of definition ``node`` (before its body), whitespace collapsed, cut to MAX_SIGNATURE_CHARS.
+
+    ``body``: its body node (:func:`_body_node`); ``parent``: ``node.parent``; ``body_field``:
+    whether ``body`` is the node's own ``body`` field (both already read by the caller: a
+    parent is found by walking down from the root, linear in the depth).
+    """
     start = node.start_byte
-    parent = node.parent  # linear in the depth: asked once
     if parent is not None and parent.type in ("lexical_declaration", "variable_declaration"):
         start = parent.start_byte  # keep the `const` of `const f = () => ...`
     end = node.end_byte
@@ -245,7 +265,7 @@ def _signature(node: tree_sitter.Node, body: tree_sitter.Node | None, src: bytes
         if child.type == "comment" or (body is not None and child.start_byte >= body.start_byte):
             end = child.start_byte
             break
-    if body is not None and node.child_by_field_name("body") is None:
+    if body is not None and not body_field:
         end = min(end, body.start_byte)  # arrow function held in a declarator
     text = " ".join(_text(src, start, end).split()).rstrip("{:= ").rstrip()
     return cut_signature(text)
@@ -340,8 +360,9 @@ def _definitions(matches: list, src: bytes) -> list[_Definition]:
         defined = [(capture, nodes) for capture, nodes in captures.items() if capture in _DEFINITION_KINDS]
         if not defined:  # a call or other reference: most matches
             continue
+        receivers = captures.get("receiver")  # most definitions have none: nothing to sort or join
         receiver = ".".join(_text(src, n.start_byte, n.end_byte)
-                            for n in sorted(captures.get("receiver", []), key=lambda n: n.start_byte))
+                            for n in sorted(receivers, key=lambda n: n.start_byte)) if receivers else ""
         for capture, nodes in defined:
             kinds = _DEFINITION_KINDS[capture]
             for captured in nodes:
@@ -405,7 +426,7 @@ def extract(path: str, source: bytes, language: str, tree: tree_sitter.Tree | No
     parsed = ParsedFile(path, language, [file_entity])
     # One walk of the tree runs every query; the tags matches serve both definitions and call references.
     matches = gram.run_all(root)
-    members, spans = _add_definitions(parsed, _definitions(matches[0], source), source)
+    members, spans = _add_definitions(parsed, _definitions(matches[0], source), source, _has_preludes(gram, language))
     parsed.references = collect_references(tree, gram, spans, file_entity.id, source=source, matches=matches)
     _fill_summaries(parsed, members, spans, source)
     return parsed
@@ -419,7 +440,8 @@ def definitions(path: str, source: bytes, language: str) -> list[Entity]:
     gram = grammar(language)
     tree = gram.parser.parse(source)
     parsed = ParsedFile(path, language, [])
-    _add_definitions(parsed, _definitions(run_query(gram.tags, tree.root_node), source), source)
+    _add_definitions(parsed, _definitions(run_query(gram.tags, tree.root_node), source), source,
+                     _has_preludes(gram, language))
     return parsed.entities
 
 
@@ -445,7 +467,7 @@ def _file_doc(root: tree_sitter.Node, source: bytes, language: str) -> str:
 
 
 def _add_definitions(
-    parsed: ParsedFile, definitions: list[_Definition], source: bytes
+    parsed: ParsedFile, definitions: list[_Definition], source: bytes, preludes: bool = True
 ) -> tuple[dict[str, list[str]], list[tuple[int, int, str]]]:
     """Append an entity and its ``contains`` edge to ``parsed`` for each definition that is one.
 
@@ -453,6 +475,8 @@ def _add_definitions(
     the open containers and callables gives each one its parent. Returns the
     member names of each entity (for container summaries) and the byte spans
     ``(start, end, entity id)`` of the entities (for attributing references).
+    ``preludes``: whether the language has a node kind of :data:`_PRELUDES`
+    (:func:`_has_preludes`); without, no sibling is looked at for one.
     """
     path, language, file_id = parsed.path, parsed.language, parsed.path
     stack: list[tuple[Entity, int]] = []  # (entity, end_byte) of open containers/callables
@@ -468,14 +492,15 @@ def _add_definitions(
         parent = stack[-1][0] if stack else None
         if parent is not None and parent.kind in _LEAF_KINDS:
             continue  # nested helper: part of its enclosing function's body
-        outer = _outer(node)
-        start = _start(outer)
+        outer, node_parent = _outer(node)
+        start = _start(outer) if preludes else outer
         if definition.kind == "constant":
             doc = _constant_doc(definition, parent, start, source, language)
             if doc is None:
                 continue
         kind, parent, qualname = _place(definition, parent, path, by_id)
-        body = _body_node(node)
+        body_field = node.child_by_field_name("body")
+        body = _body_node(node, body_field)
         if kind != "constant":  # a constant's doc was read above
             doc = _python_docstring(body, source) if language == "python" else _leading_comments(start, source)
         entity_id = f"{path}::{qualname}"
@@ -490,7 +515,7 @@ def _add_definitions(
         entity = Entity(
             id=entity_id, kind=kind, subkind=definition.subkind, path=path, name=definition.name,
             qualname=qualname, start_line=start.start_point.row + 1, end_line=last.end_point.row + 1,
-            language=language, signature=_signature(node, body, source), doc=doc,
+            language=language, signature=_signature(node, body, source, node_parent, body_field is not None), doc=doc,
             hash=content_hash(view[text_start:text_end]), parent_id=parent.id if parent is not None else file_id,
         )
         if kind in _CALLABLE_KINDS:

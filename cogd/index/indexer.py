@@ -141,15 +141,19 @@ def to_utf8(data: bytes) -> bytes:
 
 
 def looks_minified(text: bytes, max_line: int, max_mean: int) -> bool:
-    """Whether ``text`` reads as generated/minified (see the module docstring)."""
+    """Whether ``text`` reads as generated/minified (see the module docstring).
+
+    The lines are split out only when the text is longer than ``max_line`` (only then can one
+    line be): for the languages without a longest-line rule (``max_line`` ``1 << 62``) they are
+    counted, not made into as many bytes objects.
+    """
     if len(text) <= max_line and len(text) < MINIFIED_MEAN_MIN_BYTES:
         return False
-    lines = text.split(b"\n")
-    if max(map(len, lines)) > max_line:
+    if len(text) > max_line and max(map(len, text.split(b"\n"))) > max_line:
         return True
-    if lines[-1] == b"":
-        lines.pop()
-    return len(text) >= MINIFIED_MEAN_MIN_BYTES and len(text) / max(len(lines), 1) > max_mean
+    # The lines of text.split(b"\n"), a last empty one (after a final newline) not counted.
+    lines = text.count(b"\n") + (0 if text.endswith(b"\n") or not text else 1)
+    return len(text) >= MINIFIED_MEAN_MIN_BYTES and len(text) / max(lines, 1) > max_mean
 
 
 def read_source(path: Path | str, max_file_bytes: int, *, root: Path | None = None) -> bytes:
@@ -206,15 +210,21 @@ def collector_paused() -> Iterator[None]:
 GUARDED_PARSE_BYTES = 64 * 1024  # smaller files parse in a few ms: no deadline machinery
 
 
-def parse_with_deadline(parser, data: bytes, budget_s: float):
+def parse_with_deadline(parser, data: bytes, budget_s: float, reads_text: bool = True):
     """Parse ``data`` with ``parser``, cancelling after ``budget_s`` seconds.
 
     py-tree-sitter honours ``progress_callback`` only when the source comes
     from a read callback (it ignores it for a bytestring), so the bytes are
     served in slices and the callback cancels the parse once the deadline has
     passed; the parser is then reset. A tree parsed from a callback answers
-    ``Node.text`` by calling it again, slowly, so a finished parse is redone
+    ``Node.text`` (and a query's text predicate) by calling it again, slowly,
+    so with ``reads_text`` (the caller's queries may read text:
+    :func:`cogd.index.languages.query_reads_text`) a finished parse is redone
     from the bytes with that tree as ``old_tree`` (every node is reused).
+    Without, the callback's tree is returned as it is: the same nodes, and the
+    redo cost a tenth of the parse of every large file; its caller must read
+    text from ``data`` by byte offsets, never through ``Node.text``
+    (:mod:`cogd.index.extract` and :mod:`cogd.index.references` do).
     Raises ParseTimeout when cancelled.
     """
     deadline = time.perf_counter() + budget_s
@@ -234,7 +244,7 @@ def parse_with_deadline(parser, data: bytes, budget_s: float):
     if tree is None:
         parser.reset()
         raise ParseTimeout(f"parse cancelled after {budget_s * 1000:.0f} ms")
-    return parser.parse(data, old_tree=tree)
+    return parser.parse(data, old_tree=tree) if reads_text else tree
 
 
 def _extract(path: str, text: bytes, language: str, parse_timeout_ms: int,
@@ -250,7 +260,8 @@ def _extract(path: str, text: bytes, language: str, parse_timeout_ms: int,
         if trees is None:
             return extract(path, text, language)
         return extract(path, text, language, tree=trees.parse(path, grammar(language).parser, text))
-    tree = parse_with_deadline(grammar(language).parser, text, parse_timeout_ms / 1000)
+    gram = grammar(language)
+    tree = parse_with_deadline(gram.parser, text, parse_timeout_ms / 1000, gram.reads_text)
     return extract(path, text, language, tree=tree)
 
 

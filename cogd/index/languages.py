@@ -456,6 +456,19 @@ class LanguageState:
     language: tree_sitter.Language | None = None
     queries: tuple[tree_sitter.Query | None, ...] = ()  # in QUERY_KINDS order; None = no such query
     combined: tree_sitter.Query | None = None  # every query of QUERY_KINDS in one (see Grammar.run_all)
+    reads_text: bool = True  # a query may read node text (see query_reads_text)
+
+
+def query_reads_text(texts: list[str]) -> bool:
+    """Whether queries with these source ``texts`` may read the text of the nodes they match.
+
+    Text predicates (``#eq?``, ``#match?``, ``#any-of?`` …) are the only part of a query that
+    reads the source; they are all written with a ``#``, so a query without any ``#`` (in a
+    predicate, a string or a comment alike: the answer errs towards True) reads none. Why it
+    matters: a tree parsed from a read callback answers every text read by calling it again
+    (:func:`cogd.index.indexer.parse_with_deadline`), which only such a query would do.
+    """
+    return any("#" in text for text in texts)
 
 
 _settings: dict = {"root": None, "overrides": {}}  # the configured root and its overrides, read at configure()
@@ -611,7 +624,7 @@ def _check(name: str, overrides: Overrides) -> LanguageState:
         problem = "; ".join(problems)
         return LanguageState(name, problem, hashlib.sha256(problem.encode()).hexdigest()[:16], used)
     return LanguageState(name, None, digest.hexdigest()[:16], used, language, tuple(queries),
-                         _combine(language, queries, texts))
+                         _combine(language, queries, texts), query_reads_text(texts))
 
 
 def _combine(language: tree_sitter.Language, queries: list[tree_sitter.Query | None],
@@ -698,6 +711,7 @@ class Grammar:
     imports: tree_sitter.Query | None = None
     inherits: tree_sitter.Query | None = None
     combined: tree_sitter.Query | None = None  # tags, imports and inherits as one query
+    reads_text: bool = True  # a query may read node text (LanguageState.reads_text)
 
     def run_all(self, node: tree_sitter.Node) -> tuple[list, list | None, list | None]:
         """Matches of ``tags``, ``imports`` and ``inherits`` under ``node`` (None for a query the language lacks).
@@ -741,5 +755,5 @@ def grammar(name: str) -> Grammar:
     if key not in cache:
         tags, imports, inherits = state.queries
         cache[key] = Grammar(state.language, tree_sitter.Parser(state.language), tags, imports, inherits,
-                             state.combined)
+                             state.combined, state.reads_text)
     return cache[key]

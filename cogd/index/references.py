@@ -71,8 +71,12 @@ class _Enclosing:
         return self.file_id
 
 
-def _text(node: tree_sitter.Node) -> str:
-    return (node.text or b"").decode("utf-8", errors="replace")[:MAX_TEXT]
+def _text(node: tree_sitter.Node, source: bytes = b"") -> str:
+    """The text of ``node`` (at most MAX_TEXT characters): from ``source``, the bytes its tree was
+    parsed from, by the node's byte offsets when given (what ``Node.text`` returns, without asking
+    the tree: a tree parsed from a read callback would call it again), else ``Node.text``."""
+    raw = source[node.start_byte:node.end_byte] if source else node.text or b""
+    return raw.decode("utf-8", errors="replace")[:MAX_TEXT]
 
 
 # The receiver chain right before a callee's name: `self.`, `os.path.`, `a->`, `A::`, `x?.`, `f().`.
@@ -148,10 +152,11 @@ def collect_references(
     if _add_calls(found, tag_matches, enclosing, source):
         return list(found)
     if gram.imports is not None:
-        _add_imports(found, import_matches if matches is not None else run_query(gram.imports, root), file_id)
+        _add_imports(found, import_matches if matches is not None else run_query(gram.imports, root), file_id,
+                     source)
     if gram.inherits is not None:
         _add_bases(found, inherit_matches if matches is not None else run_query(gram.inherits, root), enclosing,
-                   spans, file_id)
+                   spans, file_id, source)
     return list(found)[:MAX_REFERENCES]
 
 
@@ -213,7 +218,7 @@ def _add_calls(found: dict[Reference, None], tag_matches: list, enclosing: _Encl
     return False
 
 
-def _add_imports(found: dict[Reference, None], matches: list, file_id: str) -> None:
+def _add_imports(found: dict[Reference, None], matches: list, file_id: str, source: bytes = b"") -> None:
     """Add the file's imports (matches of the grammar's imports query) to ``found``.
 
     The same import can match a general and a more specific pattern: one is
@@ -225,9 +230,9 @@ def _add_imports(found: dict[Reference, None], matches: list, file_id: str) -> N
         modules = captures.get("module")
         if not modules:
             continue
-        module = _strip_quotes(_text(modules[0]))
-        symbol = _text(captures["name"][0]) if captures.get("name") else ""
-        alias = _text(captures["alias"][0]) if captures.get("alias") else ""
+        module = _strip_quotes(_text(modules[0], source))
+        symbol = _text(captures["name"][0], source) if captures.get("name") else ""
+        alias = _text(captures["alias"][0], source) if captures.get("alias") else ""
         line = (captures.get("import") or modules)[0].start_point.row + 1
         key = (module, symbol, line)
         imports[key] = imports.get(key) or alias
@@ -238,7 +243,7 @@ def _add_imports(found: dict[Reference, None], matches: list, file_id: str) -> N
 
 
 def _add_bases(found: dict[Reference, None], matches: list, enclosing: _Enclosing,
-               spans: list[tuple[int, int, str]], file_id: str) -> None:
+               spans: list[tuple[int, int, str]], file_id: str, source: bytes = b"") -> None:
     """Add base classes and implemented traits (matches of the grammar's inherits query) to ``found``.
 
     A base belongs to the class around it, except that Rust's ``impl Trait
@@ -249,11 +254,11 @@ def _add_bases(found: dict[Reference, None], matches: list, enclosing: _Enclosin
     for _pattern, captures in matches:
         owner = None
         if captures.get("type"):
-            type_name = _LAST_PART.search(_GENERICS.sub("", _text(captures["type"][0])).strip() or "-")
+            type_name = _LAST_PART.search(_GENERICS.sub("", _text(captures["type"][0], source)).strip() or "-")
             candidate = f"{file_id}::{type_name.group(0)}" if type_name else ""
             owner = candidate if candidate in entity_ids else None
         for node in captures.get("base", []):
-            written = _GENERICS.sub("", " ".join(_text(node).split())).strip()
+            written = _GENERICS.sub("", " ".join(_text(node, source).split())).strip()
             match = _LAST_PART.search(written)
             if not match:
                 continue
