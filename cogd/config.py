@@ -27,6 +27,9 @@ TEST_CHANGES: tuple[str, ...] = ("always", "wanted")  # [history] test_changes
 # Whether utility's boost also applies to what the request's history list names, [rank]
 # utility_with_history (cogd.retrieve.feedback.Feedback.apply).
 UTILITY_WITH_HISTORY: tuple[str, ...] = ("both", "once")
+# Where history's file prior applies, [rank] history_file_prior_scope (cogd.retrieve.hybrid.select):
+# every definition of a file, or only the file's first appearance in the pack.
+FILE_PRIOR_SCOPES: tuple[str, ...] = ("entities", "first")
 
 # The pack must stay under Claude Code's 10,000-character limit on injected
 # text: beyond it the client swaps the pack for a short preview and a file path.
@@ -178,6 +181,11 @@ class RankConfig:
     # that changed a file, relative to the most changed one, × this, as file-level evidence. 0 = off.
     # 0.5 by cross-validation over the click set's folds (README, "Which definitions of a found file").
     history_file_prior: float = 0.5
+    # Where that prior applies (FILE_PRIOR_SCOPES): "entities" lifts every definition of a file
+    # by its file's prior; "first" only the file's first appearance in the pack (the candidate
+    # that would be the file's first item: the file order), its other definitions rank as with
+    # no prior (cogd.retrieve.hybrid.select).
+    history_file_prior_scope: str = "entities"
     # Learned sources (utility, association) are shrunk towards no effect until their evidence is
     # strong: weight × n / (n + evidence_k), n = earlier sessions that gave the source evidence
     # (cogd.evidence: Bühlmann credibility). At n = evidence_k a source has half its weight; 0 = no shrinkage.
@@ -439,6 +447,9 @@ def load_config(path: Path | None) -> Config:
     if config.rank.association_combine not in ASSOCIATION_COMBINES:
         raise ConfigError(f"rank.association_combine must be one of {', '.join(ASSOCIATION_COMBINES)}, "
                           f"got {config.rank.association_combine!r}")
+    if config.rank.history_file_prior_scope not in FILE_PRIOR_SCOPES:
+        raise ConfigError(f"rank.history_file_prior_scope must be one of {', '.join(FILE_PRIOR_SCOPES)}, "
+                          f"got {config.rank.history_file_prior_scope!r}")
     _check_finite(config.history, "history")
     if config.history.test_changes not in TEST_CHANGES:
         raise ConfigError(f"history.test_changes must be one of {', '.join(TEST_CHANGES)}, "

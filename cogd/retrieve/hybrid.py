@@ -573,6 +573,14 @@ def similarity_matrix(hits: list[Hit], vectors: dict[str, np.ndarray]) -> np.nda
     return sim
 
 
+def _add_shares(named: dict[str, float] | None, shares: dict[str, float]) -> dict[str, float]:
+    """``named`` (a :func:`file_ranking` ``named_files``) with ``shares`` added per path (a new dict)."""
+    out = dict(named or {})
+    for path, share in shares.items():
+        out[path] = out.get(path, 0.0) + share
+    return out
+
+
 def file_ranking(hits: list[Hit], clue_files: list[str], agg: str = "decay",
                  named_files: dict[str, float] | None = None) -> dict[str, float]:
     """Each file's aggregated evidence, in [0, 1]: its entities' scores as a decaying sum
@@ -685,29 +693,43 @@ def select(
         return []
     parts = parts if parts is not None else analyze(prompt)
     clue_files = clues.files if clues is not None else []
+    first_bonus: dict[int, float] = {}  # id(hit) → the file prior's term for its file's first item
     _apply_priors(hits, config, prompt, parts, clue_files, clues is not None, vendored, package_roots)
     if config.file_rank_weight > 0:
         named = (module_words(hits, parts, config.module_word_weight, config.template_filter)
                  if config.module_word_weight > 0 else None)
         changed = feedback.history_file_shares() if feedback is not None else {}
         prior = feedback.file_prior_shares() if feedback is not None else {}
-        for shares in (changed, prior):  # files the matching commits changed; files changes go to
-            if shares:
-                named = dict(named or {})
-                for path, share in shares.items():
-                    named[path] = named.get(path, 0.0) + share
+        first_only = bool(prior) and feedback.config.history_file_prior_scope == "first"
+        if changed:  # files the matching commits changed
+            named = _add_shares(named, changed)
+        if first_only:  # the prior moves each file's first appearance only (see first_bonus below)
+            plain = file_ranking(hits, clue_files, config.file_rank_agg, named)
+        if prior:  # files changes usually go to
+            named = _add_shares(named, prior)
         ranking = file_ranking(hits, clue_files, config.file_rank_agg, named)
         order_of = {path: n for n, path in enumerate(sorted(ranking, key=ranking.get, reverse=True), 1)}
         best = max(h.score for h in hits)
         for hit in hits:
-            hit.score += config.file_rank_weight * best * ranking.get(hit.path, 0.0)
+            hit.score += config.file_rank_weight * best * (plain if first_only else ranking).get(hit.path, 0.0)
             hit.signals["file_rank"] = order_of.get(hit.path)
+        if first_only:
+            # What the prior would add to a definition's score (negative for a file below the
+            # prior's new top), given only while its file has no item yet.
+            for hit in hits:
+                bonus = config.file_rank_weight * best * (ranking.get(hit.path, 0.0) - plain.get(hit.path, 0.0))
+                if bonus:
+                    first_bonus[id(hit)] = bonus
     if feedback is not None:
         feedback.apply(hits)
-    top = max(h.score for h in hits) or 1.0
+    def opening(hit: Hit) -> float:
+        """The score a hit competes with while its file has no item in the pack yet."""
+        return hit.score + first_bonus.get(id(hit), 0.0)
+
+    top = max(h.score for h in hits) or 1.0  # the scale without the prior: other items rank as with none
     vectors = dense.vectors([h.id for h in hits]) if dense is not None else {}
     lam = config.mmr_lambda
-    order = sorted(hits, key=lambda h: h.score, reverse=True)
+    order = sorted(hits, key=opening if first_bonus else (lambda h: h.score), reverse=True)
     sim = similarity_matrix(order, vectors)
     redundancy = np.zeros(len(order), dtype=np.float32)  # max similarity to anything chosen so far
     remaining = list(range(len(order)))
@@ -719,12 +741,15 @@ def select(
             hit = order[i]
             if (per_file_cap and per_file[hit.path] >= per_file_cap) or (hit.kind == "file" and per_file[hit.path]):
                 continue
-            value = lam * (hit.score / top) - (1 - lam) * float(redundancy[i])
+            score = hit.score if per_file[hit.path] else opening(hit)
+            value = lam * (score / top) - (1 - lam) * float(redundancy[i])
             if value > best_value:
                 best, best_value = i, value
         if best < 0:
             break
         hit = order[best]
+        if not per_file[hit.path] and id(hit) in first_bonus:
+            hit.signals["file_prior_first"] = round(first_bonus[id(hit)], 6)
         hit.signals["mmr"] = round(best_value, 4)
         if redundancy[best]:
             hit.signals["redundancy"] = round(float(redundancy[best]), 3)
