@@ -28,8 +28,8 @@ TEST_CHANGES: tuple[str, ...] = ("always", "wanted")  # [history] test_changes
 # utility_with_history (cogd.retrieve.feedback.Feedback.apply).
 UTILITY_WITH_HISTORY: tuple[str, ...] = ("both", "once")
 # Where history's file prior applies, [rank] history_file_prior_scope (cogd.retrieve.hybrid.select):
-# every definition of a file, or only the file's first appearance in the pack.
-FILE_PRIOR_SCOPES: tuple[str, ...] = ("entities", "first")
+# every definition of a file, only the file's first appearance in the pack, or file pointers.
+FILE_PRIOR_SCOPES: tuple[str, ...] = ("entities", "first", "pointers")
 
 # The pack must stay under Claude Code's 10,000-character limit on injected
 # text: beyond it the client swaps the pack for a short preview and a file path.
@@ -184,8 +184,14 @@ class RankConfig:
     # Where that prior applies (FILE_PRIOR_SCOPES): "entities" lifts every definition of a file
     # by its file's prior; "first" only the file's first appearance in the pack (the candidate
     # that would be the file's first item: the file order), its other definitions rank as with
-    # no prior (cogd.retrieve.hybrid.select).
+    # no prior; "pointers": no definition's score, the file order only — the strongest files of
+    # the file-level ranking with the prior (history_file_prior_files of them) appear in that
+    # order, a file's own entity placed as its pointer where its first definition would come
+    # later (cogd.retrieve.hybrid.select).
     history_file_prior_scope: str = "entities"
+    history_file_prior_files: int = 5
+    # "pointers" only: the pack's own first file stays first, the prior orders the ones after it.
+    history_file_prior_after_first: bool = False
     # Learned sources (utility, association) are shrunk towards no effect until their evidence is
     # strong: weight × n / (n + evidence_k), n = earlier sessions that gave the source evidence
     # (cogd.evidence: Bühlmann credibility). At n = evidence_k a source has half its weight; 0 = no shrinkage.

@@ -259,10 +259,65 @@ def test_the_prior_on_the_file_order_moves_first_appearances_and_leaves_other_de
         conn.close()
 
 
+UTILS = '''"""Helpers."""
+
+
+def echo(message):
+    """Print a message."""
+    print(message)
+
+
+def strip_value(text):
+    """Strip a value."""
+    return text.strip()
+'''
+
+
+def test_file_pointers_set_the_file_order_and_leave_every_definition_as_it_was(tmp_path):
+    from cogd.retrieve.pack import reason_of
+
+    root = make_repo(tmp_path / "repo", {**SCOPE_REPO, "tool/utils.py": UTILS})
+    conn = indexed(root)
+    counts = {"tool/utils.py": 40, "tool/core.py": 20, "tool/options.py": 1}
+
+    def pack(**rank):
+        feedback = Feedback(RankConfig(**rank), file_changes=lambda: counts, history=lambda text, tests_unwanted=None: [],
+                            evidence={"history_association": 10_000})
+        return prompt_pack(conn, root, "parse the option value", PackConfig(), RetrieveConfig(), mode="bm25",
+                           feedback=feedback).items
+
+    def definitions(items):
+        return [(i.entity_id, i.score) for i in items if i.kind != "file"]
+
+    def files(items):
+        return list(dict.fromkeys(i.path for i in items))
+
+    try:
+        off = pack(history_file_prior=0.0)
+        every = pack(history_file_prior=1.0, history_file_prior_scope="pointers")
+        after = pack(history_file_prior=1.0, history_file_prior_scope="pointers", history_file_prior_after_first=True)
+        assert files(off) == ["tool/options.py", "tool/core.py", "tool/utils.py"]  # the words' order
+        # the prior's order: utils.py and core.py lead, each placed by its own file entity
+        assert files(every) == ["tool/utils.py", "tool/core.py", "tool/options.py"]
+        assert [(i.entity_id, i.kind, i.signals.get("file_prior_pointer")) for i in every[:2]] == [
+            ("tool/utils.py", "file", 1), ("tool/core.py", "file", 2)]
+        # the words' first file kept first, the prior ordering the ones after it
+        assert files(after) == ["tool/options.py", "tool/utils.py", "tool/core.py"]
+        placed = [i for i in after if "file_prior_pointer" in i.signals]
+        assert [(i.entity_id, i.signals["file_prior_pointer"]) for i in placed] == [("tool/utils.py", 2)]
+        assert "placed as file #2 by history's file prior" in reason_of(placed[0].signals)
+        # every definition keeps its place among definitions and its score: the ranking of
+        # definitions is the one without the prior
+        assert definitions(every) == definitions(after) == definitions(off)
+        assert all("file_prior_pointer" not in i.signals for i in off)
+    finally:
+        conn.close()
+
+
 def test_the_prior_scope_is_checked(tmp_path):
     config = tmp_path / "config.toml"
     config.write_text('[rank]\nhistory_file_prior_scope = "first"\n')
     assert load_config(config).rank.history_file_prior_scope == "first"
     config.write_text('[rank]\nhistory_file_prior_scope = "files"\n')
-    with pytest.raises(ConfigError, match="rank.history_file_prior_scope must be one of entities, first, got 'files'"):
+    with pytest.raises(ConfigError, match="rank.history_file_prior_scope must be one of entities, first, pointers, got 'files'"):
         load_config(config)

@@ -30,6 +30,7 @@ import dataclasses
 import re
 import sqlite3
 from collections import Counter
+from collections.abc import Callable
 
 import numpy as np
 
@@ -674,7 +675,7 @@ def select(
     hits: list[Hit], config: RetrieveConfig, *, per_file_cap: int, prompt: str = "",
     dense: DenseIndex | None = None, limit: int = 40, feedback: Feedback | None = None,
     parts: PromptParts | None = None, clues: Clues | None = None, vendored: list[str] = (),
-    package_roots: dict[str, str] | None = None,
+    package_roots: dict[str, str] | None = None, file_entities: Callable[[list[str]], list[Hit]] | None = None,
 ) -> list[Hit]:
     """Priors, feedback, file-level ranking, then MMR (with a per-file cap when ``per_file_cap`` > 0;
     0 = none): the order a pack shows items in.
@@ -685,7 +686,13 @@ def select(
     ``package_roots`` the directories with their own licence or metadata,
     :func:`cogd.retrieve.priors.package_roots`, the marker named in ``--explain``).
     With ``retrieve.file_rank_weight`` > 0 an entity gains that share of the top score times
-    its file's evidence (:func:`file_ranking`). Relevance is the resulting score scaled to
+    its file's evidence (:func:`file_ranking`). History's file prior (``feedback``'s
+    :meth:`Feedback.file_prior_shares`) is part of that evidence for every definition
+    (``rank.history_file_prior_scope = "entities"``), only for each file's first appearance
+    ("first": the prior's term is added to a candidate's score while its file has no item yet),
+    or for the file order alone ("pointers": no score changes; the ``rank.history_file_prior_files``
+    strongest files of the ranking with the prior appear in that order, :func:`file_pointers`,
+    their file entities from ``file_entities(paths)``; without it nothing is placed). Relevance is the resulting score scaled to
     [0, 1]. A file entity is dropped once an entity inside it is selected (the narrower
     item says the same with line numbers). Returns at most ``limit`` hits.
     """
@@ -694,13 +701,15 @@ def select(
     parts = parts if parts is not None else analyze(prompt)
     clue_files = clues.files if clues is not None else []
     first_bonus: dict[int, float] = {}  # id(hit) → the file prior's term for its file's first item
+    lead: list[str] = []  # scope "pointers": the files whose order the prior sets, best first
     _apply_priors(hits, config, prompt, parts, clue_files, clues is not None, vendored, package_roots)
     if config.file_rank_weight > 0:
         named = (module_words(hits, parts, config.module_word_weight, config.template_filter)
                  if config.module_word_weight > 0 else None)
         changed = feedback.history_file_shares() if feedback is not None else {}
         prior = feedback.file_prior_shares() if feedback is not None else {}
-        first_only = bool(prior) and feedback.config.history_file_prior_scope == "first"
+        scope = feedback.config.history_file_prior_scope if prior else "entities"
+        first_only = scope in ("first", "pointers")
         if changed:  # files the matching commits changed
             named = _add_shares(named, changed)
         if first_only:  # the prior moves each file's first appearance only (see first_bonus below)
@@ -713,7 +722,10 @@ def select(
         for hit in hits:
             hit.score += config.file_rank_weight * best * (plain if first_only else ranking).get(hit.path, 0.0)
             hit.signals["file_rank"] = order_of.get(hit.path)
-        if first_only:
+        if scope == "pointers":
+            # the file order the prior gives: its strongest files, placed by file_pointers below
+            lead = sorted(ranking, key=lambda path: (-ranking[path], path))[:max(0, feedback.config.history_file_prior_files)]
+        elif first_only:
             # What the prior would add to a definition's score (negative for a file below the
             # prior's new top), given only while its file has no item yet.
             for hit in hits:
@@ -757,4 +769,38 @@ def select(
         per_file[hit.path] += 1
         remaining.remove(best)
         np.maximum(redundancy, sim[:, best], out=redundancy)
+    if lead and file_entities is not None and chosen:
+        if feedback.config.history_file_prior_after_first:  # the words' first file stays first
+            lead = [chosen[0].path] + [path for path in lead if path != chosen[0].path][:len(lead) - 1]
+        return file_pointers(chosen, lead, file_entities)[:limit]
     return chosen
+
+
+def file_pointers(chosen: list[Hit], lead: list[str], file_entities: Callable[[list[str]], list[Hit]]) -> list[Hit]:
+    """``chosen`` with the files of ``lead`` (paths, best first) appearing in that order: before a
+    file's first item, each ``lead`` file ranked above it that has not appeared yet gets its
+    file entity (``file_entities(paths)``: the index's file hits, absent paths left out) as its
+    pointer; the definitions keep their order and scores (a file entity already in ``chosen``
+    moves up instead of appearing twice). Each placed entity carries ``file_prior_pointer``, its
+    place in ``lead`` (1 = first)."""
+    place = {path: n for n, path in enumerate(lead)}
+    files = {hit.path: hit for hit in file_entities(list(lead)) if hit.kind == "file"}
+    out: list[Hit] = []
+    pointed: set[str] = set()
+    seen: set[str] = set()
+    for hit in chosen:
+        if hit.path not in seen:
+            rank = place.get(hit.path, len(lead))
+            for path in lead[:rank]:
+                if path in seen or path not in files:
+                    continue
+                pointer = next((h for h in chosen if h.id == files[path].id), files[path])
+                pointer.signals["file_prior_pointer"] = place[path] + 1
+                out.append(pointer)
+                pointed.add(pointer.id)
+                seen.add(path)
+        if hit.id in pointed:
+            continue  # placed above as a pointer
+        out.append(hit)
+        seen.add(hit.path)
+    return out

@@ -88,6 +88,8 @@ def reason_of(signals: dict) -> str:
         found.append(f"prior ×{signals['prior']}{why}")
     if "file_rank" in signals:
         found.append(f"file #{signals['file_rank']}")
+    if "file_prior_pointer" in signals:
+        found.append(f"placed as file #{signals['file_prior_pointer']} by history's file prior")
     if "utility_x" in signals:
         found.append(f"utility {signals.get('utility')} ×{signals['utility_x']}")
     if "utility_in_history" in signals:
@@ -298,7 +300,8 @@ def prompt_pack(
                     feedback=feedback, parts=parts, clues=clues, version_files=bumped)
     ranked = select(hits, retrieve_config, per_file_cap=config.per_file_cap, prompt=prompt, dense=dense,
                     limit=config.max_items + config.max_pointers, feedback=feedback, parts=parts, clues=clues,
-                    vendored=vendored_patterns(root), package_roots=_package_roots(conn, root, retrieve_config))
+                    vendored=vendored_patterns(root), package_roots=_package_roots(conn, root, retrieve_config),
+                    file_entities=lambda paths: _hits_by_ids(conn, paths, 0.0))
     # Embeddings are named only when some vector could have ranked an item: a query vector is
     # computed as soon as the model loads, long before the entities have theirs.
     vectors = query_vector is not None and dense is not None and len(dense) > 0
