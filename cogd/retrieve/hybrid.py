@@ -694,7 +694,8 @@ def select(
     strongest files of the ranking with the prior appear in that order, :func:`file_pointers`,
     their file entities from ``file_entities(paths)``; without it nothing is placed). Relevance is the resulting score scaled to
     [0, 1]. A file entity is dropped once an entity inside it is selected (the narrower
-    item says the same with line numbers). Returns at most ``limit`` hits.
+    item says the same with line numbers). Returns at most ``limit`` hits, and the files
+    placed by "pointers" beside them (at most ``rank.history_file_prior_files`` more).
     """
     if not hits:
         return []
@@ -772,7 +773,7 @@ def select(
     if lead and file_entities is not None and chosen:
         if feedback.config.history_file_prior_after_first:  # the words' first file stays first
             lead = [chosen[0].path] + [path for path in lead if path != chosen[0].path][:len(lead) - 1]
-        return file_pointers(chosen, lead, file_entities)[:limit]
+        return file_pointers(chosen, lead, file_entities)  # the placed files take no definition's place
     return chosen
 
 

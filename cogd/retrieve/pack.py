@@ -217,6 +217,11 @@ def assemble(
 ) -> Pack:
     """Render ``ranked`` under ``config.max_chars`` (never above the hard cap).
 
+    At most ``config.max_items`` full items, then ``config.max_pointers`` one-line pointers; a
+    file entity history's file prior placed (``file_prior_pointer`` in its signals,
+    :func:`cogd.retrieve.hybrid.file_pointers`: a heading, the file's doc line and its id, no
+    excerpt) is rendered where it stands without taking one of the ``max_items``.
+
     ``preface``: rendered rules and memories placed first (their size must
     already fit the budget). ``sections`` are extra markdown blocks (already
     rendered) placed after the items if they fit. Returns an empty pack when
@@ -233,8 +238,10 @@ def assemble(
     leftovers: list[Hit] = []
     reserve = 400  # room kept for the pointer list
     languages = store.file_languages(conn, [h.path for h in ranked])  # one query, not one per item
+    placed = 0  # file entities placed by history's file prior: they take no definition's slot
     for hit in ranked:
-        if len(items) - first_code >= config.max_items:
+        is_placed = "file_prior_pointer" in hit.signals
+        if not is_placed and len(items) - first_code - placed >= config.max_items:
             leftovers.append(hit)
             continue
         n = len(items) - first_code + 1
@@ -249,6 +256,7 @@ def assemble(
             continue
         parts.append(block)
         used += len(block)
+        placed += is_placed
         items.append(PackItem(hit.id, hit.kind, hit.path, hit.start_line, hit.end_line, hit.score, len(items) + 1,
                               len(block), signals=hit.signals))
     for section in map(visible, sections or []):
