@@ -294,8 +294,8 @@ def test_file_pointers_set_the_file_order_and_leave_every_definition_as_it_was(t
 
     try:
         off = pack(history_file_prior=0.0)
-        every = pack(history_file_prior=1.0, history_file_prior_scope="pointers")
-        after = pack(history_file_prior=1.0, history_file_prior_scope="pointers", history_file_prior_after_first=True)
+        every = pack(history_file_prior=1.0, history_file_prior_scope="pointers", history_file_prior_after_first=False)
+        after = pack(history_file_prior=1.0)  # the defaults: pointers, the words' first file kept first
         assert files(off) == ["tool/options.py", "tool/core.py", "tool/utils.py"]  # the words' order
         # the prior's order: utils.py and core.py lead, each placed by its own file entity
         assert files(every) == ["tool/utils.py", "tool/core.py", "tool/options.py"]
