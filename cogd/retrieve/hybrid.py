@@ -705,36 +705,62 @@ def select(
     lead: list[str] = []  # scope "pointers": the files whose order the prior sets, best first
     _apply_priors(hits, config, prompt, parts, clue_files, clues is not None, vendored, package_roots)
     if config.file_rank_weight > 0:
-        named = (module_words(hits, parts, config.module_word_weight, config.template_filter)
-                 if config.module_word_weight > 0 else None)
-        changed = feedback.history_file_shares() if feedback is not None else {}
-        prior = feedback.file_prior_shares() if feedback is not None else {}
-        scope = feedback.config.history_file_prior_scope if prior else "entities"
-        first_only = scope in ("first", "pointers")
-        if changed:  # files the matching commits changed
-            named = _add_shares(named, changed)
-        if first_only:  # the prior moves each file's first appearance only (see first_bonus below)
-            plain = file_ranking(hits, clue_files, config.file_rank_agg, named)
-        if prior:  # files changes usually go to
-            named = _add_shares(named, prior)
-        ranking = file_ranking(hits, clue_files, config.file_rank_agg, named)
-        order_of = {path: n for n, path in enumerate(sorted(ranking, key=ranking.get, reverse=True), 1)}
-        best = max(h.score for h in hits)
-        for hit in hits:
-            hit.score += config.file_rank_weight * best * (plain if first_only else ranking).get(hit.path, 0.0)
-            hit.signals["file_rank"] = order_of.get(hit.path)
-        if scope == "pointers":
-            # the file order the prior gives: its strongest files, placed by file_pointers below
-            lead = sorted(ranking, key=lambda path: (-ranking[path], path))[:max(0, feedback.config.history_file_prior_files)]
-        elif first_only:
-            # What the prior would add to a definition's score (negative for a file below the
-            # prior's new top), given only while its file has no item yet.
-            for hit in hits:
-                bonus = config.file_rank_weight * best * (ranking.get(hit.path, 0.0) - plain.get(hit.path, 0.0))
-                if bonus:
-                    first_bonus[id(hit)] = bonus
+        first_bonus, lead = _rank_files(hits, config, parts, clue_files, feedback)
     if feedback is not None:
         feedback.apply(hits)
+    chosen = _mmr(hits, config, dense, limit, per_file_cap, first_bonus)
+    if lead and file_entities is not None and chosen:
+        if feedback.config.history_file_prior_after_first:  # the words' first file stays first
+            lead = [chosen[0].path] + [path for path in lead if path != chosen[0].path][:len(lead) - 1]
+        return file_pointers(chosen, lead, file_entities)  # the placed files take no definition's place
+    return chosen
+
+
+def _rank_files(hits: list[Hit], config: RetrieveConfig, parts: PromptParts, clue_files: list[str],
+                feedback: Feedback | None) -> tuple[dict[int, float], list[str]]:
+    """The file-level ranking step of :func:`select`: each hit gains ``file_rank_weight`` × the
+    top score × its file's evidence (in place; ``file_rank`` in its signals). History's file
+    prior is part of that evidence per ``rank.history_file_prior_scope``; returns ``(first_bonus,
+    lead)``: for "first", ``id(hit)`` → the prior's term its file's first item competes with; for
+    "pointers", the paths whose order the prior sets, best first (both empty otherwise)."""
+    named = (module_words(hits, parts, config.module_word_weight, config.template_filter)
+             if config.module_word_weight > 0 else None)
+    changed = feedback.history_file_shares() if feedback is not None else {}
+    prior = feedback.file_prior_shares() if feedback is not None else {}
+    scope = feedback.config.history_file_prior_scope if prior else "entities"
+    first_only = scope in ("first", "pointers")
+    if changed:  # files the matching commits changed
+        named = _add_shares(named, changed)
+    plain = file_ranking(hits, clue_files, config.file_rank_agg, named) if first_only else {}
+    if prior:  # files changes usually go to
+        named = _add_shares(named, prior)
+    ranking = file_ranking(hits, clue_files, config.file_rank_agg, named)
+    order_of = {path: n for n, path in enumerate(sorted(ranking, key=ranking.get, reverse=True), 1)}
+    best = max(h.score for h in hits)
+    for hit in hits:
+        hit.score += config.file_rank_weight * best * (plain if first_only else ranking).get(hit.path, 0.0)
+        hit.signals["file_rank"] = order_of.get(hit.path)
+    if scope == "pointers":  # the file order the prior gives: its strongest files (file_pointers)
+        wanted = max(0, feedback.config.history_file_prior_files)
+        return {}, sorted(ranking, key=lambda path: (-ranking[path], path))[:wanted]
+    first_bonus: dict[int, float] = {}
+    if first_only:
+        # What the prior would add to a definition's score (negative for a file below the
+        # prior's new top), given only while its file has no item yet (not scaled by the
+        # ledger's feedback factors applied next: the prior is history's, not the session's).
+        for hit in hits:
+            bonus = config.file_rank_weight * best * (ranking.get(hit.path, 0.0) - plain.get(hit.path, 0.0))
+            if bonus:
+                first_bonus[id(hit)] = bonus
+    return first_bonus, []
+
+
+def _mmr(hits: list[Hit], config: RetrieveConfig, dense: DenseIndex | None, limit: int, per_file_cap: int,
+         first_bonus: dict[int, float]) -> list[Hit]:
+    """Maximal marginal relevance over ``hits`` (the selection step of :func:`select`): at most
+    ``limit``, ``per_file_cap`` per file (0 = none), a file entity only before its file's other
+    items; a hit in ``first_bonus`` competes with that term added while its file has no item."""
+
     def opening(hit: Hit) -> float:
         """The score a hit competes with while its file has no item in the pack yet."""
         return hit.score + first_bonus.get(id(hit), 0.0)
@@ -770,10 +796,6 @@ def select(
         per_file[hit.path] += 1
         remaining.remove(best)
         np.maximum(redundancy, sim[:, best], out=redundancy)
-    if lead and file_entities is not None and chosen:
-        if feedback.config.history_file_prior_after_first:  # the words' first file stays first
-            lead = [chosen[0].path] + [path for path in lead if path != chosen[0].path][:len(lead) - 1]
-        return file_pointers(chosen, lead, file_entities)  # the placed files take no definition's place
     return chosen
 
 
