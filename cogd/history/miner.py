@@ -327,7 +327,9 @@ class HistoryMiner:
         self.store.set_meta(seconds=round(total, 3), peak_rss_mb=round(peak, 1))
         # read back through this thread's reader: the writer's commits are visible to it
         view = live_view(self.store.reader(), self.state_key(), self.config.co_change_max_definitions)
-        if self._index_reader is not None:
+        # Not while stopping: the daemon closes its index readers once the miner is stopped (or
+        # its join timed out), and a reader opened after that would stay open.
+        if self._index_reader is not None and not self._stop.is_set():
             try:  # the file prior's counts, here rather than on the first prompt after the pass
                 view.file_changes = file_changes(self._index_reader(), view.touched_rows())
             except sqlite3.Error:  # the index is being replaced: a prompt counts them instead
