@@ -314,6 +314,33 @@ def test_file_pointers_set_the_file_order_and_leave_every_definition_as_it_was(t
         conn.close()
 
 
+def test_file_pointers_place_no_test_file_unless_the_prompt_asks_for_tests(tmp_path):
+    tests_file = ('from tool.options import parse_option_value\n\n\ndef test_option_value():\n'
+                  '    assert parse_option_value(" 1 ") == "1"\n')
+    root = make_repo(tmp_path / "repo", {**SCOPE_REPO, "tool/utils.py": UTILS, "tests/test_options.py": tests_file})
+    conn = indexed(root)
+    # tests change with most requests: history counts the test file most
+    counts = {"tests/test_options.py": 60, "tool/utils.py": 40, "tool/core.py": 20, "tool/options.py": 1}
+
+    def pack(prompt):
+        feedback = Feedback(RankConfig(history_file_prior=1.0), file_changes=lambda: counts,
+                            history=lambda text, tests_unwanted=None: [], evidence={"history_association": 10_000})
+        items = prompt_pack(conn, root, prompt, PackConfig(), RetrieveConfig(), mode="bm25", feedback=feedback).items
+        return (list(dict.fromkeys(i.path for i in items)),
+                [(i.entity_id, i.signals["file_prior_pointer"]) for i in items if "file_prior_pointer" in i.signals])
+
+    try:
+        files, placed = pack("parse the option value")
+        assert placed == [("tool/utils.py", 2)]  # the test file, demoted for this prompt, is not placed
+        assert files[-1] == "tests/test_options.py"
+        files, placed = pack("test that we parse the option value")
+        # asked for tests, the test file takes the prior's second place (its test already stands there)
+        assert files[:3] == ["tool/options.py", "tests/test_options.py", "tool/utils.py"]
+        assert placed == [("tool/utils.py", 3)]
+    finally:
+        conn.close()
+
+
 def test_the_prior_scope_is_checked(tmp_path):
     config = tmp_path / "config.toml"
     config.write_text('[rank]\nhistory_file_prior_scope = "first"\n')

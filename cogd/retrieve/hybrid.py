@@ -741,8 +741,11 @@ def _rank_files(hits: list[Hit], config: RetrieveConfig, parts: PromptParts, clu
         hit.score += config.file_rank_weight * best * (plain if first_only else ranking).get(hit.path, 0.0)
         hit.signals["file_rank"] = order_of.get(hit.path)
     if scope == "pointers":  # the file order the prior gives: its strongest files (file_pointers)
+        # A file the test or vendored prior demotes for this prompt is placed by none: tests change
+        # with most requests, so history's counts rank them high where the prompt asks no test.
+        demoted = {h.path for h in hits if h.signals.get("test_prior") or "vendored" in h.signals}
         wanted = max(0, feedback.config.history_file_prior_files)
-        return {}, sorted(ranking, key=lambda path: (-ranking[path], path))[:wanted]
+        return {}, sorted((p for p in ranking if p not in demoted), key=lambda path: (-ranking[path], path))[:wanted]
     first_bonus: dict[int, float] = {}
     if first_only:
         # What the prior would add to a definition's score (negative for a file below the
