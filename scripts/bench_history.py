@@ -15,6 +15,15 @@
    History on is timed twice, interleaved: through the miner's in-memory view of the live set
    (what the daemon does; keys without a suffix) and without it (``_sql``: the joins over the
    projection per request that the view replaced), so the two are compared under one load.
+3. **The first pack after a pass** (with ``--index``): the file prior's counts (``[rank]
+   history_file_prior``, :meth:`HistoryQueries.file_changes`) are read once per state of the
+   live set; each round builds a fresh reader, as after a mining pass, and times that first
+   pack (hybrid of history on, ``bm25`` mode) three ways, interleaved: the counts already in
+   the pass's view (``first_pack_view_counts``: what the miner leaves since it counts them at
+   the end of its pass), counted by the request from the view's rows (``…_view_rows``: a pass
+   that could not read the index), and counted by the request through SQL
+   (``…_sql_rows``: the code before the counts moved into the view). ``prior_count_*`` is the
+   counting alone, and ``pass_end_count_ms`` what the miner's pass spends on it instead.
 
     python scripts/bench_history.py REPO [--max-commits 3000] [--index] [--rounds 30]
 
@@ -126,6 +135,7 @@ def per_pack(repo: Path, db: Path, prompts: list[str], rounds: int) -> dict:
                 lists["on"].append(time.perf_counter() - t)
                 lists["on_cpu"].append(time.thread_time() - c)
     miner.view = view
+    first = first_pack_after_a_pass(repo, conn, miner, prompts, max(3, rounds // 3))
     history.close()
     conn.close()
 
@@ -139,6 +149,74 @@ def per_pack(repo: Path, db: Path, prompts: list[str], rounds: int) -> dict:
                     f"history_part_p50_ms{suffix}": p50(lists["part"]),
                     f"history_part_p95_ms{suffix}": round(1000 * sorted(lists["part"])[int(0.95 * (len(lists["part"]) - 1))], 2),
                     f"history_part_cpu_p50_ms{suffix}": p50(lists["part_cpu"])})
+    out.update(first)
+    return out
+
+
+def first_pack_after_a_pass(repo: Path, conn, miner, prompts: list[str], rounds: int) -> dict:
+    """Section 3 of the module doc: the first pack after a pass with the file prior's counts in
+    the view, counted from the view's rows, or counted through SQL; interleaved per prompt."""
+    import dataclasses
+
+    from cogd.config import load_config
+    from cogd.history import store
+    from cogd.history.query import HistoryQueries
+    from cogd.retrieve.feedback import Feedback
+    from cogd.retrieve.lexical import match_expression, query_terms
+    from cogd.retrieve.pack import prompt_pack
+
+    config = load_config(None)
+    view = miner.view
+    t = time.perf_counter()
+    counted = store.file_changes(conn, view.touched_rows())
+    pass_end = time.perf_counter() - t
+    with_counts = dataclasses.replace(view, file_changes=counted)
+    without = dataclasses.replace(view, file_changes=None)
+    timed = {v: {"pack": [], "pack_cpu": [], "count": [], "count_cpu": []}
+             for v in ("view_counts", "view_rows", "sql_rows")}
+    for _ in range(rounds):
+        for prompt in prompts:
+            for variant, lists in timed.items():
+                miner.view = with_counts if variant == "view_counts" else without
+                queries = HistoryQueries(miner, config.history)  # a fresh reader: nothing cached yet
+                if variant == "sql_rows":  # the counting as it was: its rows read by SQL per request
+                    def by_sql(index_conn, index_version=None, queries=queries):
+                        return store.file_changes(index_conn, store.touched_rows(miner.store.reader()),
+                                                  lambda ids: queries._current(index_conn, ids, index_version))
+                    counter = by_sql
+                else:
+                    counter = queries.file_changes
+
+                def changes(counter=counter, lists=lists):
+                    t, c = time.perf_counter(), time.thread_time()
+                    found = counter(conn, 1)
+                    lists["count"].append(time.perf_counter() - t)
+                    lists["count_cpu"].append(time.thread_time() - c)
+                    return found
+
+                def assoc(text, tests_unwanted=None, queries=queries):
+                    return queries.associations(conn, match_expression(query_terms(text)), 60, text, 1,
+                                                tests_unwanted)
+
+                t, c = time.perf_counter(), time.thread_time()
+                prompt_pack(conn, repo, prompt, config.pack, config.retrieve, mode="bm25",
+                            feedback=Feedback(config.rank, history=assoc,
+                                              co_changed=lambda seeds, q=queries: q.co_changed(conn, seeds, 1),
+                                              evidence=queries.evidence(), file_changes=changes))
+                lists["pack"].append(time.perf_counter() - t)
+                lists["pack_cpu"].append(time.thread_time() - c)
+    miner.view = view
+
+    def p50(values: list[float]) -> float:
+        return round(1000 * statistics.median(values), 2)
+
+    out = {"pass_end_count_ms": round(1000 * pass_end, 2), "first_packs": len(timed["view_counts"]["pack"]),
+           "prior_files": len(counted)}
+    for variant, lists in timed.items():
+        out.update({f"first_pack_p50_ms_{variant}": p50(lists["pack"]),
+                    f"first_pack_cpu_p50_ms_{variant}": p50(lists["pack_cpu"]),
+                    f"prior_count_p50_ms_{variant}": p50(lists["count"]),
+                    f"prior_count_cpu_p50_ms_{variant}": p50(lists["count_cpu"])})
     return out
 
 

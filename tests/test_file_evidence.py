@@ -1,12 +1,18 @@
 """File-level evidence beyond the retrieval lists, on real code (tree-sitter, SQLite FTS5, git):
 the files a version-bump request changes (cogd/retrieve/version.py), and the prior of a file
 from how many of history's change requests changed it (HistoryQueries.file_changes,
-Feedback.file_prior_shares) as the file-level ranking reads it (cogd/retrieve/hybrid.py)."""
+Feedback.file_prior_shares) as the file-level ranking reads it (cogd/retrieve/hybrid.py): on
+every definition of a file, or on the file's first appearance only
+(``[rank] history_file_prior_scope``), its counts taken at the end of each mining pass."""
 
 from __future__ import annotations
 
-from cogd.config import HistoryConfig, PackConfig, RankConfig, RetrieveConfig
+import pytest
+
+from cogd.config import ConfigError, HistoryConfig, PackConfig, RankConfig, RetrieveConfig, load_config
+from cogd.history.miner import HistoryMiner
 from cogd.history.query import HistoryQueries
+from cogd.history.store import HistoryStore
 from cogd.retrieve.feedback import Feedback
 from cogd.retrieve.pack import prompt_pack
 from cogd.retrieve.version import version_files, version_request
@@ -114,3 +120,231 @@ def test_the_file_prior_is_relative_to_the_most_changed_file_and_shrunk_by_histo
     assert 0.49 < shares["core.py"] <= 0.5 and abs(shares["types.py"] - shares["core.py"] / 4) < 1e-9
     assert off.file_prior_shares() == {}
     assert Feedback(RankConfig(history_file_prior=0.5)).file_prior_shares() == {}  # no history at all
+
+
+def _three_requests(root):
+    """shapes.py changed by two requests (and added by the first commit), util.py by one."""
+    text = (root / "shapes.py").read_text()
+    write(root, "shapes.py", text.replace("return width * height", "return abs(width * height)"))
+    commit(root, "area is never negative")
+    write(root, "util.py", "def clamp(x, low, high):\n    return max(low, min(high, x))\n")
+    commit(root, "add a clamp helper")
+    write(root, "shapes.py", (root / "shapes.py").read_text().replace("Circle(self.radius * factor)",
+                                                                      "Circle(abs(self.radius * factor))"))
+    commit(root, "scale keeps the radius positive")
+
+
+def test_a_mining_pass_ends_with_the_file_counts_so_no_request_counts_them(tmp_path):
+    root = init_repo(tmp_path / "repo")
+    _three_requests(root)
+    index = [indexed(root)]  # the index as the daemon's reader sees it (reopened after a re-index)
+    (root / ".cogd" / "index").mkdir(parents=True, exist_ok=True)
+    store = HistoryStore(root / ".cogd" / "index" / "history.db")
+    try:
+        miner = HistoryMiner(root, store, HistoryConfig(), index_reader=lambda: index[0])
+        miner.sync()
+        # the same counts as a reader without the view counts them through SQL
+        by_sql = HistoryQueries(HistoryMiner(root, store, HistoryConfig()), HistoryConfig()).file_changes(index[0])
+        assert miner.view.file_changes == by_sql == {"shapes.py": 3, "util.py": 1}
+        assert miner.status()["file_prior_files"] == 2
+        # a request reads them from the view: not even the index is read (a closed connection
+        # would raise sqlite3.ProgrammingError if it were)
+        closed = indexed(root)
+        closed.close()
+        queries = HistoryQueries(miner, HistoryConfig())
+        assert queries.file_changes(closed) is miner.view.file_changes
+        # the next pass counts again, against the index as it is then: a moved file's
+        # definitions follow it
+        (root / "geometry").mkdir()
+        (root / "shapes.py").rename(root / "geometry" / "shapes.py")
+        commit(root, "move the shapes into a package")
+        assert queries.file_changes(index[0]) == {}  # HEAD moved, not yet synchronised: no history
+        index[0].close()
+        index[0] = indexed(root)
+        miner.sync()
+        moved = queries.file_changes(closed)
+        assert moved is miner.view.file_changes and "shapes.py" not in moved and moved["geometry/shapes.py"] >= 2
+        assert moved == HistoryQueries(HistoryMiner(root, store, HistoryConfig()),
+                                       HistoryConfig()).file_changes(index[0])
+        # an index that cannot be read when the pass ends: the view holds no counts, and the
+        # first request counts them itself (the same figures)
+        blind = HistoryMiner(root, store, HistoryConfig(), index_reader=lambda: closed)
+        blind.sync()
+        assert blind.view is not None and blind.view.file_changes is None
+        assert blind.status()["file_prior_files"] is None
+        assert HistoryQueries(blind, HistoryConfig()).file_changes(index[0]) == moved
+    finally:
+        index[0].close()
+        store.close()
+
+
+SCOPE_REPO = {
+    "tool/options.py": '''"""Options."""
+
+
+def parse_option_value(text):
+    """Parse an option value: the option's value parsed from the command line."""
+    value = text.strip()  # the parsed option value
+    return value
+
+
+def option_default(option):
+    """The default of an option."""
+    return option.get("default")
+''',
+    "tool/core.py": '''"""The core."""
+
+
+def run_command(args):
+    """Run a command."""
+    return list(args)
+
+
+def command_value(name):
+    """The value a command holds."""
+    return name
+
+
+def invoke(ctx):
+    """Invoke the callback with an option."""
+    return ctx
+
+
+def main(argv=None):
+    """Entry point."""
+    return argv
+''',
+}
+
+
+def test_the_prior_on_the_file_order_moves_first_appearances_and_leaves_other_definitions_alone(tmp_path):
+    root = make_repo(tmp_path / "repo", SCOPE_REPO)
+    conn = indexed(root)
+    counts = {"tool/core.py": 40, "tool/options.py": 2}  # history changes core.py most
+
+    def pack(**rank):
+        feedback = Feedback(RankConfig(**rank), file_changes=lambda: counts, history=lambda text, tests_unwanted=None: [],
+                            evidence={"history_association": 10_000})
+        items = prompt_pack(conn, root, "parse the option value", PackConfig(), RetrieveConfig(), mode="bm25",
+                            feedback=feedback).items
+        return items, {i.entity_id: i for i in items}
+
+    try:
+        off, off_by = pack(history_file_prior=0.0)
+        every, every_by = pack(history_file_prior=2.0, history_file_prior_scope="entities")
+        first, first_by = pack(history_file_prior=2.0, history_file_prior_scope="first")
+        files = {name: list(dict.fromkeys(i.path for i in items)) for name, items in
+                 (("off", off), ("entities", every), ("first", first))}
+        # the words point at options.py; the prior moves core.py's first appearance ahead of it
+        assert files["off"] == ["tool/options.py", "tool/core.py"]
+        assert files["entities"] == files["first"] == ["tool/core.py", "tool/options.py"]
+        seen: set[str] = set()
+        later = []  # the items of a file already in the pack
+        for item in first:
+            if item.path in seen:
+                later.append(item.entity_id)
+                assert "file_prior_first" not in item.signals
+            else:
+                assert "file_prior_first" in item.signals  # each file's first appearance carries it
+            seen.add(item.path)
+        assert later == ["tool/options.py::option_default", "tool/core.py::invoke"]
+        # those rank exactly as with no prior (score and order) ...
+        assert [first_by[e].score for e in later] == [off_by[e].score for e in later]
+        assert [e for e in (i.entity_id for i in off) if e in later] == later
+        # ... where on every definition the prior lifts core.py's second item and sinks options.py's
+        assert every_by["tool/core.py::invoke"].score > off_by["tool/core.py::invoke"].score
+        assert every_by["tool/options.py::option_default"].score < off_by["tool/options.py::option_default"].score
+        assert all("file_prior_first" not in i.signals for i in every + off)
+    finally:
+        conn.close()
+
+
+UTILS = '''"""Helpers."""
+
+
+def echo(message):
+    """Print a message."""
+    print(message)
+
+
+def strip_value(text):
+    """Strip a value."""
+    return text.strip()
+'''
+
+
+def test_file_pointers_set_the_file_order_and_leave_every_definition_as_it_was(tmp_path):
+    from cogd.retrieve.pack import reason_of
+
+    root = make_repo(tmp_path / "repo", {**SCOPE_REPO, "tool/utils.py": UTILS})
+    conn = indexed(root)
+    counts = {"tool/utils.py": 40, "tool/core.py": 20, "tool/options.py": 1}
+
+    def pack(**rank):
+        feedback = Feedback(RankConfig(**rank), file_changes=lambda: counts, history=lambda text, tests_unwanted=None: [],
+                            evidence={"history_association": 10_000})
+        return prompt_pack(conn, root, "parse the option value", PackConfig(), RetrieveConfig(), mode="bm25",
+                           feedback=feedback).items
+
+    def definitions(items):
+        return [(i.entity_id, i.score) for i in items if i.kind != "file"]
+
+    def files(items):
+        return list(dict.fromkeys(i.path for i in items))
+
+    try:
+        off = pack(history_file_prior=0.0)
+        every = pack(history_file_prior=1.0, history_file_prior_scope="pointers", history_file_prior_after_first=False)
+        after = pack(history_file_prior=1.0)  # the defaults: pointers, the words' first file kept first
+        assert files(off) == ["tool/options.py", "tool/core.py", "tool/utils.py"]  # the words' order
+        # the prior's order: utils.py and core.py lead, each placed by its own file entity
+        assert files(every) == ["tool/utils.py", "tool/core.py", "tool/options.py"]
+        assert [(i.entity_id, i.kind, i.signals.get("file_prior_pointer")) for i in every[:2]] == [
+            ("tool/utils.py", "file", 1), ("tool/core.py", "file", 2)]
+        # the words' first file kept first, the prior ordering the ones after it
+        assert files(after) == ["tool/options.py", "tool/utils.py", "tool/core.py"]
+        placed = [i for i in after if "file_prior_pointer" in i.signals]
+        assert [(i.entity_id, i.signals["file_prior_pointer"]) for i in placed] == [("tool/utils.py", 2)]
+        assert "placed as file #2 by history's file prior" in reason_of(placed[0].signals)
+        # every definition keeps its place among definitions and its score: the ranking of
+        # definitions is the one without the prior
+        assert definitions(every) == definitions(after) == definitions(off)
+        assert all("file_prior_pointer" not in i.signals for i in off)
+    finally:
+        conn.close()
+
+
+def test_file_pointers_place_no_test_file_unless_the_prompt_asks_for_tests(tmp_path):
+    tests_file = ('from tool.options import parse_option_value\n\n\ndef test_option_value():\n'
+                  '    assert parse_option_value(" 1 ") == "1"\n')
+    root = make_repo(tmp_path / "repo", {**SCOPE_REPO, "tool/utils.py": UTILS, "tests/test_options.py": tests_file})
+    conn = indexed(root)
+    # tests change with most requests: history counts the test file most
+    counts = {"tests/test_options.py": 60, "tool/utils.py": 40, "tool/core.py": 20, "tool/options.py": 1}
+
+    def pack(prompt):
+        feedback = Feedback(RankConfig(history_file_prior=1.0), file_changes=lambda: counts,
+                            history=lambda text, tests_unwanted=None: [], evidence={"history_association": 10_000})
+        items = prompt_pack(conn, root, prompt, PackConfig(), RetrieveConfig(), mode="bm25", feedback=feedback).items
+        return (list(dict.fromkeys(i.path for i in items)),
+                [(i.entity_id, i.signals["file_prior_pointer"]) for i in items if "file_prior_pointer" in i.signals])
+
+    try:
+        files, placed = pack("parse the option value")
+        assert placed == [("tool/utils.py", 2)]  # the test file, demoted for this prompt, is not placed
+        assert files[-1] == "tests/test_options.py"
+        files, placed = pack("test that we parse the option value")
+        # asked for tests, the test file takes the prior's second place (its test already stands there)
+        assert files[:3] == ["tool/options.py", "tests/test_options.py", "tool/utils.py"]
+        assert placed == [("tool/utils.py", 3)]
+    finally:
+        conn.close()
+
+
+def test_the_prior_scope_is_checked(tmp_path):
+    config = tmp_path / "config.toml"
+    config.write_text('[rank]\nhistory_file_prior_scope = "first"\n')
+    assert load_config(config).rank.history_file_prior_scope == "first"
+    config.write_text('[rank]\nhistory_file_prior_scope = "files"\n')
+    with pytest.raises(ConfigError, match="rank.history_file_prior_scope must be one of entities, first, pointers, got 'files'"):
+        load_config(config)

@@ -317,6 +317,7 @@ def test_a_daemon_mines_and_a_pack_explains_the_commit_behind_an_association(his
     state = wait_for(lambda: (s := json.loads(cogd_in_process(root, "history", "--json").stdout))["usable"] and s,
                      what="the history miner to synchronise")
     assert state["mined"] == 3 and state["skipped"] == {} and state["synced_head"] == second
+    assert state["file_prior_files"] == 1  # the pass counted shapes.py's changes on the daemon's index
     pack = json.loads(run_cogd(root, "context", "outline grows", "--json").stdout)
     by_id = {i["entity_id"]: i for i in pack["items"]}
     # No word of the prompt is in perimeter's code; the commits that changed it say "outline".

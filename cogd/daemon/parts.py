@@ -348,12 +348,13 @@ def build_parts(layout: Layout, config: Config, *, start_index: bool, start_embe
     memory = memory_store(layout, config, embedder)
     # The file watcher runs in the daemon only (start_index), not for one in-process CLI command.
     watcher = Watcher(layout.root, worker, config.watch) if config.watch.enabled and start_index else None
+    readers = IndexReaders(layout.index_db)
     return Parts(layout=layout, config=config, utility=utility, ledger=ledger, embedder=embedder, worker=worker,
                  memory=memory,
                  consolidator=Consolidator(memory, layout.state_db, config.consolidate, nice=config.daemon.background_nice),
-                 readers=IndexReaders(layout.index_db), held=HeldDeliveries(), problems=Problems(),
+                 readers=readers, held=HeldDeliveries(), problems=Problems(),
                  recent=RecentFiles(layout.root), watcher=watcher, repo_map=RepoMap(),
-                 history=history_queries(layout, config, worker))
+                 history=history_queries(layout, config, worker, readers.get))
 
 
 def learned_evidence(parts: "Parts") -> dict[str, int]:
@@ -367,10 +368,13 @@ def learned_evidence(parts: "Parts") -> dict[str, int]:
     return evidence
 
 
-def history_queries(layout: Layout, config: Config, worker: IndexWorker) -> "HistoryQueries | None":
+def history_queries(layout: Layout, config: Config, worker: IndexWorker,
+                    index_reader: Callable[[], sqlite3.Connection] | None = None) -> "HistoryQueries | None":
     """The history projection (``history.db``, moved aside and re-mined when damaged) and its
     miner, not started (the Service starts it), mining once the first index exists. None when
-    ``[history] enabled`` is false or the projection cannot be opened (logged: packs go on without it)."""
+    ``[history] enabled`` is false or the projection cannot be opened (logged: packs go on without it).
+    ``index_reader``: the per-thread index readers' ``get``, so each mining pass ends with the
+    file prior's counts in memory (:class:`cogd.history.miner.HistoryMiner`)."""
     if not config.history.enabled:
         return None
     from cogd.daemon.scheduling import lower_thread_priority
@@ -385,5 +389,6 @@ def history_queries(layout: Layout, config: Config, worker: IndexWorker) -> "His
         log.exception("history projection %s unavailable: packs go on without history", path)
         return None
     miner = HistoryMiner(layout.root, history, config.history, ready=lambda: worker.refreshes >= 1,
-                         on_start=lambda: lower_thread_priority(config.daemon.background_nice))
+                         on_start=lambda: lower_thread_priority(config.daemon.background_nice),
+                         index_reader=index_reader)
     return HistoryQueries(miner, config.history)

@@ -108,11 +108,13 @@ class Service:
             self.watcher.stop()
         if self.embedder is not None:
             self.embedder.stop()
+        # The miner before the readers: its pass ends by reading the index through one of them.
+        if self.parts.history is not None:
+            self.parts.history.miner.stop()
         # Readers first, then the writer: the index worker's close checkpoints the WAL, and as
         # the last connection on index.db it removes index.db-wal (a reader left open keeps it).
         self.parts.readers.close()
         if self.parts.history is not None:
-            self.parts.history.miner.stop()
             self.parts.history.miner.store.close()
         self.worker.stop()
         # What the ledger holds at stop, read before the last connection closes: that close

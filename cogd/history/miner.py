@@ -39,6 +39,7 @@ from __future__ import annotations
 import logging
 import re
 import resource
+import sqlite3
 import threading
 import time
 from collections import OrderedDict
@@ -50,7 +51,7 @@ from cogd import secrets
 from cogd.config import HistoryConfig
 from cogd.history import git
 from cogd.history.diff import MAX_MESSAGE_CHARS, Commit, log_format, parse_log
-from cogd.history.store import HistoryStore, LiveView, live_view
+from cogd.history.store import HistoryStore, LiveView, file_changes, live_view
 from cogd.index.languages import language_for_path
 
 log = logging.getLogger(__name__)
@@ -189,13 +190,20 @@ class HistoryMiner:
 
     ``ready()``: True once the first index exists (mining waits for it: the index comes
     first for every pack). ``on_start``: run first on the thread (the daemon lowers its
-    priority there). :meth:`sync` does one pass and may be called directly (tests, the
-    evaluation). Never raises from the thread: a failure is logged and kept in ``error``.
+    priority there). ``index_reader()``: the calling thread's read-only connection to the code
+    index, or None; with it each pass ends by counting the file prior's changes per current path
+    into its :class:`LiveView` (``file_changes``), so no request counts them. :meth:`sync` does
+    one pass and may be called directly (tests, the evaluation). Never raises from the thread: a
+    failure is logged and kept in ``error``.
     """
 
     def __init__(self, root: Path, store: HistoryStore, config: HistoryConfig,
-                 ready: Callable[[], bool] = lambda: True, on_start: Callable[[], object] | None = None):
+                 ready: Callable[[], bool] = lambda: True, on_start: Callable[[], object] | None = None,
+                 index_reader: Callable[[], sqlite3.Connection] | None = None):
         self.root = root
+        # The calling thread's read-only connection to the code index (the daemon's per-thread
+        # readers), so a pass ends with the file prior's counts on current paths in its view.
+        self._index_reader = index_reader
         self.store = store
         self.config = config
         self._ready = ready
@@ -318,7 +326,15 @@ class HistoryMiner:
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         self.store.set_meta(seconds=round(total, 3), peak_rss_mb=round(peak, 1))
         # read back through this thread's reader: the writer's commits are visible to it
-        self.view = live_view(self.store.reader(), self.state_key(), self.config.co_change_max_definitions)
+        view = live_view(self.store.reader(), self.state_key(), self.config.co_change_max_definitions)
+        # Not while stopping: the daemon closes its index readers once the miner is stopped (or
+        # its join timed out), and a reader opened after that would stay open.
+        if self._index_reader is not None and not self._stop.is_set():
+            try:  # the file prior's counts, here rather than on the first prompt after the pass
+                view.file_changes = file_changes(self._index_reader(), view.touched_rows())
+            except sqlite3.Error:  # the index is being replaced: a prompt counts them instead
+                log.warning("history: file counts not taken at the end of the pass", exc_info=True)
+        self.view = view
         self.state = "idle"
         self.last_pass = {"head": head, "listed": len(listed), "mined": mined, "hidden_or_shown": changed,
                           "more": more, "seconds": round(spent, 3)}
@@ -386,5 +402,9 @@ class HistoryMiner:
         return {**status(self.store.reader()), "state": self.state, "error": self.error,
                 "synced_head": self.synced_head, "usable": self.usable(), "last_pass": self.last_pass,
                 "max_commits": self.config.max_commits,
+                # files with a count of changes in the pass's view (the file prior, read by no
+                # request); None when the view holds none (no index to read at the pass's end)
+                "file_prior_files": (len(self.view.file_changes) if self.view is not None
+                                     and self.view.file_changes is not None else None),
                 # whether this process mines at all: a CLI command run without a daemon does not
                 "running": self._thread is not None and self._thread.is_alive()}

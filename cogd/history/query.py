@@ -131,37 +131,25 @@ class HistoryQueries:
         return [(seed, mapping[b], conf, sup) for seed, b, conf, sup in rows if b in mapping and mapping[b] != seed]
 
     def file_changes(self, index_conn: sqlite3.Connection, index_version: object = None) -> dict[str, int]:
-        """``{current path: live change requests that changed it}``: how often each file of the
-        index was where a request's change went, the prior P(file) of the file-level ranking
-        (:meth:`cogd.retrieve.feedback.Feedback.file_prior_shares`). A commit counts once per
-        file whatever number of its definitions it touched. A recorded path the index still
-        holds counts as itself; the ids recorded under any other path (a file moved or renamed
-        since) are mapped onto the current index as for associations, so a moved file's
-        definitions follow it. Only live commits not skipped count; {} while history is not
-        usable. Cached per state of the live set (a prior moves with history, not with each
+        """``{current path: live commits that changed it}``: how often each file of the index was
+        where a change went, the prior P(file) of the file-level ranking
+        (:meth:`cogd.retrieve.feedback.Feedback.file_prior_shares`; counted by
+        :func:`cogd.history.store.file_changes`: a commit once per file, a moved file's
+        definitions following it). Only live commits not skipped count; {} while history is not
+        usable. Read from the miner's :class:`LiveView` when it holds them (counted at the end of
+        the pass against the index as it was then: no request pays for them), else counted here
+        once per state of the live set and cached (a prior moves with history, not with each
         edit; ``index_version`` only feeds the id-mapping cache). Raises sqlite3.Error."""
         if not self.miner.usable():
             return {}
+        view = self._view()
+        if view is not None and view.file_changes is not None:
+            return view.file_changes
         key = self.miner.state_key()
         if self._changes is not None and self._changes[0] == key:
             return self._changes[1]
-        from cogd.index import store as index_store
-
-        rows = self.miner.store.reader().execute(
-            "SELECT DISTINCT t.hash, t.path, t.entity_id FROM touched t JOIN commits c ON c.hash = t.hash "
-            "WHERE c.live = 1 AND c.skipped IS NULL").fetchall()
-        held = index_store.indexed_paths(index_conn, {path for _h, path, _e in rows})
-        moved = [entity_id for _h, path, entity_id in rows if path not in held]
-        mapping = self._current(index_conn, list(dict.fromkeys(moved)), index_version) if moved else {}
-        pairs = set()
-        for hash_, path, entity_id in rows:
-            if path in held:
-                pairs.add((hash_, path))
-            elif entity_id in mapping:
-                pairs.add((hash_, mapping[entity_id].split("::", 1)[0]))
-        counts: dict[str, int] = {}
-        for _hash, path in pairs:
-            counts[path] = counts.get(path, 0) + 1
+        rows = view.touched_rows() if view is not None else store.touched_rows(self.miner.store.reader())
+        counts = store.file_changes(index_conn, rows, lambda ids: self._current(index_conn, ids, index_version))
         self._changes = (key, counts)
         return counts
 

@@ -303,8 +303,11 @@ class LiveView:
     first (the ``pairs`` table's order); ``messages``: the message index's rowid → ``(commit,
     source, request, digest)``, so a query fetches only rowids and scores (FTS5 sorts every
     match with the columns it returns: measured 0.69 → 0.46 ms CPU per query on click's
-    history); ``newest``: :func:`newest_time`; ``evidence``: :func:`evidence`. Its size is
-    bounded by ``[history] max_commits``.
+    history); ``newest``: :func:`newest_time`; ``evidence``: :func:`evidence`; ``paths``: each
+    touched id → the path it was recorded under; ``file_changes``: :func:`file_changes` on the
+    index as it was when the view was built (the miner fills it at the end of its pass when it
+    can read the index; None: a reader computes it). Its size is bounded by ``[history]
+    max_commits``.
     """
 
     key: tuple
@@ -316,6 +319,14 @@ class LiveView:
     messages: dict[int, tuple[str, str, str, str]]
     newest: int | None
     evidence: dict[str, int]
+    paths: dict[str, str] = field(default_factory=dict)
+    file_changes: dict[str, int] | None = None
+
+    def touched_rows(self) -> list[tuple[str, str, str]]:
+        """``(commit, recorded path, entity id)`` of every live mined commit's touched definitions
+        (the rows :func:`file_changes` counts), from memory."""
+        return [(hash_, self.paths.get(entity_id, entity_id.split("::", 1)[0]), entity_id)
+                for hash_, ids in self.touched.items() for entity_id in ids]
 
 
 def live_view(conn: sqlite3.Connection, key: tuple, max_definitions: int) -> LiveView:
@@ -332,9 +343,12 @@ def live_view(conn: sqlite3.Connection, key: tuple, max_definitions: int) -> Liv
         if skipped is None:
             mined[hash_] = time_
     touched: dict[str, dict[str, int]] = {}
-    for hash_, entity_id, n in conn.execute("SELECT t.hash, t.entity_id, t.lines FROM touched t JOIN commits m "
-                                            "ON m.hash = t.hash WHERE m.live = 1 AND m.skipped IS NULL"):
+    paths: dict[str, str] = {}
+    for hash_, entity_id, n, path in conn.execute(
+            "SELECT t.hash, t.entity_id, t.lines, t.path FROM touched t JOIN commits m "
+            "ON m.hash = t.hash WHERE m.live = 1 AND m.skipped IS NULL"):
         touched.setdefault(hash_, {})[entity_id] = n
+        paths[entity_id] = path
     partners: dict[str, list[tuple[str, float, int]]] = {}
     for a, b, confidence, support in conn.execute(
             "SELECT a, b, confidence, support FROM pairs ORDER BY a, confidence DESC, support DESC, b"):
@@ -342,7 +356,41 @@ def live_view(conn: sqlite3.Connection, key: tuple, max_definitions: int) -> Liv
     messages = {rowid: (hash_, source, request, key_digest) for rowid, hash_, source, request, key_digest
                 in conn.execute("SELECT rowid, hash, source, request, digest FROM messages")}
     return LiveView(key, live, mined, touched, subjects_, partners, messages, max(mined.values(), default=None),
-                    evidence(conn, max_definitions))
+                    evidence(conn, max_definitions), paths)
+
+
+def touched_rows(conn: sqlite3.Connection) -> list[tuple[str, str, str]]:
+    """``(commit, recorded path, entity id)`` of every live mined (not skipped) commit's touched
+    definitions: what :func:`file_changes` counts, read through SQL (:meth:`LiveView.touched_rows`
+    gives the same from memory). Raises sqlite3.Error."""
+    return conn.execute("SELECT t.hash, t.path, t.entity_id FROM touched t JOIN commits c ON c.hash = t.hash "
+                        "WHERE c.live = 1 AND c.skipped IS NULL").fetchall()
+
+
+def file_changes(index_conn: sqlite3.Connection, rows: list[tuple[str, str, str]],
+                 current: Callable[[list[str]], dict[str, str]] | None = None) -> dict[str, int]:
+    """``{current path: commits that changed it}`` from ``rows`` (``(commit, recorded path,
+    entity id)``, :func:`touched_rows`): the prior P(file) of the file-level ranking. A commit
+    counts once per file whatever number of its definitions it touched. A recorded path the
+    index (``index_conn``) still holds counts as itself; the ids recorded under any other path (a
+    file moved or renamed since) are mapped onto the index (``current``: old ids → current ids,
+    :func:`current_ids` on ``index_conn`` by default), so a moved file's definitions follow it;
+    an id with no current entity counts nowhere. Raises sqlite3.Error."""
+    from cogd.index import store as index_store
+
+    held = index_store.indexed_paths(index_conn, {path for _h, path, _e in rows})
+    moved = list(dict.fromkeys(entity_id for _h, path, entity_id in rows if path not in held))
+    mapping = ((current or (lambda ids: current_ids(index_conn, ids)))(moved)) if moved else {}
+    pairs = set()
+    for hash_, path, entity_id in rows:
+        if path in held:
+            pairs.add((hash_, path))
+        elif entity_id in mapping:
+            pairs.add((hash_, mapping[entity_id].split("::", 1)[0]))
+    counts: dict[str, int] = {}
+    for _hash, path in pairs:
+        counts[path] = counts.get(path, 0) + 1
+    return counts
 
 
 def associated(conn: sqlite3.Connection, match: str, settings: AssociationSettings,

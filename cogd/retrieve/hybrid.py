@@ -30,6 +30,7 @@ import dataclasses
 import re
 import sqlite3
 from collections import Counter
+from collections.abc import Callable
 
 import numpy as np
 
@@ -573,6 +574,14 @@ def similarity_matrix(hits: list[Hit], vectors: dict[str, np.ndarray]) -> np.nda
     return sim
 
 
+def _add_shares(named: dict[str, float] | None, shares: dict[str, float]) -> dict[str, float]:
+    """``named`` (a :func:`file_ranking` ``named_files``) with ``shares`` added per path (a new dict)."""
+    out = dict(named or {})
+    for path, share in shares.items():
+        out[path] = out.get(path, 0.0) + share
+    return out
+
+
 def file_ranking(hits: list[Hit], clue_files: list[str], agg: str = "decay",
                  named_files: dict[str, float] | None = None) -> dict[str, float]:
     """Each file's aggregated evidence, in [0, 1]: its entities' scores as a decaying sum
@@ -666,7 +675,7 @@ def select(
     hits: list[Hit], config: RetrieveConfig, *, per_file_cap: int, prompt: str = "",
     dense: DenseIndex | None = None, limit: int = 40, feedback: Feedback | None = None,
     parts: PromptParts | None = None, clues: Clues | None = None, vendored: list[str] = (),
-    package_roots: dict[str, str] | None = None,
+    package_roots: dict[str, str] | None = None, file_entities: Callable[[list[str]], list[Hit]] | None = None,
 ) -> list[Hit]:
     """Priors, feedback, file-level ranking, then MMR (with a per-file cap when ``per_file_cap`` > 0;
     0 = none): the order a pack shows items in.
@@ -677,37 +686,92 @@ def select(
     ``package_roots`` the directories with their own licence or metadata,
     :func:`cogd.retrieve.priors.package_roots`, the marker named in ``--explain``).
     With ``retrieve.file_rank_weight`` > 0 an entity gains that share of the top score times
-    its file's evidence (:func:`file_ranking`). Relevance is the resulting score scaled to
+    its file's evidence (:func:`file_ranking`). History's file prior (``feedback``'s
+    :meth:`Feedback.file_prior_shares`) is part of that evidence for every definition
+    (``rank.history_file_prior_scope = "entities"``), only for each file's first appearance
+    ("first": the prior's term is added to a candidate's score while its file has no item yet),
+    or for the file order alone ("pointers": no score changes; the ``rank.history_file_prior_files``
+    strongest files of the ranking with the prior appear in that order, :func:`file_pointers`,
+    their file entities from ``file_entities(paths)``; without it nothing is placed). Relevance is the resulting score scaled to
     [0, 1]. A file entity is dropped once an entity inside it is selected (the narrower
-    item says the same with line numbers). Returns at most ``limit`` hits.
+    item says the same with line numbers). Returns at most ``limit`` hits, and the files
+    placed by "pointers" beside them (at most ``rank.history_file_prior_files`` more).
     """
     if not hits:
         return []
     parts = parts if parts is not None else analyze(prompt)
     clue_files = clues.files if clues is not None else []
+    first_bonus: dict[int, float] = {}  # id(hit) → the file prior's term for its file's first item
+    lead: list[str] = []  # scope "pointers": the files whose order the prior sets, best first
     _apply_priors(hits, config, prompt, parts, clue_files, clues is not None, vendored, package_roots)
     if config.file_rank_weight > 0:
-        named = (module_words(hits, parts, config.module_word_weight, config.template_filter)
-                 if config.module_word_weight > 0 else None)
-        changed = feedback.history_file_shares() if feedback is not None else {}
-        prior = feedback.file_prior_shares() if feedback is not None else {}
-        for shares in (changed, prior):  # files the matching commits changed; files changes go to
-            if shares:
-                named = dict(named or {})
-                for path, share in shares.items():
-                    named[path] = named.get(path, 0.0) + share
-        ranking = file_ranking(hits, clue_files, config.file_rank_agg, named)
-        order_of = {path: n for n, path in enumerate(sorted(ranking, key=ranking.get, reverse=True), 1)}
-        best = max(h.score for h in hits)
-        for hit in hits:
-            hit.score += config.file_rank_weight * best * ranking.get(hit.path, 0.0)
-            hit.signals["file_rank"] = order_of.get(hit.path)
+        first_bonus, lead = _rank_files(hits, config, parts, clue_files, feedback)
     if feedback is not None:
         feedback.apply(hits)
-    top = max(h.score for h in hits) or 1.0
+    chosen = _mmr(hits, config, dense, limit, per_file_cap, first_bonus)
+    if lead and file_entities is not None and chosen:
+        if feedback.config.history_file_prior_after_first:  # the words' first file stays first
+            lead = [chosen[0].path] + [path for path in lead if path != chosen[0].path][:len(lead) - 1]
+        return file_pointers(chosen, lead, file_entities)  # the placed files take no definition's place
+    return chosen
+
+
+def _rank_files(hits: list[Hit], config: RetrieveConfig, parts: PromptParts, clue_files: list[str],
+                feedback: Feedback | None) -> tuple[dict[int, float], list[str]]:
+    """The file-level ranking step of :func:`select`: each hit gains ``file_rank_weight`` × the
+    top score × its file's evidence (in place; ``file_rank`` in its signals). History's file
+    prior is part of that evidence per ``rank.history_file_prior_scope``; returns ``(first_bonus,
+    lead)``: for "first", ``id(hit)`` → the prior's term its file's first item competes with; for
+    "pointers", the paths whose order the prior sets, best first (both empty otherwise)."""
+    named = (module_words(hits, parts, config.module_word_weight, config.template_filter)
+             if config.module_word_weight > 0 else None)
+    changed = feedback.history_file_shares() if feedback is not None else {}
+    prior = feedback.file_prior_shares() if feedback is not None else {}
+    scope = feedback.config.history_file_prior_scope if prior else "entities"
+    first_only = scope in ("first", "pointers")
+    if changed:  # files the matching commits changed
+        named = _add_shares(named, changed)
+    plain = file_ranking(hits, clue_files, config.file_rank_agg, named) if first_only else {}
+    if prior:  # files changes usually go to
+        named = _add_shares(named, prior)
+    ranking = file_ranking(hits, clue_files, config.file_rank_agg, named)
+    order_of = {path: n for n, path in enumerate(sorted(ranking, key=ranking.get, reverse=True), 1)}
+    best = max(h.score for h in hits)
+    for hit in hits:
+        hit.score += config.file_rank_weight * best * (plain if first_only else ranking).get(hit.path, 0.0)
+        hit.signals["file_rank"] = order_of.get(hit.path)
+    if scope == "pointers":  # the file order the prior gives: its strongest files (file_pointers)
+        # A file the test or vendored prior demotes for this prompt is placed by none: tests change
+        # with most requests, so history's counts rank them high where the prompt asks no test.
+        demoted = {h.path for h in hits if h.signals.get("test_prior") or "vendored" in h.signals}
+        wanted = max(0, feedback.config.history_file_prior_files)
+        return {}, sorted((p for p in ranking if p not in demoted), key=lambda path: (-ranking[path], path))[:wanted]
+    first_bonus: dict[int, float] = {}
+    if first_only:
+        # What the prior would add to a definition's score (negative for a file below the
+        # prior's new top), given only while its file has no item yet (not scaled by the
+        # ledger's feedback factors applied next: the prior is history's, not the session's).
+        for hit in hits:
+            bonus = config.file_rank_weight * best * (ranking.get(hit.path, 0.0) - plain.get(hit.path, 0.0))
+            if bonus:
+                first_bonus[id(hit)] = bonus
+    return first_bonus, []
+
+
+def _mmr(hits: list[Hit], config: RetrieveConfig, dense: DenseIndex | None, limit: int, per_file_cap: int,
+         first_bonus: dict[int, float]) -> list[Hit]:
+    """Maximal marginal relevance over ``hits`` (the selection step of :func:`select`): at most
+    ``limit``, ``per_file_cap`` per file (0 = none), a file entity only before its file's other
+    items; a hit in ``first_bonus`` competes with that term added while its file has no item."""
+
+    def opening(hit: Hit) -> float:
+        """The score a hit competes with while its file has no item in the pack yet."""
+        return hit.score + first_bonus.get(id(hit), 0.0)
+
+    top = max(h.score for h in hits) or 1.0  # the scale without the prior: other items rank as with none
     vectors = dense.vectors([h.id for h in hits]) if dense is not None else {}
     lam = config.mmr_lambda
-    order = sorted(hits, key=lambda h: h.score, reverse=True)
+    order = sorted(hits, key=opening if first_bonus else (lambda h: h.score), reverse=True)
     sim = similarity_matrix(order, vectors)
     redundancy = np.zeros(len(order), dtype=np.float32)  # max similarity to anything chosen so far
     remaining = list(range(len(order)))
@@ -719,12 +783,15 @@ def select(
             hit = order[i]
             if (per_file_cap and per_file[hit.path] >= per_file_cap) or (hit.kind == "file" and per_file[hit.path]):
                 continue
-            value = lam * (hit.score / top) - (1 - lam) * float(redundancy[i])
+            score = hit.score if per_file[hit.path] else opening(hit)
+            value = lam * (score / top) - (1 - lam) * float(redundancy[i])
             if value > best_value:
                 best, best_value = i, value
         if best < 0:
             break
         hit = order[best]
+        if not per_file[hit.path] and id(hit) in first_bonus:
+            hit.signals["file_prior_first"] = round(first_bonus[id(hit)], 6)
         hit.signals["mmr"] = round(best_value, 4)
         if redundancy[best]:
             hit.signals["redundancy"] = round(float(redundancy[best]), 3)
@@ -733,3 +800,33 @@ def select(
         remaining.remove(best)
         np.maximum(redundancy, sim[:, best], out=redundancy)
     return chosen
+
+
+def file_pointers(chosen: list[Hit], lead: list[str], file_entities: Callable[[list[str]], list[Hit]]) -> list[Hit]:
+    """``chosen`` with the files of ``lead`` (paths, best first) appearing in that order: before a
+    file's first item, each ``lead`` file ranked above it that has not appeared yet gets its
+    file entity (``file_entities(paths)``: the index's file hits, absent paths left out) as its
+    pointer; the definitions keep their order and scores (a file entity already in ``chosen``
+    moves up instead of appearing twice). Each placed entity carries ``file_prior_pointer``, its
+    place in ``lead`` (1 = first)."""
+    place = {path: n for n, path in enumerate(lead)}
+    files = {hit.path: hit for hit in file_entities(list(lead)) if hit.kind == "file"}
+    out: list[Hit] = []
+    pointed: set[str] = set()
+    seen: set[str] = set()
+    for hit in chosen:
+        if hit.path not in seen:
+            rank = place.get(hit.path, len(lead))
+            for path in lead[:rank]:
+                if path in seen or path not in files:
+                    continue
+                pointer = next((h for h in chosen if h.id == files[path].id), files[path])
+                pointer.signals["file_prior_pointer"] = place[path] + 1
+                out.append(pointer)
+                pointed.add(pointer.id)
+                seen.add(path)
+        if hit.id in pointed:
+            continue  # placed above as a pointer
+        out.append(hit)
+        seen.add(hit.path)
+    return out

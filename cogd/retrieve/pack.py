@@ -88,6 +88,8 @@ def reason_of(signals: dict) -> str:
         found.append(f"prior ×{signals['prior']}{why}")
     if "file_rank" in signals:
         found.append(f"file #{signals['file_rank']}")
+    if "file_prior_pointer" in signals:
+        found.append(f"placed as file #{signals['file_prior_pointer']} by history's file prior")
     if "utility_x" in signals:
         found.append(f"utility {signals.get('utility')} ×{signals['utility_x']}")
     if "utility_in_history" in signals:
@@ -215,6 +217,11 @@ def assemble(
 ) -> Pack:
     """Render ``ranked`` under ``config.max_chars`` (never above the hard cap).
 
+    At most ``config.max_items`` full items, then ``config.max_pointers`` one-line pointers; a
+    file entity history's file prior placed (``file_prior_pointer`` in its signals,
+    :func:`cogd.retrieve.hybrid.file_pointers`: a heading, the file's doc line and its id, no
+    excerpt) is rendered where it stands without taking one of the ``max_items``.
+
     ``preface``: rendered rules and memories placed first (their size must
     already fit the budget). ``sections`` are extra markdown blocks (already
     rendered) placed after the items if they fit. Returns an empty pack when
@@ -231,8 +238,10 @@ def assemble(
     leftovers: list[Hit] = []
     reserve = 400  # room kept for the pointer list
     languages = store.file_languages(conn, [h.path for h in ranked])  # one query, not one per item
+    placed = 0  # file entities placed by history's file prior: they take no definition's slot
     for hit in ranked:
-        if len(items) - first_code >= config.max_items:
+        is_placed = "file_prior_pointer" in hit.signals
+        if not is_placed and len(items) - first_code - placed >= config.max_items:
             leftovers.append(hit)
             continue
         n = len(items) - first_code + 1
@@ -247,6 +256,7 @@ def assemble(
             continue
         parts.append(block)
         used += len(block)
+        placed += is_placed
         items.append(PackItem(hit.id, hit.kind, hit.path, hit.start_line, hit.end_line, hit.score, len(items) + 1,
                               len(block), signals=hit.signals))
     for section in map(visible, sections or []):
@@ -298,7 +308,8 @@ def prompt_pack(
                     feedback=feedback, parts=parts, clues=clues, version_files=bumped)
     ranked = select(hits, retrieve_config, per_file_cap=config.per_file_cap, prompt=prompt, dense=dense,
                     limit=config.max_items + config.max_pointers, feedback=feedback, parts=parts, clues=clues,
-                    vendored=vendored_patterns(root), package_roots=_package_roots(conn, root, retrieve_config))
+                    vendored=vendored_patterns(root), package_roots=_package_roots(conn, root, retrieve_config),
+                    file_entities=lambda paths: _hits_by_ids(conn, paths, 0.0))
     # Embeddings are named only when some vector could have ranked an item: a query vector is
     # computed as soon as the model loads, long before the entities have theirs.
     vectors = query_vector is not None and dense is not None and len(dense) > 0
