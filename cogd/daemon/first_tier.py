@@ -31,7 +31,7 @@ from cogd.inlist import chunked
 
 log = logging.getLogger(__name__)
 
-CHUNK = 2048  # entities per static encode call
+CHUNK = 512  # entities per static encode call: their rows, texts and token lists are the sync's scratch memory
 
 
 class FirstTier:
