@@ -95,8 +95,12 @@ class EmbedConfig:
     # "The encoder").
     batch_tokens: int = 768
     # A pass with at least this many entities to embed first gives every entity a static vector
-    # (cogd.daemon.first_tier: seconds, not minutes) that searches use until the model catches up; 0 = off.
-    first_tier_min: int = 0
+    # (cogd.daemon.first_tier, the trained table shipped in cogd/embed/data: seconds, not minutes)
+    # that searches use until the model catches up; 0 = off. 5,000 pending entities are a minute
+    # or more of the transformer even on a quiet machine, which the tier's sync of every entity
+    # (about 1,200-1,500 a second at a load of 8-10) pays for; smaller passes catch up before it
+    # would help (docs/architecture.md, "The static model and the two tiers").
+    first_tier_min: int = 5000
     enabled: bool = True  # False: lexical retrieval only, no model loaded
 
 

@@ -213,6 +213,13 @@ def stdlib_run(variant: Variant, template: Path, work: Path, *, embed_wait: bool
             done = e.get("embedded_entities") or 0
             for mark in range(RSS_EVERY, done + 1, RSS_EVERY):  # resident size as the vectors grow
                 out.setdefault("peak_rss_by_embedded", {}).setdefault(str(mark), round(peak, 1))
+            tier = e.get("first_tier") or {}
+            if ("first_tier_s" not in out and tier.get("active") and e.get("entities")
+                    and tier.get("entities") == e["entities"]):  # every entity has a static vector
+                out.update(first_tier_s=round(at, 2), first_tier_sync_s=tier.get("seconds"),
+                           first_tier_model=tier.get("model"), peak_rss_at_first_tier_mb=round(peak, 1))
+            if "first_tier_s" in out and "first_tier_dropped_s" not in out and not tier.get("active"):
+                out.update(first_tier_dropped_s=round(at, 2), peak_rss_both_tiers_mb=round(peak, 1))
             front = e.get("front") or {}
             if ("index_s" in out and "front_s" not in out and front.get("entities")
                     and front.get("embedded_entities") == front["entities"]):
@@ -231,6 +238,9 @@ def stdlib_run(variant: Variant, template: Path, work: Path, *, embed_wait: bool
         if "embed_s" in out and "index_s" in out and out["embed_s"] > out["index_s"]:
             out["embed_rate_per_s"] = round(e.get("embedded_entities", 0) / (out["embed_s"] - out["index_s"]), 1)
         out["peak_rss_mb"] = round(peak, 1)
+        if "first_tier_s" in out and "first_tier_dropped_s" not in out:
+            out["peak_rss_both_tiers_mb"] = out["peak_rss_mb"]  # still held when the run stopped
+        out["first_tier"] = e.get("first_tier")
     finally:
         variant.stop(clone)
         shutil.rmtree(clone, ignore_errors=True)
@@ -317,6 +327,11 @@ def main() -> None:
               + (f" (stopped waiting at {s['timed_out_s']} s, coverage {s.get('coverage')}, "
                  f"{e.get('rate_per_s')}/s at the end)" if "timed_out_s" in s else "")
               + (f", {s['embed_rate_per_s']} entities/s" if "embed_rate_per_s" in s else "")
+              + (f"; first tier (every entity a static vector) at {s['first_tier_s']} s, "
+                 f"{round(s['first_tier_s'] - s['index_s'], 2) if 'index_s' in s else '-'} s after the lexical index "
+                 f"(its sync {s.get('first_tier_sync_s')} s, {s.get('first_tier_model')}), dropped at "
+                 f"{s.get('first_tier_dropped_s', '-')} s, peak RSS while both tiers were held "
+                 f"{s.get('peak_rss_both_tiers_mb')} MB" if "first_tier_s" in s else "; no first tier")
               + f"; daemon peak RSS {s.get('peak_rss_mb')} MB ({s.get('peak_rss_at_index_mb')} MB when the "
               f"lexical index was done"
               + "".join(f"; {int(k):,} embedded: {v} MB" for k, v in (s.get("peak_rss_by_embedded") or {}).items())

@@ -22,12 +22,17 @@ What it does
 4. Output (``--out DIR``): the table of the ``--lam`` with the best held-out cosine, as
    ``DIR/static.npy`` with ``DIR/cogd-model.json`` pinning its sha256 (folder 0700, files
    0600), which ``[embed] model_dir = "DIR"`` loads as a static model
-   (``cogd.embed.model``); ``DIR/train.json`` records the run's settings and scores.
+   (``cogd.embed.model``); ``DIR/train.json`` records the run's settings and scores. With
+   ``--int8 CAP`` the table is written as ``DIR/static.npz`` instead, in the format cogd ships
+   (``cogd.embed.static_table``: int8 codes, a scale per row, the encoder's token cap CAP);
+   ``--convert FOLDER --int8 CAP --out DIR`` does only that, from an earlier run's float table.
+   The shipped ``cogd/embed/data/static_code.npz`` is such a file (its NOTICE gives the command).
 
 How to run
 ----------
     /tmp/venv/bin/python scripts/train_static.py --targets /tmp/st-targets --texts 5000 \\
-        --holdout 1000 [--short 16000] [--lam 0.01 0.03] [--dim 256] [--min-df 2] --out /tmp/st-5k
+        --holdout 1000 [--short 16000] [--lam 0.01 0.03] [--dim 256] [--min-df 2] [--int8 512] --out /tmp/st-5k
+    /tmp/venv/bin/python scripts/train_static.py --convert /tmp/st-5k --int8 512 --out /tmp/st-5k-int8
     /tmp/venv/bin/python scripts/eval_retrieval.py --git-dir <click.git> --arms hybrid --no-context \\
         --set embed.model_dir=/tmp/st-5k
 """
@@ -136,17 +141,28 @@ def targets(texts: list[str], folder: Path, count: int, chunk: int, batch_size: 
     return np.concatenate(have)[:count].astype(np.float64)
 
 
-def write_model(folder: Path, table: np.ndarray, name: str, record: dict) -> str:
-    """``table`` as ``folder/static.npy`` with its pinning manifest (0700 / 0600); returns its sha256."""
+def write_model(folder: Path, table: np.ndarray, name: str, record: dict, int8_tokens: int = 0) -> str:
+    """``table`` as ``folder/static.npy`` with its pinning manifest (0700 / 0600); returns its sha256.
+
+    ``int8_tokens`` > 0: as ``folder/static.npz`` instead, the shipped int8 format
+    (:mod:`cogd.embed.static_table`, a scale per row) recording that token cap."""
     import io
+
+    from cogd.embed import static_table
 
     folder.mkdir(parents=True, exist_ok=True, mode=0o700)
     os.chmod(folder, 0o700)
-    buffer = io.BytesIO()
-    np.save(buffer, table.astype("<f4"), allow_pickle=False)
-    data = buffer.getvalue()
+    if int8_tokens:
+        data, table_name = static_table.table_bytes(*static_table.quantize(table), int8_tokens), "static.npz"
+    else:
+        buffer = io.BytesIO()
+        np.save(buffer, table.astype("<f4"), allow_pickle=False)
+        data, table_name = buffer.getvalue(), "static.npy"
     digest = hashlib.sha256(data).hexdigest()
-    for file_name, content in (("static.npy", data),
+    for stale in ("static.npy", "static.npz"):
+        if stale != table_name:
+            (folder / stale).unlink(missing_ok=True)
+    for file_name, content in ((table_name, data),
                                ("cogd-model.json", json.dumps({"name": name, "sha256": digest,
                                                                "dim": int(table.shape[1])}).encode()),
                                ("train.json", json.dumps(record, indent=1).encode())):
@@ -195,7 +211,7 @@ def fit(args, train_x, train_y, hold_x, hold_y) -> tuple[np.ndarray, dict]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    ap.add_argument("--targets", type=Path, required=True, help="folder caching the corpus targets")
+    ap.add_argument("--targets", type=Path, help="folder caching the corpus targets (required unless --convert)")
     ap.add_argument("--short-targets", type=Path, help="folder caching the short texts' targets "
                     "(default: TARGETS/short)")
     ap.add_argument("--texts", type=int, default=5000, help="training texts (after the held-out ones)")
@@ -208,8 +224,24 @@ def main() -> None:
     ap.add_argument("--chunk", type=int, default=1000, help="texts per target chunk")
     ap.add_argument("--out", type=Path, help="model folder to write (static.npy + cogd-model.json)")
     ap.add_argument("--name", default="", help="model name in the manifest (default: the folder's name)")
+    ap.add_argument("--int8", type=int, default=0, metavar="CAP", help="write static.npz, the shipped int8 "
+                    "format (cogd.embed.static_table) whose encoder averages a text's first CAP tokens, "
+                    "not static.npy (whose encoder averages 512)")
+    ap.add_argument("--convert", type=Path, metavar="FOLDER", help="no training: write FOLDER/static.npy "
+                    "(a trained table) to --out in the --int8 format (--targets is then ignored)")
     args = ap.parse_args()
     started = time.perf_counter()
+    if args.convert:
+        if not (args.out and args.int8):
+            raise SystemExit("--convert needs --out and --int8")
+        record = json.loads((args.convert / "train.json").read_text(encoding="utf-8"))
+        table = np.load(args.convert / "static.npy", allow_pickle=False)
+        record["int8_from"] = str(args.convert)
+        digest = write_model(args.out, table, args.name or args.out.resolve().name, record, args.int8)
+        print(f"wrote {args.out}/static.npz (sha256 {digest}, token cap {args.int8})")
+        return
+    if not args.targets:
+        raise SystemExit("--targets is required")
     entities = stdlib_entities()
     texts = corpus(entities)
     print(f"{len(texts)} distinct stdlib entity texts ({time.perf_counter() - started:.0f} s)", flush=True)
@@ -224,8 +256,9 @@ def main() -> None:
         train_x, train_y = train_x + short, np.concatenate([train_y, sy])
     table, record = fit(args, train_x, train_y, texts[:args.holdout], ys[:args.holdout])
     if args.out:
-        digest = write_model(args.out, table, args.name or args.out.resolve().name, record)
-        print(f"wrote {args.out}/static.npy (sha256 {digest}); [embed] model_dir = \"{args.out}\"")
+        digest = write_model(args.out, table, args.name or args.out.resolve().name, record, args.int8)
+        print(f"wrote {args.out}/static.{'npz' if args.int8 else 'npy'} (sha256 {digest}); "
+              f"[embed] model_dir = \"{args.out}\"")
     print(f"done in {time.perf_counter() - started:.0f} s")
 
 

@@ -1,12 +1,11 @@
-"""The static first tier: a token table distilled locally from the derived int8 MiniLM, checked
-against the reference geometry shipped with cogd, hashed into its manifest and re-distilled when
-tampered with; its vectors answer searches while the transformer catches up, and
-the two tiers are never compared with each other.
+"""The distilled static model (``embed.model = "minilm-static"``): a token table distilled locally
+from the derived int8 MiniLM, checked against the reference geometry shipped with cogd, hashed
+into its manifest and re-distilled when tampered with. (The first tier serves the trained table
+shipped in the package instead: tests/test_shipped_static.py.)
 
 Real onnxruntime for the distillation, once per module (30-90 s on a loaded two-core machine) into
 a runtime folder of the module's own, from a tampered table: it must reproduce the reference's
-probe cosines within tolerance, private, with a manifest that vouches for its bytes. Every test works on a copy of that folder. Real stdlib code, a real daemon on
-a real socket with the ``hold_embed`` fault holding the transformer.
+probe cosines within tolerance, private, with a manifest that vouches for its bytes. Every test works on a copy of that folder. Real stdlib code.
 """
 
 from __future__ import annotations
@@ -21,7 +20,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import Daemon, make_repo, run_cogd, wait_for
 from cogd.config import EmbedConfig
 from cogd.embed import derive, static
 from cogd.embed.encoder import StaticEncoder, load_encoder
@@ -220,48 +218,3 @@ def test_static_vectors_find_stdlib_code_and_tiers_never_meet(cache):
 
     tier = FirstTier(EmbedConfig(first_tier_min=1))
     assert tier.pair(QUERY) == (None, None) and not tier.wanted(0) and tier.wanted(1)
-
-
-@pytest.fixture
-def held_repo(cache, tmp_path, monkeypatch):
-    """A repository of stdlib files whose daemon's transformer is held; the daemon's runtime folder
-    is a copy of the module's (``cache``), so it loads the verified table and distils nothing."""
-    files = {f"lib/{name}": (STDLIB / name).read_text(encoding="utf-8") for name in FILES}
-    root = make_repo(tmp_path / "repo", files)
-    (root / ".cogd").mkdir(exist_ok=True)
-    (root / ".cogd" / "config.toml").write_text("[embed]\nfirst_tier_min = 1\n", encoding="utf-8")
-    faults = tmp_path / "faults"
-    faults.write_text("hold_embed\n", encoding="utf-8")
-    monkeypatch.setenv("COGD_FAULTS", str(faults))
-    try:
-        yield root, faults
-    finally:
-        faults.unlink(missing_ok=True)
-        Daemon(root).stop()
-
-
-def test_daemon_packs_with_static_vectors_then_switches_to_the_model(distillation, held_repo):
-    expected = distillation["expected"]
-    root, faults = held_repo
-    daemon = Daemon(root).start()
-
-    def static_serving():
-        embedding = daemon.status()["embedding"]
-        assert embedding["state"] != "error", embedding
-        tier = embedding["first_tier"]
-        return embedding if tier["active"] and tier["entities"] == embedding["entities"] > 0 else None
-
-    held = wait_for(static_serving, 600, "the static tier covering every entity")
-    assert held["embedded_entities"] == 0 and held["coverage"] == 0.0  # the transformer is held
-    assert held["first_tier"]["model"] == f"all-MiniLM-L6-v2-static@{expected[:12]}"
-    hits = json.loads(run_cogd(root, "search", QUERY, "--mode", "vector", "--json").stdout)
-    assert hits[0]["id"] == f"lib/{EXPECTED}"  # static vectors answer the KNN search
-    pack = run_cogd(root, "context", QUERY).stdout
-    assert f"lib/{EXPECTED}" in pack
-
-    faults.unlink()
-    done = wait_for(lambda: (e := daemon.status()["embedding"])["phase"] == "current"
-                    and not e["first_tier"]["active"] and e, 600, "the model's vectors for every entity")
-    assert done["coverage"] == 1.0 and done["first_tier"]["entities"] == 0
-    hits = json.loads(run_cogd(root, "search", QUERY, "--mode", "vector", "--json").stdout)
-    assert hits[0]["id"] == f"lib/{EXPECTED}"  # now the transformer's vectors, 384-d

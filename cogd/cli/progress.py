@@ -269,6 +269,29 @@ def embedding_line(e: dict) -> str:
     return line
 
 
+def first_tier_line(e: dict) -> str | None:
+    """The ``first tier`` row of ``cogd status`` (cogd.daemon.first_tier): whether static vectors
+    answer searches now, and otherwise when they would; None without a tier in the status (an
+    older daemon, embedding off)."""
+    tier = e.get("first_tier")
+    phase = e.get("phase") or e.get("state")
+    if not isinstance(tier, dict) or phase in (None, "disabled"):
+        return None
+    if tier.get("active"):
+        done, total = e.get("embedded_entities", 0), e.get("entities", 0)
+        return (f"active: {tier.get('entities', 0):,} static vectors ({tier.get('model')}) answer searches "
+                f"until the model covers every entity ({done:,}/{total:,})")
+    if tier.get("error"):
+        return f"unavailable ({tier['error']}): searches use the model's vectors as they come"
+    least = tier.get("min") or 0
+    if least <= 0:
+        return "off ([embed] first_tier_min = 0)"
+    line = f"standing by: a pass with {least:,} or more entities to embed gives every entity a static vector first"
+    if tier.get("computed"):
+        line += f" (last: {tier['computed']:,} static vectors in {tier.get('seconds', 0)} s, dropped once the model caught up)"
+    return line
+
+
 def front_line(e: dict) -> str | None:
     """The ``front`` row of ``cogd status``: ``1,234/1,234 embedded (every file entity and the
     definitions of 87 recently changed or most-referenced files)``; None before the entities

@@ -12,7 +12,7 @@ from rich.table import Table
 
 from cogd.ages import format_age
 from cogd.cli.base import console, layout_from, rough_age
-from cogd.cli.progress import embedding_line, front_line
+from cogd.cli.progress import embedding_line, first_tier_line, front_line
 from cogd.memory.gitstate import COMMIT_HINT
 from cogd.paths import Layout
 from cogd.rpc import control, locate
@@ -40,9 +40,11 @@ def _resolved_rows(resolved: dict | None) -> list[tuple[str, str]]:
 
 
 def _front_rows(embedding: dict) -> list[tuple[str, str]]:
-    """``front``: the coverage of what the embedder does first (see cogd.daemon.embed_order)."""
+    """``front``: the coverage of what the embedder does first (see cogd.daemon.embed_order);
+    ``first tier``: the static vectors that answer searches meanwhile (cogd.daemon.first_tier)."""
     line = front_line(embedding)
-    return [("front", line)] if line else []
+    tier = first_tier_line(embedding)
+    return ([("front", line)] if line else []) + ([("first tier", tier)] if tier else [])
 
 
 def _watch_line(w: dict) -> str:

@@ -1,11 +1,12 @@
 """The first tier: static vectors for every entity within seconds, while the transformer catches up.
 
 A pass with many entities to embed (``[embed] first_tier_min`` or more; 0 =
-never) first embeds *every* entity with the static model distilled from the
-bundled transformer (:mod:`cogd.embed.static`, thousands a second, no
-onnxruntime) into a KNN index of its own, and searches use that index until
-the transformer's pass has covered every entity; then the static tier is
-dropped (its memory freed) and searches use the transformer's index.
+never) first embeds *every* entity with the trained static table shipped in
+the package (:mod:`cogd.embed.static_table`, ``embed.model = "minilm-static-code"``:
+thousands a second, no onnxruntime, nothing distilled or trained at run time)
+into a KNN index of its own (int8 rows, :class:`DenseIndex`), and searches use
+that index until the transformer's pass has covered every entity; then the
+static tier is dropped (its memory freed) and searches use the transformer's index.
 
 Never mixed: the two tiers' vectors live in two :class:`DenseIndex` objects
 of different dimensions, and a search takes one ``(query vector, index)``
@@ -30,7 +31,7 @@ from cogd.inlist import chunked
 
 log = logging.getLogger(__name__)
 
-CHUNK = 2048  # entities per static encode call
+CHUNK = 512  # entities per static encode call: their rows, texts and token lists are the sync's scratch memory
 
 
 class FirstTier:
@@ -59,9 +60,9 @@ class FirstTier:
     def _load(self):
         from cogd.config import EmbedConfig as _Embed
         from cogd.embed.encoder import load_encoder
-        from cogd.embed.model import STATIC_MODEL, resolve_model
+        from cogd.embed.model import SHIPPED_STATIC_MODEL, resolve_model
 
-        info = resolve_model(_Embed(model=STATIC_MODEL))  # distilled on first use (a child process)
+        info = resolve_model(_Embed(model=SHIPPED_STATIC_MODEL))  # the pinned table in the package
         self._encoder = load_encoder(info)
         self.model_id = info.id
         return self._encoder
@@ -118,7 +119,8 @@ class FirstTier:
 
     def status(self) -> dict:
         """``active``, ``model``, ``entities`` (static vectors held), ``computed`` since start,
-        ``seconds`` of the last sync, ``error``."""
+        ``seconds`` of the last sync, ``error``, ``min`` (``[embed] first_tier_min``: 0 = off)."""
         dense = self._dense
         return {"active": dense is not None, "model": self.model_id, "entities": len(dense) if dense else 0,
-                "computed": self.embedded, "seconds": round(self.seconds, 2), "error": self.error}
+                "computed": self.embedded, "seconds": round(self.seconds, 2), "error": self.error,
+                "min": self.config.first_tier_min}

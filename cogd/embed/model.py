@@ -57,10 +57,13 @@ MODEL_FILE = "model.onnx"
 TOKENIZER_FILE = "tokenizer.json"
 MANIFEST_FILE = "cogd-model.json"
 STATIC_TABLE_FILE = "static.npy"  # embed.model_dir may hold a static token table instead of model.onnx
+STATIC_INT8_FILE = "static.npz"  # ... or one in the shipped int8 format (cogd.embed.static_table)
 DERIVED_MODEL = "minilm-int8pc"  # embed.model: the derived int8 per-channel encoder (default)
 BUNDLED_MODEL = "minilm"  # embed.model: the bundled file as shipped
 STATIC_MODEL = "minilm-static"  # embed.model: the static table distilled from the bundled file (cogd.embed.static)
-MODEL_CHOICES = (DERIVED_MODEL, BUNDLED_MODEL, STATIC_MODEL)
+# embed.model: the trained static table shipped in cogd/embed/data (cogd.embed.static_table); the first tier's model
+SHIPPED_STATIC_MODEL = "minilm-static-code"
+MODEL_CHOICES = (DERIVED_MODEL, BUNDLED_MODEL, STATIC_MODEL, SHIPPED_STATIC_MODEL)
 DATA_DIR = Path(__file__).parent / "data"
 BUNDLED_TOKENIZER = DATA_DIR / TOKENIZER_FILE
 
@@ -228,6 +231,26 @@ def _static(derive_missing: bool = True) -> ModelInfo:
     return ModelInfo(model_id(static.STATIC_NAME, digest), path, BUNDLED_TOKENIZER, static.DIM, digest, "static")
 
 
+def shipped_static() -> ModelInfo:
+    """The trained static table shipped in the package (:mod:`cogd.embed.static_table`), verified.
+
+    Its bytes must hash to :data:`cogd.embed.static_table.SHIPPED_SHA256` (pinned in the code,
+    checked on every load; the encoder hashes the bytes it reads once more). Nothing is derived,
+    distilled or trained: it works offline from the install. Raises ModelError when the file
+    or the tokenizer is missing or the bytes are not the pinned ones (a broken install).
+    """
+    from cogd.embed import static_table
+
+    path = static_table.SHIPPED_FILE
+    if not BUNDLED_TOKENIZER.is_file():
+        raise ModelError(f"cogd's bundled tokenizer is missing: {BUNDLED_TOKENIZER}. Fix: reinstall cogd.")
+    actual = hashlib.sha256(_read(path, "static table")).hexdigest()
+    if actual != static_table.SHIPPED_SHA256:
+        raise _mismatch(path, static_table.SHIPPED_SHA256, actual, "reinstall cogd (the file ships with it).")
+    return ModelInfo(model_id(static_table.SHIPPED_NAME, actual), path, BUNDLED_TOKENIZER,
+                     static_table.SHIPPED_DIM, actual, "static")
+
+
 def _manifest(directory: Path) -> dict:
     path = directory / MANIFEST_FILE
     if not path.is_file():
@@ -294,7 +317,8 @@ def _configured(model_dir: str, root: Path | None) -> ModelInfo:
     if not directory.is_dir():
         raise ModelError(f"embed.model_dir is not a directory: {directory}")
     _trusted(directory)
-    if not (directory / MODEL_FILE).exists() and (directory / STATIC_TABLE_FILE).exists():
+    if not (directory / MODEL_FILE).exists() and ((directory / STATIC_TABLE_FILE).exists()
+                                                  or (directory / STATIC_INT8_FILE).exists()):
         return _configured_static(directory)
     path, tokenizer = directory / MODEL_FILE, directory / TOKENIZER_FILE
     for needed in (path, tokenizer):
@@ -316,7 +340,8 @@ def _configured(model_dir: str, root: Path | None) -> ModelInfo:
 
 
 def _configured_static(directory: Path) -> ModelInfo:
-    """``embed.model_dir`` holding a static token table (``static.npy``) instead of ``model.onnx``.
+    """``embed.model_dir`` holding a static token table (``static.npy``, float32, or
+    ``static.npz``, the shipped int8 format of :mod:`cogd.embed.static_table`) instead of ``model.onnx``.
 
     The folder's ``cogd-model.json`` must pin the table's sha256 (a table has no pin of its
     own: it is any float32 matrix) and may give its ``name``; ``dim`` is the table's width,
@@ -328,6 +353,8 @@ def _configured_static(directory: Path) -> ModelInfo:
     import io
 
     path = directory / STATIC_TABLE_FILE
+    if not path.exists():
+        path = directory / STATIC_INT8_FILE
     _trusted(path)
     tokenizer = directory / TOKENIZER_FILE
     if tokenizer.exists():
@@ -336,7 +363,7 @@ def _configured_static(directory: Path) -> ModelInfo:
         tokenizer = BUNDLED_TOKENIZER
     manifest = _manifest(directory)
     if not manifest.get("sha256"):
-        raise ModelError(f"embed.model_dir {directory} holds {STATIC_TABLE_FILE} but {MANIFEST_FILE} pins no sha256. "
+        raise ModelError(f"embed.model_dir {directory} holds {path.name} but {MANIFEST_FILE} pins no sha256. "
                          f"Fix: add its sha256 to {directory / MANIFEST_FILE}.")
     data = _read(path, "static table")
     actual = hashlib.sha256(data).hexdigest()
@@ -345,8 +372,10 @@ def _configured_static(directory: Path) -> ModelInfo:
     try:
         import numpy as np
 
-        shape = np.load(io.BytesIO(data), allow_pickle=False).shape
-    except (ValueError, OSError) as exc:
+        from cogd.embed.static_table import read_table
+
+        shape = read_table(data)[0].shape if path.suffix == ".npz" else np.load(io.BytesIO(data), allow_pickle=False).shape
+    except (ValueError, OSError) as exc:  # TableError is a ValueError
         raise ModelError(f"cannot read the static table {path}: {exc}") from exc
     if len(shape) != 2 or (manifest.get("dim") and manifest["dim"] != shape[1]):
         raise ModelError(f"the static table {path} has shape {shape}, not (vocabulary, {manifest.get('dim')})")
@@ -363,7 +392,8 @@ def resolve_model(config, root: Path | None = None) -> ModelInfo:
     into the private runtime directory on first use: 5–15 s in a child process),
     ``"minilm"`` → the bundled file, ``"minilm-static"`` → the static token
     table distilled from it (:mod:`cogd.embed.static`; distilled on first use
-    in a child process, 1–5 min). Reads and hashes the whole ONNX file
+    in a child process, 1–5 min), ``"minilm-static-code"`` → the trained static
+    table shipped in the package (:func:`shipped_static`). Reads and hashes the whole ONNX file
     (~15 ms warm for 23 MB). Raises ModelError with the cause and a fix when
     files are missing, a sha256 pin does not match, the derivation fails or
     ``config.model`` is unknown. Does not look at ``config.enabled``: callers
@@ -378,6 +408,8 @@ def resolve_model(config, root: Path | None = None) -> ModelInfo:
         return _bundled()
     if choice == STATIC_MODEL:
         return _static()
+    if choice == SHIPPED_STATIC_MODEL:
+        return shipped_static()
     raise ModelError(f"embed.model must be one of {', '.join(MODEL_CHOICES)}, got {choice!r}")
 
 

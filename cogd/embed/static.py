@@ -4,9 +4,11 @@ Why: the transformer embeds 70–200 entities a second on two cores, so a large
 repository waits minutes for its first vectors. A *static* model maps every
 WordPiece token of the vocabulary to one fixed vector; an entity's vector is
 the weighted mean of its tokens' vectors, a few microseconds of numpy per
-entity and no onnxruntime at all. cogd uses it as the first tier of a
-two-tier design (``docs/architecture.md``, "Two tiers"): static vectors for
-every entity within seconds, the transformer catching up and replacing them.
+entity and no onnxruntime at all. This distilled table is ``embed.model =
+"minilm-static"`` and the starting point of the trained table
+(:mod:`cogd.embed.static_fit`); the first tier of the two-tier design
+(``docs/architecture.md``, "Two tiers") serves the trained table shipped in the
+package instead (:mod:`cogd.embed.static_table`), which ranks code better.
 
 Recipe (:data:`RECIPE`, version :data:`RECIPE_VERSION`), the approach of
 model2vec (Tulkens & van Dongen, 2024) carried out here with onnxruntime and
