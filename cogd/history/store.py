@@ -273,7 +273,7 @@ _TWIN = re.compile(r"~\d+$")
 def name_words(entity_id: str) -> list[str]:
     """The words of a definition's qualified name, lower case, distinct, in order: each dotted
     part whole and split at underscores and case changes (``src/a.py::CliRunner.invoke_cmd`` →
-    ``clirunner``, ``invoke_cmd``, ``cli``, ``runner``, ``invoke``, ``cmd``), as the query side
+    ``clirunner``, ``cli``, ``runner``, ``invoke_cmd``, ``invoke``, ``cmd``), as the query side
     splits identifiers; one-letter pieces dropped; [] for a file entity (no ``::``). A twin's
     ``~n`` is dropped."""
     if "::" not in entity_id:
@@ -391,7 +391,7 @@ def live_view(conn: sqlite3.Connection, key: tuple, max_definitions: int) -> Liv
                     evidence(conn, max_definitions))
 
 
-def associated(conn: sqlite3.Connection, match: str, settings: AssociationSettings,  # long: one documented rule set
+def associated(conn: sqlite3.Connection, match: str, settings: AssociationSettings,
                query: str | None = None, newest: int | None = None, view: LiveView | None = None,
                leave_out: Callable[[str], bool] | None = None,
                terms: Collection[str] | None = None) -> list[Association]:
@@ -426,14 +426,11 @@ def associated(conn: sqlite3.Connection, match: str, settings: AssociationSettin
     often with the most changed lines) neither take its first, largest share nor its
     ``per_commit`` places from the code it changed; a request with nothing else gives nothing.
 
-    Document expansion (``settings.name_weight`` > 0): a row is also matched against the words of
-    the names of the definitions its commit changed (the ``names`` table, :func:`name_words`), and
-    its score is its text's BM25 score plus ``name_weight`` × its names' BM25 score (each index
-    read to the same depth, ``4 × commits`` rows), so a commit whose message says nothing the
-    prompt says — "use super() consistently" — is still found when the prompt names what it
-    changed. This is document expansion by the code (Nogueira et al., "Document Expansion by
-    Query Prediction", 2019, expand a passage by the queries it answers; here a commit by the
-    names it touched). At 0 only the text is read, as before.
+    Document expansion (``settings.name_weight`` > 0; cf. Nogueira et al., "Document Expansion by
+    Query Prediction", 2019): a row's score is its text's BM25 score plus ``name_weight`` × the
+    BM25 score of the names of the definitions its commit changed (the ``names`` table, each
+    index read to ``4 × commits`` rows), so "use super() consistently" is found when the prompt
+    names what it changed. At 0 only the text is read, as before.
     ``settings.request_order = "named"`` with ``terms`` (the query's words, lower case): a
     request's definitions whose names share a word with ``terms`` come first (then by changed
     lines), so they take its first shares and its ``per_commit`` places: a large request's
@@ -446,30 +443,11 @@ def associated(conn: sqlite3.Connection, match: str, settings: AssociationSettin
     newest = newest if newest is not None else newest_time(conn)
     if newest is None:
         return []
-    excluded = digest(query) if query is not None else ""
-    if view is not None:
-        rows = _rows_from_view(conn, match, settings.commits * 4, excluded, view, settings.name_weight)
-    elif settings.name_weight > 0:
-        rows = _rows_with_names(conn, match, settings.commits * 4, excluded, settings.name_weight)
-    else:
-        rows = conn.execute(
-            "SELECT s.hash, CASE WHEN req.live = 1 THEN s.request ELSE s.hash END, s.score, m.time FROM "
-            "(SELECT hash, source, request, digest, -bm25(messages) AS score FROM messages WHERE messages MATCH ? "
-            "ORDER BY bm25(messages) LIMIT ?) s JOIN commits m ON m.hash = s.hash JOIN commits src ON src.hash = s.source "
-            "LEFT JOIN commits req ON req.hash = s.request "
-            "WHERE m.live = 1 AND m.skipped IS NULL AND src.live = 1 AND s.digest != ? ORDER BY s.score DESC",
-            (match, settings.commits * 4, digest(query) if query is not None else "")).fetchall()
+    rows = _rows(conn, match, settings, digest(query) if query is not None else "", view)
     requests = _matched_requests(rows, settings)
     if not requests:
         return []
-    members = sorted({h for item in requests.values() for h in item[2]})
-    lines: dict[str, dict[str, int]] = {}
-    if view is not None:
-        lines = {h: view.touched[h] for h in members if h in view.touched}
-    for chunk in chunked(members if view is None else []):
-        for hash_, entity_id, n in conn.execute(
-                f"SELECT hash, entity_id, lines FROM touched WHERE hash IN ({marks(len(chunk))})", chunk):
-            lines.setdefault(hash_, {})[entity_id] = n
+    lines = _changed_lines(conn, sorted({h for item in requests.values() for h in item[2]}), view)
     half_life, leave_out = max(settings.half_life_days, 1e-6) * 86400, _memo(leave_out)
     named = _memo(_shares_word(terms)) if settings.request_order == "named" and terms else None
     found: dict[str, Association] = {}
@@ -491,6 +469,38 @@ def associated(conn: sqlite3.Connection, match: str, settings: AssociationSettin
                 item.commits.append(key)
                 item.times.append(when)
     return sorted(found.values(), key=lambda a: (-a.score, a.entity_id))
+
+
+def _changed_lines(conn: sqlite3.Connection, members: list[str], view: LiveView | None) -> dict[str, dict[str, int]]:
+    """``{commit: {entity id: changed lines}}`` for ``members`` (from ``view`` when given)."""
+    if view is not None:
+        return {h: view.touched[h] for h in members if h in view.touched}
+    lines: dict[str, dict[str, int]] = {}
+    for chunk in chunked(members):
+        for hash_, entity_id, n in conn.execute(
+                f"SELECT hash, entity_id, lines FROM touched WHERE hash IN ({marks(len(chunk))})", chunk):
+            lines.setdefault(hash_, {})[entity_id] = n
+    return lines
+
+
+def _rows(conn: sqlite3.Connection, match: str, settings: AssociationSettings, excluded: str,
+          view: LiveView | None) -> list[tuple[str, str, float, int]]:
+    """:func:`associated`'s rows — ``(commit, request key, score, commit time)``, best first — for
+    the FTS5 expression ``match``: from ``view`` when given, else by SQL; without the rows whose
+    text digest is ``excluded``. The text's best ``4 × settings.commits`` rows, and with
+    ``settings.name_weight`` the names index's as well (:func:`_scored`)."""
+    limit = settings.commits * 4
+    if view is not None:
+        return _rows_from_view(conn, match, limit, excluded, view, settings.name_weight)
+    if settings.name_weight > 0:
+        return _rows_with_names(conn, match, limit, excluded, settings.name_weight)
+    return conn.execute(
+        "SELECT s.hash, CASE WHEN req.live = 1 THEN s.request ELSE s.hash END, s.score, m.time FROM "
+        "(SELECT hash, source, request, digest, -bm25(messages) AS score FROM messages WHERE messages MATCH ? "
+        "ORDER BY bm25(messages) LIMIT ?) s JOIN commits m ON m.hash = s.hash JOIN commits src ON src.hash = s.source "
+        "LEFT JOIN commits req ON req.hash = s.request "
+        "WHERE m.live = 1 AND m.skipped IS NULL AND src.live = 1 AND s.digest != ? ORDER BY s.score DESC",
+        (match, limit, excluded)).fetchall()
 
 
 def _request_change(members: set[str], lines: dict[str, dict[str, int]],
