@@ -772,3 +772,28 @@ def test_name_weight_and_request_order_are_validated(tmp_path):
         path.write_text(f"[history]\n{key} = {value}\n")
         with pytest.raises(ConfigError, match=message):
             load_config(path)
+
+
+def test_a_projection_without_the_names_table_is_mined_again(tmp_path):
+    import sqlite3
+
+    root = init_repo(tmp_path / "repo")
+    write(root, "shapes.py", SHAPES_V1.replace("self.radius * factor", "self.radius * float(factor)"))
+    change = commit(root, "use floats consistently")
+    miner, store = mine(root)
+    store.close()
+    # the shape before the names table: schema 3, no names rows
+    path = root / ".cogd" / "index" / "history.db"
+    conn = sqlite3.connect(path)
+    conn.execute("DROP TABLE names")
+    conn.execute("UPDATE meta SET value = '3' WHERE key = 'schema_version'")
+    conn.commit()
+    conn.close()
+    miner, store = mine(root)  # opening it drops the old shape; the pass mines every commit again
+    try:
+        assert store.meta("schema_version") == "4"
+        assert miner.last_pass["mined"] == 2
+        words = dict(store.reader().execute("SELECT m.hash, n.words FROM names n JOIN messages m ON m.rowid = n.rowid"))
+        assert words[change] == "circle scale"
+    finally:
+        store.close()
