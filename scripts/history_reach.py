@@ -54,8 +54,12 @@ CLASSES = ("never_changed", "in_list", "no_match", "beyond_commits", "request_me
 
 
 def parse_variant(spec: str) -> tuple[str, dict]:
-    """``"nw1:name_weight=1,request_order=named"`` → ``("nw1", {"name_weight": 1.0, ...})``
-    (numbers as floats, other values as words). Raises ValueError on a bad spec."""
+    """``"nw1:name_weight=1,request_order=named"`` → ``("nw1", {"name_weight": 1.0, ...})``: each
+    value as the type of that ``[history]`` key's default (a word for a word key). Raises
+    ValueError on a bad spec or a key ``[history]`` does not have."""
+    from cogd.config import HistoryConfig
+
+    defaults = HistoryConfig()
     name, sep, body = spec.partition(":")
     if not sep or not name:
         raise ValueError(f"variant {spec!r} is not NAME:key=value,...")
@@ -64,11 +68,11 @@ def parse_variant(spec: str) -> tuple[str, dict]:
         key, eq, value = part.partition("=")
         if not eq:
             raise ValueError(f"variant {spec!r}: {part!r} is not key=value")
-        value = value.strip()
-        try:
-            values[key.strip()] = float(value)
-        except ValueError:
-            values[key.strip()] = value.strip('"')
+        key, value = key.strip(), value.strip().strip('"')
+        if not hasattr(defaults, key):
+            raise ValueError(f"variant {spec!r}: [history] has no key {key!r}")
+        kind = type(getattr(defaults, key))
+        values[key] = value.lower() == "true" if kind is bool else kind(float(value)) if kind is int else kind(value)
     return name, values
 
 
