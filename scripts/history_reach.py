@@ -23,7 +23,8 @@ With ``--replay OUT.json`` (a ``replay_sessions.py --out`` file) the same counts
 for the gold functions the named ``--arm``'s prompt packs missed (the replay's file rule: a
 delivered file entity covers its functions). ``--variant NAME:key=value,…`` (``[history]`` keys)
 adds, per variant, how many gold functions (and missed ones) its list holds: how far a change of
-history's rules reaches, before any replay. Tests are left out of a request's change as the
+history's rules reaches, before any replay; and the CPU time of each read (this thread's, through
+the in-memory view of the live set as the daemon reads it; the variants interleaved per task). Tests are left out of a request's change as the
 daemon does only with ``test_changes = "wanted"`` and a prompt that does not talk about tests
 (``hybrid.about_tests``, the short-prompt rule; commit messages are short).
 
@@ -40,9 +41,11 @@ import argparse
 import collections
 import dataclasses
 import json
+import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -146,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:  # long: one report, its steps i
     from cogd.config import HistoryConfig
     from cogd.history import store as hs
     from cogd.history.miner import HistoryMiner
-    from cogd.history.store import HistoryStore
+    from cogd.history.store import HistoryStore, live_view
     from cogd.retrieve.hybrid import about_tests, is_test_path
     from cogd.retrieve.lexical import match_expression, query_terms
 
@@ -165,6 +168,7 @@ def main(argv: list[str] | None = None) -> int:  # long: one report, its steps i
             print("mining:", HistoryMiner(tree.root, store, base).sync(), file=sys.stderr)
             conn = store.reader()
             classes, held, report = collections.Counter(), collections.Counter(), []
+            cpu: dict[str, list[float]] = collections.defaultdict(list)
             for n, task in enumerate(tasks, 1):
                 if n < args.first or not task["gold_functions"]:
                     continue
@@ -172,6 +176,7 @@ def main(argv: list[str] | None = None) -> int:  # long: one report, its steps i
                                        task["parent"]], capture_output=True, text=True, check=True,
                                       env=clean_env()).stdout.split()
                 store.set_live(set(live))
+                view = live_view(conn, (n,), base.co_change_max_definitions)  # the daemon's in-memory path
                 query, terms = task["query"], query_terms(task["query"])
                 match = match_expression(terms)
                 gold = list(dict.fromkeys(task["gold_functions"]))
@@ -181,9 +186,11 @@ def main(argv: list[str] | None = None) -> int:  # long: one report, its steps i
                                                       config.half_life_days, config.request_decay,
                                                       config.min_match_share, config.name_weight, config.request_order)
                     leave_out = is_test_path if config.test_changes == "wanted" and not about_tests(query) else None
-                    listed = [gold_form(a.entity_id) for a in hs.associated(
-                        conn, match, settings, query if config.mask_exact_message else None, leave_out=leave_out,
-                        terms=terms)[: config.max_associations]]
+                    started = time.thread_time()
+                    found = hs.associated(conn, match, settings, query if config.mask_exact_message else None,
+                                          view=view, leave_out=leave_out, terms=terms)
+                    cpu[name].append(time.thread_time() - started)
+                    listed = [gold_form(a.entity_id) for a in found[: config.max_associations]]
                     held[(name, "gold")] += len(set(gold) & set(listed))
                     held[(name, "missed")] += len(lost & set(listed))
                     if name != "base":
@@ -205,11 +212,14 @@ def main(argv: list[str] | None = None) -> int:  # long: one report, its steps i
     print("|---|---|" + ("---|" if missed is not None else ""))
     for found in CLASSES:
         print(f"| {found} | {classes[('all', found)]} |" + (f" {classes[('missed', found)]} |" if missed is not None else ""))
-    print("\n| history settings | gold in history's list |" + (" missed gold in it |" if missed is not None else ""))
-    print("|---|---|" + ("---|" if missed is not None else ""))
+    print("\n| history settings | gold in history's list |" + (" missed gold in it |" if missed is not None else "")
+          + " read's CPU p50 / p95 (ms) |")
+    print("|---|---|" + ("---|" if missed is not None else "") + "---|")
     for name, _config in variants:
+        times = sorted(cpu[name]) or [0.0]
         print(f"| {name} | {held[(name, 'gold')]} of {total} |"
-              + (f" {held[(name, 'missed')]} of {lost_total} |" if missed is not None else ""))
+              + (f" {held[(name, 'missed')]} of {lost_total} |" if missed is not None else "")
+              + f" {1000 * statistics.median(times):.2f} / {1000 * times[int(0.95 * (len(times) - 1))]:.2f} |")
     if args.out:
         args.out.write_text(json.dumps(report, indent=1), encoding="utf-8")
     return 0
