@@ -24,6 +24,7 @@ from cogd.rpc.client import DEADLINE_ENV, DEFAULT_DEADLINE_MS, parse_deadline_ms
 # (cogd.retrieve.feedback.Feedback.association_terms).
 ASSOCIATION_COMBINES: tuple[str, ...] = ("sum", "max", "pooled", "single")
 TEST_CHANGES: tuple[str, ...] = ("always", "wanted")  # [history] test_changes
+REQUEST_ORDERS: tuple[str, ...] = ("lines", "named")  # [history] request_order
 # Whether utility's boost also applies to what the request's history list names, [rank]
 # utility_with_history (cogd.retrieve.feedback.Feedback.apply).
 UTILITY_WITH_HISTORY: tuple[str, ...] = ("both", "once")
@@ -357,6 +358,12 @@ class HistoryConfig:
     # by the replay's cross-validation, rule worst ("wanted" raises the second half's fn R from
     # 77.9 to 79.9 and is rule mean's choice, but costs fold 2: README, "Test edits in history's votes").
     test_changes: str = "always"
+    # Document expansion: a commit is also found by the names of the definitions it changed, its
+    # score its message's BM25 plus name_weight x its names' BM25 (0: the message alone).
+    name_weight: float = 0.0
+    # How a request's definitions take its shares and per_commit places: "lines" (most changed
+    # lines first) or "named" (those whose names share a word with the prompt first).
+    request_order: str = "lines"
     # A commit whose message is the prompt itself (case and spacing aside) is not used for it: a
     # prompt quoting a commit verbatim (a replay, a cherry-pick) must not be answered by that commit.
     mask_exact_message: bool = True
@@ -466,6 +473,9 @@ def load_config(path: Path | None) -> Config:
     if config.history.test_changes not in TEST_CHANGES:
         raise ConfigError(f"history.test_changes must be one of {', '.join(TEST_CHANGES)}, "
                           f"got {config.history.test_changes!r}")
+    if config.history.request_order not in REQUEST_ORDERS:
+        raise ConfigError(f"history.request_order must be one of {', '.join(REQUEST_ORDERS)}, "
+                          f"got {config.history.request_order!r}")
     if config.history.min_match_share > 1:
         raise ConfigError(f"history.min_match_share is a share of the best match's score in [0, 1], "
                           f"got {config.history.min_match_share}")

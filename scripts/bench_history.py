@@ -101,7 +101,8 @@ def per_pack(repo: Path, db: Path, prompts: list[str], rounds: int) -> dict:
     def sources(lists: dict[str, list[float]]):
         def assoc(text, tests_unwanted=None):
             t, c = time.perf_counter(), time.thread_time()
-            found = queries.associations(conn, match_expression(query_terms(text)), 60, text, 1, tests_unwanted)
+            terms = query_terms(text)
+            found = queries.associations(conn, match_expression(terms), 60, text, 1, tests_unwanted, terms)
             queries.subjects(list({h for a in found[:20] for h in a.commits[:3]}))
             lists["part"].append(time.perf_counter() - t)
             lists["part_cpu"].append(time.thread_time() - c)

@@ -1043,8 +1043,9 @@ def history_feedback(layout, config, conn, query: str, history_db: Path | None =
     queries = HistoryQueries(HistoryMiner(layout.root, history, config.history), config.history)
 
     def assoc(text, tests_unwanted=None):
-        found = queries.associations(conn, match_expression(query_terms(text)), config.retrieve.candidates, text,
-                                     None, tests_unwanted)
+        terms = query_terms(text)
+        found = queries.associations(conn, match_expression(terms), config.retrieve.candidates, text,
+                                     None, tests_unwanted, terms)
         return found
 
     # the daemon's shrinkage: history's weights by the change requests reachable from this HEAD

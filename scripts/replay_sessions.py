@@ -146,12 +146,13 @@ CANDIDATE_KEYS = {"utility_weight": "u", "association_weight": "a", "recency_wei
                   "history_evidence_k": "hk", "association_combine": "ac",
                   "utility_history_k": "uhk", "association_history_k": "ahk",
                   "utility_with_history": "uwh", "same_change_days": "scd",
-                  "request_decay": "rd", "min_match_share": "mm", "test_changes": "tc"}
+                  "request_decay": "rd", "min_match_share": "mm", "test_changes": "tc",
+                  "name_weight": "nw", "request_order": "ro"}
 # --candidate keys that live in [history], not [rank] (how history's association list is built)
-HISTORY_CANDIDATE_KEYS = ("request_decay", "min_match_share", "test_changes")
+HISTORY_CANDIDATE_KEYS = ("request_decay", "min_match_share", "test_changes", "name_weight", "request_order")
 # --candidate keys whose value is a word (a TOML string), not a number, and the words allowed
 WORD_KEYS = {"association_combine": ("sum", "max", "pooled", "single"), "utility_with_history": ("both", "once"),
-             "test_changes": ("always", "wanted")}
+             "test_changes": ("always", "wanted"), "request_order": ("lines", "named")}
 # Seconds after the session's start at which each event happens (on the injected clock).
 T_PROMPT, T_STEP, T_END, T_GAP = 3, 20, 30, 60
 STOPWORDS = set("""

@@ -638,3 +638,163 @@ def test_request_decay_and_min_match_share_are_validated(tmp_path):
         path.write_text(f"[history]\n{key} = {value}\n")
         with pytest.raises(ConfigError, match=message):
             load_config(path)
+
+
+def test_name_words_split_a_qualified_name_as_the_query_splits_identifiers():
+    from cogd.history.store import definition_words, name_words
+
+    assert name_words("src/a.py::CliRunner.invoke_cmd~2") == ["clirunner", "cli", "runner", "invoke_cmd", "invoke",
+                                                                "cmd"]
+    assert name_words("src/a.py::_unpack_args") == ["_unpack_args", "unpack", "args"]
+    assert name_words("src/a.py") == []  # a file entity has no name of its own
+    assert definition_words(["a.py::Context.exit", "a.py::exit", "a.py"]) == "context exit"
+
+
+def test_a_commit_is_found_by_the_names_of_what_it_changed_with_name_weight(tmp_path):
+    from cogd.history.store import AssociationSettings
+
+    root = init_repo(tmp_path / "repo")
+    # A maintenance commit whose message shares no word with the query, changing Circle.scale ...
+    write(root, "shapes.py", SHAPES_V1.replace("self.radius * factor", "self.radius * float(factor)"))
+    upkeep = commit(root, "use floats consistently")
+    # ... and one whose message matches it, changing perimeter.
+    write(root, "shapes.py", (root / "shapes.py").read_text().replace("2 * (width + height)", "2 * (height + width)"))
+    worded = commit(root, "scale the perimeter")
+    miner, store = mine(root)
+    try:
+        conn = store.reader()
+        names = dict(conn.execute("SELECT m.hash, n.words FROM names n JOIN messages m ON m.rowid = n.rowid"))
+        assert names[upkeep] == "circle scale" and names[worded] == "perimeter"
+
+        def found(view, **knobs) -> dict[str, float]:
+            return {a.entity_id: a.score for a in associated(conn, '"scale"', AssociationSettings(**knobs),
+                                                             view=miner.view if view else None)}
+
+        text_only = found(True)
+        assert text_only == found(False) and set(text_only) == {"shapes.py::perimeter"}  # name_weight 0: as before
+        expanded, doubled = found(True, name_weight=1.0), found(True, name_weight=2.0)
+        for view in (False, True):  # the SQL path and the in-memory view give one answer
+            assert found(view, name_weight=1.0) == pytest.approx(expanded)
+        # the upkeep commit is found by its names alone: its score is name_weight x that match
+        assert set(expanded) == {"shapes.py::perimeter", "shapes.py::Circle.scale"}
+        assert doubled["shapes.py::Circle.scale"] == pytest.approx(2 * expanded["shapes.py::Circle.scale"])
+        # the worded commit matches by its text only (its names say "perimeter"): unchanged
+        assert expanded["shapes.py::perimeter"] == pytest.approx(text_only["shapes.py::perimeter"])
+        assert doubled["shapes.py::perimeter"] == pytest.approx(text_only["shapes.py::perimeter"])
+        # a query word in both the text and the names: text score + w x names score, linear in w
+        both = [{a.entity_id: a.score for a in associated(conn, '"perimeter"', AssociationSettings(name_weight=w),
+                                                          view=miner.view)}["shapes.py::perimeter"]
+                for w in (0.0, 1.0, 2.0)]
+        assert both[0] < both[1] < both[2] and both[2] - both[1] == pytest.approx(both[1] - both[0])
+        # the query layer reads [history] name_weight
+        index_conn = indexed(root)
+        for config, expected in ((HistoryConfig(), {"shapes.py::perimeter"}),
+                                 (HistoryConfig(name_weight=1.0), {"shapes.py::perimeter", "shapes.py::Circle.scale"})):
+            queries = HistoryQueries(miner, config)
+            assert {a.entity_id for a in queries.associations(index_conn, '"scale"', 10)} == expected
+        index_conn.close()
+    finally:
+        store.close()
+
+
+def test_a_merged_pull_requests_rows_carry_their_own_commits_names(tmp_path):
+    root = init_repo(tmp_path / "repo")
+    subprocess.run(["git", "-C", str(root), "checkout", "-q", "-b", "feature"], check=True)
+    write(root, "shapes.py", SHAPES_V1.replace("self.radius * factor", "self.radius * float(factor)"))
+    member = commit(root, "first step")
+    subprocess.run(["git", "-C", str(root), "checkout", "-q", "main"], check=True)
+    env = {**os.environ, "GIT_AUTHOR_NAME": "Dev", "GIT_AUTHOR_EMAIL": "d@e", "GIT_COMMITTER_NAME": "Dev",
+           "GIT_COMMITTER_EMAIL": "d@e"}
+    subprocess.run(["git", "-C", str(root), "merge", "-q", "--no-ff", "feature", "-m",
+                    "Merge pull request #7 from dev/feature\n\nmake circles exact"], check=True, env=env)
+    miner, store = mine(root)
+    try:
+        rows = store.reader().execute("SELECT m.hash, m.source, n.words FROM messages m JOIN names n "
+                                      "ON n.rowid = m.rowid WHERE m.hash = ?", (member,)).fetchall()
+        assert len(rows) == 2 and {words for _h, _s, words in rows} == {"circle scale"}
+        assert {source for _h, source, _w in rows} == {member, git_out(root, "rev-parse", "HEAD")}
+    finally:
+        store.close()
+
+
+def test_named_request_order_gives_the_definition_the_prompt_names_the_first_share(tmp_path):
+    from cogd.history.store import AssociationSettings
+
+    root = init_repo(tmp_path / "repo")
+    # One request: most lines in area, one line in perimeter.
+    write(root, "shapes.py", SHAPES_V1.replace("    return width * height",
+                                               "    if width < 0:\n        raise ValueError(width)\n"
+                                               "    return width * height")
+          .replace("2 * (width + height)", "2 * (abs(width) + height)"))
+    commit(root, "check the sizes")
+    miner, store = mine(root)
+    try:
+        def scores(terms, **knobs) -> dict[str, float]:
+            return {a.entity_id: a.score for a in associated(store.reader(), '"sizes"', AssociationSettings(**knobs),
+                                                             terms=terms)}
+
+        by_lines = scores(["sizes", "perimeter"])  # request_order "lines", the default: terms unused
+        assert by_lines["shapes.py::area"] == pytest.approx(2 * by_lines["shapes.py::perimeter"])
+        named = scores(["sizes", "perimeter"], request_order="named")
+        assert named["shapes.py::perimeter"] == pytest.approx(by_lines["shapes.py::area"])  # the first, full share
+        assert named["shapes.py::area"] == pytest.approx(by_lines["shapes.py::perimeter"])
+        # the per_commit place goes to the named definition
+        assert set(scores(["perimeter"], request_order="named", per_commit=1)) == {"shapes.py::perimeter"}
+        assert set(scores(["perimeter"], per_commit=1)) == {"shapes.py::area"}
+        # no terms, or none naming a definition: the lines' order
+        assert scores(None, request_order="named") == pytest.approx(by_lines)
+        assert scores(["sizes", "width"], request_order="named") == pytest.approx(by_lines)
+        # the query layer hands the caller's terms over with [history] request_order = "named"
+        conn = indexed(root)
+        queries = HistoryQueries(miner, HistoryConfig(request_order="named", per_commit=1))
+        assert [a.entity_id for a in queries.associations(conn, '"sizes"', 10, terms=["perimeter"])] == [
+            "shapes.py::perimeter"]
+        assert [a.entity_id for a in queries.associations(conn, '"sizes"', 10)] == ["shapes.py::area"]
+        conn.close()
+    finally:
+        store.close()
+
+
+def test_name_weight_and_request_order_are_validated(tmp_path):
+    from cogd.config import ConfigError, load_config
+    from cogd.history.store import AssociationSettings
+
+    path = tmp_path / "config.toml"
+    assert (HistoryConfig().name_weight, HistoryConfig().request_order) == (0.0, "lines")
+    assert (AssociationSettings().name_weight, AssociationSettings().request_order) == (0.0, "lines")
+    path.write_text('[history]\nname_weight = 0.5\nrequest_order = "named"\n')
+    loaded = load_config(path).history
+    assert (loaded.name_weight, loaded.request_order) == (0.5, "named")
+    queries = HistoryQueries(HistoryMiner(tmp_path, HistoryStore(tmp_path / "history.db"), loaded), loaded)
+    assert (queries.settings.name_weight, queries.settings.request_order) == (0.5, "named")
+    queries.miner.store.close()
+    for key, value, message in (("name_weight", "-1", "non-negative"), ("name_weight", "inf", "finite"),
+                                ("request_order", '"random"', "must be one of lines, named")):
+        path.write_text(f"[history]\n{key} = {value}\n")
+        with pytest.raises(ConfigError, match=message):
+            load_config(path)
+
+
+def test_a_projection_without_the_names_table_is_mined_again(tmp_path):
+    import sqlite3
+
+    root = init_repo(tmp_path / "repo")
+    write(root, "shapes.py", SHAPES_V1.replace("self.radius * factor", "self.radius * float(factor)"))
+    change = commit(root, "use floats consistently")
+    miner, store = mine(root)
+    store.close()
+    # the shape before the names table: schema 3, no names rows
+    path = root / ".cogd" / "index" / "history.db"
+    conn = sqlite3.connect(path)
+    conn.execute("DROP TABLE names")
+    conn.execute("UPDATE meta SET value = '3' WHERE key = 'schema_version'")
+    conn.commit()
+    conn.close()
+    miner, store = mine(root)  # opening it drops the old shape; the pass mines every commit again
+    try:
+        assert store.meta("schema_version") == "4"
+        assert miner.last_pass["mined"] == 2
+        words = dict(store.reader().execute("SELECT m.hash, n.words FROM names n JOIN messages m ON m.rowid = n.rowid"))
+        assert words[change] == "circle scale"
+    finally:
+        store.close()

@@ -118,6 +118,13 @@ def test_candidate_specs(tmp_path):
     assert written["history"] == {"min_match_share": 0.5, "test_changes": "wanted"}
     with pytest.raises(ValueError):
         replay_sessions.parse_candidate("test_changes=never")
+    # document expansion and the request order are [history] keys too
+    name, values = replay_sessions.parse_candidate("name_weight=0.5,request_order=named")
+    assert name == "nw0.5_ronamed"
+    written = tomllib.loads(replay_sessions.write_config(tmp_path, name, "bm25", [], values))
+    assert written["history"] == {"name_weight": 0.5, "request_order": "named"}
+    with pytest.raises(ValueError):
+        replay_sessions.parse_candidate("request_order=shuffled")
     for bad in ("utility_weight", "bm25_weight=1", "evidence_k=-1", "evidence_k=inf", "", "association_combine=1",
                 "association_combine=product"):
         with pytest.raises(ValueError):

@@ -113,8 +113,9 @@ def _history_sources(parts: Parts) -> tuple:
     limit = parts.config.retrieve.candidates
 
     def history(text: str, tests_unwanted=None) -> list:
-        found = queries.associations(parts.reader(), match_expression(query_terms(text)), limit, text,
-                                     (parts.worker.refreshes, parts.readers.generation), tests_unwanted)
+        terms = query_terms(text)
+        found = queries.associations(parts.reader(), match_expression(terms), limit, text,
+                                     (parts.worker.refreshes, parts.readers.generation), tests_unwanted, terms)
         labels = queries.subjects(list({h for a in found[: max(limit // 3, 1)] for h in a.commits[:3]}))
         for item in found:
             item.commits = [f"{h[:10]} {labels.get(h, '')}".strip() for h in item.commits[:3]] + item.commits[3:]

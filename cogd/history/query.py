@@ -25,7 +25,8 @@ class HistoryQueries:
         self.miner = miner
         self.config = config
         self.settings = AssociationSettings(config.association_commits, config.per_commit, config.half_life_days,
-                                            config.request_decay, config.min_match_share)
+                                            config.request_decay, config.min_match_share, config.name_weight,
+                                            config.request_order)
         # Old id → current id (None: gone), valid for one state of the index and of the live set.
         self._mapped: dict[str, str | None] = {}
         self._mapped_for: tuple | None = None
@@ -83,7 +84,8 @@ class HistoryQueries:
 
     def associations(self, index_conn: sqlite3.Connection, match: str, limit: int,
                      query: str | None = None, index_version: object = None,
-                     tests_unwanted: Callable[[str], bool] | None = None) -> list[Association]:
+                     tests_unwanted: Callable[[str], bool] | None = None,
+                     terms: list[str] | None = None) -> list[Association]:
         """The entities of the commits whose messages match ``match`` (an FTS5 expression), best
         first, at most ``limit``, with each one's evidence (independent commits) and commits.
         With ``[history] mask_exact_message``, commits whose message is ``query`` are left out
@@ -91,7 +93,8 @@ class HistoryQueries:
         index (the daemon's refresh count), for the id-mapping cache. ``tests_unwanted``: the
         caller's test-path predicate when the request does not ask for tests (None when it does);
         with ``[history] test_changes = "wanted"`` a request's test edits are then left out of its
-        change (:func:`cogd.history.store.associated`'s ``leave_out``), with ``"always"`` kept."""
+        change (:func:`cogd.history.store.associated`'s ``leave_out``), with ``"always"`` kept.
+        ``terms``: the query's words (lower case), for ``[history] request_order = "named"``."""
         if not match or not self.miner.usable():
             return []
         limit = min(limit, self.config.max_associations)
@@ -99,7 +102,7 @@ class HistoryQueries:
         view = self._view()
         leave_out = tests_unwanted if self.config.test_changes == "wanted" else None
         found = store.associated(self.miner.store.reader(), match, self.settings, exclude,
-                                 view.newest if view is not None else self._newest_time(), view, leave_out)
+                                 view.newest if view is not None else self._newest_time(), view, leave_out, terms)
         mapping = self._current(index_conn, [a.entity_id for a in found], index_version)
         merged: dict[str, Association] = {}
         for item in found:

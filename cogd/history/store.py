@@ -8,7 +8,8 @@ history miner); any thread may read through its own connection (:meth:`HistorySt
 Tables: ``commits`` (hash, commit time, subject, masked message, the skip reason or NULL,
 how many definitions it touched, ``live``: reachable from the HEAD last synchronised),
 ``touched`` (commit, entity id at the commit's parent, path, changed lines), ``messages``
-(FTS5 over the message, porter stemming as the ledger's associations), ``support`` and
+(FTS5 over the message, porter stemming as the ledger's associations), ``names`` (FTS5 over the
+words of the names of the definitions each ``messages`` row's commit changed, same rowid), ``support`` and
 ``pairs`` (co-change, recomputed over the live commits by :meth:`HistoryStore.rebuild_pairs`),
 ``meta`` (synchronised HEAD, mining time). Only ``live`` rows are ever read for ranking, so
 a checkout of an older commit hides every commit after it at once (no re-mining forward).
@@ -23,12 +24,12 @@ import sqlite3
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Collection
 
 from cogd import safepath
 from cogd.inlist import chunked, marks
 
-SCHEMA_VERSION = "3"
+SCHEMA_VERSION = "4"
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
 CREATE TABLE IF NOT EXISTS commits (
@@ -47,6 +48,9 @@ CREATE INDEX IF NOT EXISTS touched_entity ON touched(entity_id);
 CREATE VIRTUAL TABLE IF NOT EXISTS messages USING fts5(
     hash UNINDEXED, source UNINDEXED, request UNINDEXED, digest UNINDEXED, message, tokenize = 'porter unicode61'
 );
+-- The words of the names of the definitions a messages row's commit changed (rowid = that row's):
+-- the same change request described by its code, searched beside the message ([history] name_weight).
+CREATE VIRTUAL TABLE IF NOT EXISTS names USING fts5(words, tokenize = 'porter unicode61');
 CREATE TABLE IF NOT EXISTS support (entity_id TEXT PRIMARY KEY, commits INTEGER NOT NULL) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS pairs (
     a TEXT NOT NULL, b TEXT NOT NULL, support INTEGER NOT NULL, confidence REAL NOT NULL,
@@ -76,13 +80,19 @@ class AssociationSettings:
     back from the newest live commit, not the wall clock, so a replay is deterministic),
     ``request_decay`` the exponent ``p`` of the k-th definition's share ``k ** -p`` of its
     request's weight (1, as ``[history] request_decay``; 0: all equal), ``min_match_share`` the share of the best request's BM25
-    score a request needs to count at all (0: any match) — see :func:`associated`."""
+    score a request needs to count at all (0: any match), ``name_weight`` the weight of the match
+    on the names of the definitions a row's commit changed beside the match on its text (0: the
+    text alone), ``request_order`` how a request's definitions are ordered for their shares and
+    places: ``"lines"`` (most changed lines first) or ``"named"`` (those whose names share a word
+    with the query first, then by lines) — see :func:`associated`."""
 
     commits: int = 20
     per_commit: int = 6
     half_life_days: float = 365.0
     request_decay: float = 1.0
     min_match_share: float = 0.0
+    name_weight: float = 0.0
+    request_order: str = "lines"
 
 
 def connect(path: Path, *, readonly: bool = False) -> sqlite3.Connection:
@@ -102,7 +112,7 @@ def connect(path: Path, *, readonly: bool = False) -> sqlite3.Connection:
         except sqlite3.OperationalError:
             pass
         if row is not None and row[0] != SCHEMA_VERSION:  # a projection: an old shape is re-mined
-            for table in ("meta", "commits", "touched", "messages", "support", "pairs"):
+            for table in ("meta", "commits", "touched", "messages", "names", "support", "pairs"):
                 conn.execute(f"DROP TABLE IF EXISTS {table}")
         conn.executescript(SCHEMA)
         conn.execute("INSERT OR IGNORE INTO meta(key, value) VALUES ('schema_version', ?)", (SCHEMA_VERSION,))
@@ -176,8 +186,9 @@ class HistoryStore:
         c.executemany("INSERT INTO touched(hash, entity_id, path, lines) VALUES (?,?,?,?)",
                       [(hash_, e, p, n) for e, (p, n) in touched.items()])
         if skipped is None:
-            c.execute("INSERT INTO messages(hash, source, request, digest, message) VALUES (?,?,?,?,?)",
-                      (hash_, hash_, hash_, digest(message), message))
+            rowid = c.execute("INSERT INTO messages(hash, source, request, digest, message) VALUES (?,?,?,?,?)",
+                              (hash_, hash_, hash_, digest(message), message)).lastrowid
+            c.execute("INSERT INTO names(rowid, words) VALUES (?,?)", (rowid, definition_words(touched)))
 
     def add_request(self, merge: str, text: str, members: list[str]) -> int:
         """A merged pull request: ``text`` (the merge's message without its "Merge pull request"
@@ -191,8 +202,10 @@ class HistoryStore:
         key = digest(text)
         for member in mined:
             c.execute("UPDATE messages SET request = ? WHERE hash = ? AND source = ?", (merge, member, member))
-            c.execute("INSERT INTO messages(hash, source, request, digest, message) VALUES (?,?,?,?,?)",
-                      (member, merge, merge, key, text))
+            rowid = c.execute("INSERT INTO messages(hash, source, request, digest, message) VALUES (?,?,?,?,?)",
+                              (member, merge, merge, key, text)).lastrowid
+            ids = [e for (e,) in c.execute("SELECT entity_id FROM touched WHERE hash = ?", (member,))]
+            c.execute("INSERT INTO names(rowid, words) VALUES (?,?)", (rowid, definition_words(ids)))
         return len(mined)
 
     def commit(self) -> None:
@@ -251,6 +264,39 @@ class HistoryStore:
     def meta(self, key: str, default: str | None = None) -> str | None:
         row = self.reader().execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
         return row[0] if row else default
+
+
+_NAME_PART = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|\d+")
+_TWIN = re.compile(r"~\d+$")
+
+
+def name_words(entity_id: str) -> list[str]:
+    """The words of a definition's qualified name, lower case, distinct, in order: each dotted
+    part whole and split at underscores and case changes (``src/a.py::CliRunner.invoke_cmd`` →
+    ``clirunner``, ``cli``, ``runner``, ``invoke_cmd``, ``invoke``, ``cmd``), as the query side
+    splits identifiers; one-letter pieces dropped; [] for a file entity (no ``::``). A twin's
+    ``~n`` is dropped."""
+    if "::" not in entity_id:
+        return []
+    words: dict[str, None] = {}
+    for part in _TWIN.sub("", entity_id.split("::", 1)[1]).split("."):
+        pieces = [part] + [p for p in part.split("_") if p]
+        for piece in list(pieces):
+            pieces += _NAME_PART.findall(piece)
+        for piece in pieces:
+            if len(piece) > 1:
+                words.setdefault(piece.lower(), None)
+    return list(words)
+
+
+def definition_words(entity_ids) -> str:
+    """The ``names`` document of one change: the words (:func:`name_words`) of the definitions
+    ``entity_ids`` names (an iterable of ids; file entities give none), distinct, space-separated."""
+    words: dict[str, None] = {}
+    for entity_id in entity_ids:
+        for word in name_words(entity_id):
+            words.setdefault(word, None)
+    return " ".join(words)
 
 
 # ---- reads (any thread, a read-only connection) ------------------------------
@@ -395,7 +441,8 @@ def file_changes(index_conn: sqlite3.Connection, rows: list[tuple[str, str, str]
 
 def associated(conn: sqlite3.Connection, match: str, settings: AssociationSettings,
                query: str | None = None, newest: int | None = None, view: LiveView | None = None,
-               leave_out: Callable[[str], bool] | None = None) -> list[Association]:
+               leave_out: Callable[[str], bool] | None = None,
+               terms: Collection[str] | None = None) -> list[Association]:
     """Entities changed by the live change requests whose texts match the FTS5 expression ``match``.
 
     A *change request* is a commit, or a merged pull request (its commits together, found by
@@ -426,6 +473,16 @@ def associated(conn: sqlite3.Connection, match: str, settings: AssociationSettin
     counted in ``n``, not ranked, no weight — so a commit's test edits (most commits have them,
     often with the most changed lines) neither take its first, largest share nor its
     ``per_commit`` places from the code it changed; a request with nothing else gives nothing.
+
+    Document expansion (``settings.name_weight`` > 0; cf. Nogueira et al., "Document Expansion by
+    Query Prediction", 2019): a row's score is its text's BM25 score plus ``name_weight`` × the
+    BM25 score of the names of the definitions its commit changed (the ``names`` table, each
+    index read to ``4 × commits`` rows), so "use super() consistently" is found when the prompt
+    names what it changed. At 0 only the text is read, as before.
+    ``settings.request_order = "named"`` with ``terms`` (the query's words, lower case): a
+    request's definitions whose names share a word with ``terms`` come first (then by changed
+    lines), so they take its first shares and its ``per_commit`` places: a large request's
+    definition the prompt names is not cut for the ones with most lines.
     Raises sqlite3.Error."""
     if not match:
         return []
@@ -434,35 +491,22 @@ def associated(conn: sqlite3.Connection, match: str, settings: AssociationSettin
     newest = newest if newest is not None else newest_time(conn)
     if newest is None:
         return []
-    if view is not None:
-        rows = _rows_from_view(conn, match, settings.commits * 4, digest(query) if query is not None else "", view)
-    else:
-        rows = conn.execute(
-            "SELECT s.hash, CASE WHEN req.live = 1 THEN s.request ELSE s.hash END, s.score, m.time FROM "
-            "(SELECT hash, source, request, digest, -bm25(messages) AS score FROM messages WHERE messages MATCH ? "
-            "ORDER BY bm25(messages) LIMIT ?) s JOIN commits m ON m.hash = s.hash JOIN commits src ON src.hash = s.source "
-            "LEFT JOIN commits req ON req.hash = s.request "
-            "WHERE m.live = 1 AND m.skipped IS NULL AND src.live = 1 AND s.digest != ? ORDER BY s.score DESC",
-            (match, settings.commits * 4, digest(query) if query is not None else "")).fetchall()
+    rows = _rows(conn, match, settings, digest(query) if query is not None else "", view)
     requests = _matched_requests(rows, settings)
     if not requests:
         return []
-    members = sorted({h for item in requests.values() for h in item[2]})
-    lines: dict[str, dict[str, int]] = {}
-    if view is not None:
-        lines = {h: view.touched[h] for h in members if h in view.touched}
-    for chunk in chunked(members if view is None else []):
-        for hash_, entity_id, n in conn.execute(
-                f"SELECT hash, entity_id, lines FROM touched WHERE hash IN ({marks(len(chunk))})", chunk):
-            lines.setdefault(hash_, {})[entity_id] = n
+    lines = _changed_lines(conn, sorted({h for item in requests.values() for h in item[2]}), view)
     half_life, leave_out = max(settings.half_life_days, 1e-6) * 86400, _memo(leave_out)
+    named = _memo(_shares_word(terms)) if settings.request_order == "named" and terms else None
     found: dict[str, Association] = {}
     for key, (score, when, parts) in requests.items():  # best request first
         changed = _request_change(parts, lines, leave_out)
         if not changed:
             continue
         base = score * 0.5 ** (max(newest - when, 0) / half_life) / math.sqrt(len(changed))
-        for k, entity_id in enumerate(sorted(changed, key=lambda e: (-changed[e], e))[: settings.per_commit], 1):
+        order = (sorted(changed, key=lambda e: (-changed[e], e)) if named is None
+                 else sorted(changed, key=lambda e: (not named(e), -changed[e], e)))
+        for k, entity_id in enumerate(order[: settings.per_commit], 1):
             weight = base * k ** -settings.request_decay
             item = found.get(entity_id)
             if item is None:
@@ -473,6 +517,38 @@ def associated(conn: sqlite3.Connection, match: str, settings: AssociationSettin
                 item.commits.append(key)
                 item.times.append(when)
     return sorted(found.values(), key=lambda a: (-a.score, a.entity_id))
+
+
+def _changed_lines(conn: sqlite3.Connection, members: list[str], view: LiveView | None) -> dict[str, dict[str, int]]:
+    """``{commit: {entity id: changed lines}}`` for ``members`` (from ``view`` when given)."""
+    if view is not None:
+        return {h: view.touched[h] for h in members if h in view.touched}
+    lines: dict[str, dict[str, int]] = {}
+    for chunk in chunked(members):
+        for hash_, entity_id, n in conn.execute(
+                f"SELECT hash, entity_id, lines FROM touched WHERE hash IN ({marks(len(chunk))})", chunk):
+            lines.setdefault(hash_, {})[entity_id] = n
+    return lines
+
+
+def _rows(conn: sqlite3.Connection, match: str, settings: AssociationSettings, excluded: str,
+          view: LiveView | None) -> list[tuple[str, str, float, int]]:
+    """:func:`associated`'s rows — ``(commit, request key, score, commit time)``, best first — for
+    the FTS5 expression ``match``: from ``view`` when given, else by SQL; without the rows whose
+    text digest is ``excluded``. The text's best ``4 × settings.commits`` rows, and with
+    ``settings.name_weight`` the names index's as well (:func:`_scored`)."""
+    limit = settings.commits * 4
+    if view is not None:
+        return _rows_from_view(conn, match, limit, excluded, view, settings.name_weight)
+    if settings.name_weight > 0:
+        return _rows_with_names(conn, match, limit, excluded, settings.name_weight)
+    return conn.execute(
+        "SELECT s.hash, CASE WHEN req.live = 1 THEN s.request ELSE s.hash END, s.score, m.time FROM "
+        "(SELECT hash, source, request, digest, -bm25(messages) AS score FROM messages WHERE messages MATCH ? "
+        "ORDER BY bm25(messages) LIMIT ?) s JOIN commits m ON m.hash = s.hash JOIN commits src ON src.hash = s.source "
+        "LEFT JOIN commits req ON req.hash = s.request "
+        "WHERE m.live = 1 AND m.skipped IS NULL AND src.live = 1 AND s.digest != ? ORDER BY s.score DESC",
+        (match, limit, excluded)).fetchall()
 
 
 def _request_change(members: set[str], lines: dict[str, dict[str, int]],
@@ -487,8 +563,15 @@ def _request_change(members: set[str], lines: dict[str, dict[str, int]],
     return changed
 
 
+def _shares_word(terms: Collection[str]) -> Callable[[str], bool]:
+    """A predicate over entity ids: whether the definition's name has a word (:func:`name_words`)
+    among ``terms`` (compared in lower case)."""
+    wanted = {t.lower() for t in terms}
+    return lambda entity_id: any(word in wanted for word in name_words(entity_id))
+
+
 def _memo(predicate: Callable[[str], bool] | None) -> Callable[[str], bool] | None:
-    """``predicate`` asked once per distinct path (one query's requests share a few files)."""
+    """``predicate`` asked once per distinct argument (a path, an id: one query's requests share a few)."""
     if predicate is None:
         return None
     known: dict[str, bool] = {}
@@ -521,13 +604,55 @@ def _matched_requests(rows: list[tuple[str, str, float, int]], settings: Associa
     return requests
 
 
-def _rows_from_view(conn: sqlite3.Connection, match: str, limit: int, excluded: str,
-                    view: LiveView) -> list[tuple[str, str, float, int]]:
-    """:func:`associated`'s rows — ``(commit, request key, score, commit time)``, best first —
-    from the message index alone, the live tests made in ``view`` (the same rules as its SQL)."""
-    rows = []
+def _scored(conn: sqlite3.Connection, match: str, limit: int, name_weight: float) -> list[tuple[int, float]]:
+    """``(messages rowid, score)`` of the rows matching ``match``: the text's BM25 score (the
+    best ``limit``), plus ``name_weight`` × the names document's (its best ``limit``; a row found
+    by its names alone scores that much only), in the order read — text matches best first, then
+    the rows only the names found (a stable sort keeps it for ties)."""
+    scores: dict[int, float] = {}
     for rowid, score in conn.execute("SELECT rowid, -rank FROM messages WHERE messages MATCH ? ORDER BY rank LIMIT ?",
                                      (match, limit)):  # rank: bm25() with the table's default weights
+        scores[rowid] = score
+    if name_weight > 0:
+        for rowid, score in conn.execute("SELECT rowid, -rank FROM names WHERE names MATCH ? ORDER BY rank LIMIT ?",
+                                         (match, limit)):
+            scores[rowid] = scores.get(rowid, 0.0) + name_weight * score
+    return list(scores.items())
+
+
+def _rows_with_names(conn: sqlite3.Connection, match: str, limit: int, excluded: str,
+                     name_weight: float) -> list[tuple[str, str, float, int]]:
+    """:func:`associated`'s rows by SQL (no :class:`LiveView`) with the names document read
+    too (:func:`_scored`): the same live, skipped and digest tests as its query."""
+    scored = _scored(conn, match, limit, name_weight)
+    meta: dict[int, tuple[str, str, str, str]] = {}
+    for chunk in chunked([rowid for rowid, _ in scored]):
+        for rowid, hash_, source, request, key in conn.execute(
+                f"SELECT rowid, hash, source, request, digest FROM messages WHERE rowid IN ({marks(len(chunk))})", chunk):
+            meta[rowid] = (hash_, source, request, key)
+    commits: dict[str, tuple[int, str | None, int]] = {}
+    for chunk in chunked(sorted({h for item in meta.values() for h in item[:3]})):
+        for hash_, time_, skipped, live in conn.execute(
+                f"SELECT hash, time, skipped, live FROM commits WHERE hash IN ({marks(len(chunk))})", chunk):
+            commits[hash_] = (time_, skipped, live)
+    rows = []
+    for rowid, score in scored:
+        hash_, source, request, key = meta.get(rowid, ("", "", "", ""))
+        own, src, req = commits.get(hash_), commits.get(source), commits.get(request)
+        if own is None or own[2] != 1 or own[1] is not None or src is None or src[2] != 1 or key == excluded:
+            continue
+        rows.append((hash_, request if req is not None and req[2] == 1 else hash_, score, own[0]))
+    rows.sort(key=lambda r: -r[2])
+    return rows
+
+
+def _rows_from_view(conn: sqlite3.Connection, match: str, limit: int, excluded: str,
+                    view: LiveView, name_weight: float = 0.0) -> list[tuple[str, str, float, int]]:
+    """:func:`associated`'s rows — ``(commit, request key, score, commit time)``, best first —
+    from the message index (and with ``name_weight`` the names index: :func:`_scored`), the
+    live tests made in ``view`` (the same rules as its SQL)."""
+    rows = []
+    for rowid, score in _scored(conn, match, limit, name_weight):
         known = view.messages.get(rowid)
         if known is None:  # a row written after the view (the caller's key then differs): not used
             continue
