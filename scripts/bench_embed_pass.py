@@ -69,6 +69,9 @@ from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_up import vm_hwm_mb  # noqa: E402  (the same peak-RSS reading as the whole-library run)
+
 HERE = Path(__file__).resolve().parent.parent
 GOAL_PEAK_MB = 350.0
 
@@ -127,17 +130,6 @@ class Variant:
         if check and proc.returncode != 0:
             raise SystemExit(f"[{self.name}] cogd {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr[-2000:]}")
         return proc
-
-
-def vm_hwm_mb(pid: int) -> float | None:
-    try:
-        with open(f"/proc/{pid}/status", encoding="ascii") as fh:
-            for line in fh:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) / 1024
-    except OSError:
-        return None
-    return None
 
 
 def cpu_s(pid: int) -> float | None:
@@ -268,7 +260,7 @@ def main() -> None:
         rates = [r["rate"] for r in runs if "rate" in r]
         rate = statistics.median(rates) if rates else float("nan")
         summary[v.name] = {
-            "rate_median": round(rate, 1), "x_reference": round(rate / base_rate, 2) if base_rate == base_rate else None,
+            "rate_median": round(rate, 1), "x_reference": round(rate / base_rate, 2) if base_rate == base_rate and base_rate > 0 else None,
             "full_s_median": statistics.median([r["full_s"] - r["index_s"] for r in runs if "full_s" in r]) if any(
                 "full_s" in r for r in runs) else None,
             "peak_mb_median": statistics.median([r["peak_mb"] for r in runs]),
