@@ -25,7 +25,8 @@ from cogd.daemon.first_tier import FirstTier
 from cogd.embed import static_table
 from cogd.embed.encoder import StaticEncoder, load_encoder
 from cogd.embed.model import SHIPPED_STATIC_MODEL, ModelError, ModelInfo, resolve_model, shipped_static
-from cogd.embed.static_table import SHIPPED_FILE, SHIPPED_NAME, SHIPPED_SHA256, TableError, read_table, table_bytes
+from cogd.embed.static_table import (SHIPPED_FILE, SHIPPED_NAME, SHIPPED_SHA256, TableError, load_array, read_table,
+                                     table_bytes)
 from cogd.embed.text import entity_text
 from cogd.index.extract import extract
 
@@ -138,6 +139,47 @@ def test_read_table_refuses_what_is_not_the_format():
         read_table(npz(codes=small_codes, scales=small_scales, max_tokens=np.int64(0)))
     with pytest.raises(TableError, match="not a static table"):
         read_table(b"PK\x03\x04 not a zip")
+
+
+def _lying_npy(shape: tuple, dtype=np.int8) -> bytes:
+    """An .npy file whose header declares ``shape`` but that holds no data at all."""
+    from numpy.lib import format as npy
+
+    out = io.BytesIO()
+    npy.write_array_header_1_0(out, {"descr": npy.dtype_to_descr(np.dtype(dtype)), "fortran_order": False,
+                                     "shape": shape})
+    return out.getvalue()
+
+
+def test_a_table_that_declares_more_than_it_holds_is_refused_before_numpy_allocates_it():
+    """A repository's own config can name a model_dir: a few bytes must not claim terabytes."""
+    huge = _lying_npy((10 ** 12, 256))
+    assert len(huge) < 200
+    with pytest.raises(TableError, match="declares 256000000000000 bytes"):
+        load_array(huge)
+    good = io.BytesIO()
+    np.save(good, np.ones((3, 4), dtype=np.float32), allow_pickle=False)
+    assert load_array(good.getvalue()).shape == (3, 4)  # an honest array still loads
+
+    codes, scales, _ = read_table(SHIPPED_FILE.read_bytes())
+    members = {"codes.npy": _lying_npy((10 ** 9, 256)), "scales.npy": None, "max_tokens.npy": None}
+    for name, array in (("scales.npy", scales[:8]), ("max_tokens.npy", np.int64(5))):
+        buf = io.BytesIO()
+        np.save(buf, array, allow_pickle=False)
+        members[name] = buf.getvalue()
+
+    def zipped(compression) -> bytes:
+        out = io.BytesIO()
+        with zipfile.ZipFile(out, "w", compression) as archive:
+            for name, data in members.items():
+                archive.writestr(name, data)
+        return out.getvalue()
+
+    with pytest.raises(TableError, match="codes.npy declares 256000000000 bytes"):
+        read_table(zipped(zipfile.ZIP_STORED))
+    members["codes.npy"] = table_bytes(codes[:8], scales[:8], 5)  # any honest bytes: compression is refused first
+    with pytest.raises(TableError, match="stored uncompressed"):
+        read_table(zipped(zipfile.ZIP_DEFLATED))
 
 
 def test_the_first_tier_is_on_by_default_and_never_mixes_tiers(stdlib_index):

@@ -310,11 +310,9 @@ class StaticEncoder:
     """
 
     def __init__(self, info, max_tokens: int = 512, **_ignored):
-        import io
-
         from tokenizers import Tokenizer
 
-        from cogd.embed.static_table import TableError, read_table
+        from cogd.embed.static_table import TableError, load_array, read_table
 
         data = read_verified(info)  # the exact bytes that passed the sha256 check
         scales = None
@@ -322,7 +320,7 @@ class StaticEncoder:
             if Path(info.path).suffix == ".npz":
                 table, scales, max_tokens = read_table(data)
             else:
-                table = np.load(io.BytesIO(data), allow_pickle=False)
+                table = load_array(data)
         except (ValueError, OSError, TableError) as exc:
             raise ModelError(f"cannot read the static model {info.path}: {exc}") from exc
         tokenizer = Tokenizer.from_file(str(info.tokenizer_path))

@@ -350,8 +350,6 @@ def _configured_static(directory: Path) -> ModelInfo:
     ``scripts/train_static.py`` makes, needs none of its own). Raises ModelError when the pin
     is missing or does not match, or a file is not this user's.
     """
-    import io
-
     path = directory / STATIC_TABLE_FILE
     if not path.exists():
         path = directory / STATIC_INT8_FILE
@@ -370,11 +368,9 @@ def _configured_static(directory: Path) -> ModelInfo:
     if actual != manifest["sha256"]:
         raise _mismatch(path, manifest["sha256"], actual, _fix_for(path, "configured"))
     try:
-        import numpy as np
+        from cogd.embed.static_table import load_array, read_table
 
-        from cogd.embed.static_table import read_table
-
-        shape = read_table(data)[0].shape if path.suffix == ".npz" else np.load(io.BytesIO(data), allow_pickle=False).shape
+        shape = read_table(data)[0].shape if path.suffix == ".npz" else load_array(data).shape
     except (ValueError, OSError) as exc:  # TableError is a ValueError
         raise ModelError(f"cannot read the static table {path}: {exc}") from exc
     if len(shape) != 2 or (manifest.get("dim") and manifest["dim"] != shape[1]):

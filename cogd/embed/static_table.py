@@ -90,12 +90,64 @@ def check(codes: np.ndarray, scales: np.ndarray, max_tokens: int) -> None:
         raise TableError(f"max_tokens must be positive, got {max_tokens}")
 
 
+def _declared_bytes(fh) -> int:
+    """The bytes of data the ``.npy`` header at ``fh``'s position declares (its shape times its
+    item size), read from the header alone. Raises TableError when the header cannot be read."""
+    from numpy.lib import format as npy
+
+    try:
+        version = npy.read_magic(fh)
+        header = npy.read_array_header_1_0 if version == (1, 0) else npy.read_array_header_2_0
+        shape, _fortran, dtype = header(fh)
+    except (ValueError, OSError, EOFError) as exc:
+        raise TableError(f"not an .npy array: {exc}") from exc
+    count = 1
+    for n in shape:
+        count *= int(n)  # Python integers: a crafted shape cannot overflow the product
+    return count * dtype.itemsize
+
+
+def load_array(data: bytes) -> np.ndarray:
+    """The one ``.npy`` array in ``data`` (``allow_pickle=False``), refused (TableError) when its
+    header declares more data than the bytes hold.
+
+    Why the check: numpy allocates the declared shape before it reads a byte of data, so a
+    file of a few bytes whose header claims a terabyte would fail with MemoryError, or succeed and
+    take the daemon's memory, instead of being refused as a bad table. A ``model_dir`` may come from
+    a repository's own ``.cogd/config.toml``.
+    """
+    fh = io.BytesIO(data)
+    need = _declared_bytes(fh)
+    if need > len(data) - fh.tell():
+        raise TableError(f"the array declares {need} bytes of data but the file holds {len(data) - fh.tell()}")
+    return np.load(io.BytesIO(data), allow_pickle=False)
+
+
+def _check_members(data: bytes) -> None:
+    """Refuse (TableError) a zip whose members are compressed or declare more data than they hold:
+    a stored member is at most as large as the file, so reading it can take no more memory than
+    the file's own size (a deflated one could expand a few kilobytes into gigabytes)."""
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            for info in archive.infolist():
+                if info.compress_type != zipfile.ZIP_STORED or info.file_size > len(data):
+                    raise TableError(f"a static table's members are stored uncompressed; {info.filename} is not")
+                with archive.open(info) as fh:
+                    need = _declared_bytes(fh)
+                if need > info.file_size:
+                    raise TableError(f"{info.filename} declares {need} bytes of data but holds {info.file_size}")
+    except (OSError, zipfile.BadZipFile) as exc:
+        raise TableError(f"not a static table: {exc}") from exc
+
+
 def read_table(data: bytes) -> tuple[np.ndarray, np.ndarray, int]:
     """``(codes, scales, max_tokens)`` from a file's bytes (already verified by the caller's hash).
 
-    Raises TableError when the bytes are not a zip of exactly :data:`MEMBERS` that :func:`check`
+    Raises TableError when the bytes are not a zip of exactly :data:`MEMBERS`, stored
+    uncompressed and no larger than they declare (:func:`_check_members`), that :func:`check`
     accepts; numpy reads them with ``allow_pickle=False``, so an object array is refused too.
     """
+    _check_members(data)
     try:
         with np.load(io.BytesIO(data), allow_pickle=False) as archive:
             if sorted(archive.files) != sorted(MEMBERS):
