@@ -374,11 +374,14 @@ def daemon_processes(under: Path | None = None) -> dict[int, str]:
 
     Found from ``/proc/*/cmdline`` the way ``cogd.rpc.control.is_daemon_process`` checks one
     pid (``cogd.daemon`` in argv, the root after ``--root``), so a daemon is found even when its
-    pid file is missing or stale. Zombies and other users' processes are left out.
+    pid file is missing or stale. Zombies and other users' processes are left out, and so is a
+    child of such a daemon: between its fork and its exec (a ``git`` the history miner runs, a
+    parser process) a child still shows the daemon's command line, for longer on a busy machine.
     """
     prefix = None if under is None else os.path.realpath(under)
     uid = os.getuid()
     found: dict[int, str] = {}
+    parents: dict[int, int] = {}
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
             continue
@@ -389,12 +392,14 @@ def daemon_processes(under: Path | None = None) -> dict[int, str]:
             with open(f"/proc/{pid}/cmdline", "rb") as fh:
                 argv = fh.read().split(b"\0")
             with open(f"/proc/{pid}/stat", "rb") as fh:
-                if fh.read().rsplit(b") ", 1)[-1][:1] == b"Z":
-                    continue
-        except OSError:
+                fields = fh.read().rsplit(b") ", 1)[-1].split()  # state, ppid, ...
+            if fields[0] == b"Z":
+                continue
+        except (OSError, IndexError):
             continue  # gone meanwhile
         if b"cogd.daemon" not in argv or b"--root" not in argv:
             continue
+        parents[pid] = int(fields[1])
         at = argv.index(b"--root") + 1
         if at >= len(argv):
             continue
@@ -404,7 +409,7 @@ def daemon_processes(under: Path | None = None) -> dict[int, str]:
             if not any(r == prefix or r.startswith(prefix + os.sep) for r in (root, real)):
                 continue
         found[pid] = root
-    return found
+    return {pid: root for pid, root in found.items() if parents[pid] not in found}
 
 
 def stop_daemons(under: Path, timeout: float = 20.0) -> dict[int, str]:
