@@ -107,8 +107,23 @@ def test_configured_model_without_pin_gets_an_id_of_its_own(info, tmp_path):
     other = resolve_model(EmbedConfig(model_dir=str(directory)))
     assert other.id.startswith("mine@") and other.id != info.id and other.dim == 384
     rows = list_models(EmbedConfig(model_dir=str(directory)))
-    assert [(r["source"], r["active"]) for r in rows] == [("derived", False), ("bundled", False), ("configured", True)]
-    assert rows[2]["size"] == info.path.stat().st_size and rows[2]["id"] == other.id
+    assert [(r["source"], r["active"]) for r in rows] == [("derived", False), ("bundled", False), ("shipped", False),
+                                                          ("configured", True)]
+    assert rows[3]["size"] == info.path.stat().st_size and rows[3]["id"] == other.id
+
+
+def test_the_listing_names_the_shipped_static_table_and_the_model_really_picked():
+    from cogd.embed.static_table import SHIPPED_FILE, SHIPPED_NAME
+
+    rows = {r["source"]: r for r in list_models(EmbedConfig(model="minilm-static-code"))}
+    assert rows["shipped"]["active"] and not rows["bundled"]["active"] and not rows["derived"]["active"]
+    assert rows["shipped"]["id"].startswith(SHIPPED_NAME + "@") and rows["shipped"]["dim"] == 256
+    assert rows["shipped"]["size"] == SHIPPED_FILE.stat().st_size
+    default = {r["source"]: r for r in list_models(EmbedConfig())}
+    assert default["shipped"]["first_tier"] and not default["shipped"]["active"]  # the first tier's table
+    assert not default["derived"]["first_tier"] and "distilled" not in default
+    assert not any(r["first_tier"] for r in list_models(EmbedConfig(first_tier_min=0)))
+    assert not any(r["first_tier"] or r["active"] for r in list_models(EmbedConfig(enabled=False)))
 
 
 def test_incomplete_model_dir_is_explained(info, tmp_path):

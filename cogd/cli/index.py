@@ -246,8 +246,12 @@ def models(ctx: click.Context, as_json: bool) -> None:
         return
     table = Table("active", "name", "id", "dim", "path")
     for m in found:
-        table.add_row("*" if m.get("active") else "", Name(str(m.get("name", ""))), Name(str(m.get("id", ""))),
+        mark = "*" if m.get("active") else ("tier" if m.get("first_tier") else "")
+        table.add_row(mark, Name(str(m.get("name", ""))), Name(str(m.get("id", ""))),
                       str(m.get("dim", "")), Name(str(m.get("path", ""))))
     console.print(table)
+    if any(m.get("first_tier") for m in found):
+        console.print(f"tier: static vectors from this table answer searches while a pass of "
+                      f"{config.embed.first_tier_min:,} or more entities runs ([embed] first_tier_min)", markup=False)
     if not config.embed.enabled:
         console.print("embeddings are disabled ([embed] enabled = false): retrieval is lexical", markup=False)

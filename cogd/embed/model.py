@@ -426,36 +426,52 @@ def _derived_if_present() -> ModelInfo:
     return ModelInfo(model_id(derive.DERIVED_NAME, actual), path, BUNDLED_TOKENIZER, BUNDLED_DIM, actual, "derived")
 
 
+_LISTED_SOURCE = {DERIVED_MODEL: "derived", BUNDLED_MODEL: "bundled", STATIC_MODEL: "distilled",
+                  SHIPPED_STATIC_MODEL: "shipped"}  # embed.model -> the row of list_models it picks
+
+
 def list_models(config, root: Path | None = None) -> list[dict]:
     """The models cogd knows for ``config``, for a ``cogd models`` listing.
 
     One dict per model: ``name``, ``id`` (None when unusable or not derived
-    yet), ``path`` (str), ``dim`` (int or None), ``size`` (bytes of the ONNX
-    file, or None), ``source`` (derived|bundled|configured), ``active`` (the
-    one ``resolve_model`` picks, and ``config.enabled``), and ``error`` (a
-    message, only when the model cannot be used as it stands). The derived
-    and bundled models are always listed, a configured one when
-    ``model_dir`` is set. Never derives, never raises ModelError.
+    yet), ``path`` (str), ``dim`` (int or None), ``size`` (bytes of the model
+    file, or None), ``source`` (derived|bundled|shipped|distilled|configured),
+    ``active`` (the one ``resolve_model`` picks, and ``config.enabled``),
+    ``first_tier`` (True on the shipped static table while embeddings are on
+    and ``first_tier_min`` > 0: it answers searches while a big pass runs,
+    ``cogd.daemon.first_tier``), and ``error`` (a message, only when the model
+    cannot be used as it stands). The derived, bundled and shipped static
+    models are always listed; the distilled static table when ``embed.model``
+    picks it, a configured one when ``model_dir`` is set. Never derives or
+    distils, never raises ModelError.
     """
-    from cogd.embed import derive
+    from cogd.embed import derive, static, static_table
 
     rows: list[dict] = []
     choice = getattr(config, "model", DERIVED_MODEL)
-    candidates = [("derived", ""), ("bundled", "")] + ([("configured", config.model_dir)] if config.model_dir else [])
+    candidates = [("derived", ""), ("bundled", ""), ("shipped", "")]
+    if choice == STATIC_MODEL and not config.model_dir:
+        candidates.append(("distilled", ""))
+    if config.model_dir:
+        candidates.append(("configured", config.model_dir))
+    tier_on = bool(config.enabled) and getattr(config, "first_tier_min", 0) > 0
     for source, model_dir in candidates:
-        if config.model_dir:
-            picked = source == "configured"
-        else:
-            picked = source == ("derived" if choice == DERIVED_MODEL else "bundled")
+        picked = source == ("configured" if config.model_dir else _LISTED_SOURCE.get(choice))
         active = bool(config.enabled) and picked
-        name = {"bundled": BUNDLED_NAME, "derived": derive.DERIVED_NAME}.get(source, model_dir)
-        row: dict = {"name": name, "id": None, "path": None,
-                     "dim": None, "size": None, "source": source, "active": active}
+        name = {"bundled": BUNDLED_NAME, "derived": derive.DERIVED_NAME, "shipped": static_table.SHIPPED_NAME,
+                "distilled": static.STATIC_NAME}.get(source, model_dir)
+        row: dict = {"name": name, "id": None, "path": None, "dim": None, "size": None, "source": source,
+                     "active": active, "first_tier": source == "shipped" and tier_on}
         try:
             if source == "configured":
                 info = _configured(model_dir, root)
             elif source == "derived":
                 info = _derived_if_present()
+            elif source == "shipped":
+                info = shipped_static()
+            elif source == "distilled":
+                _derived_if_present()  # its source must be there already: listing never derives
+                info = _static(derive_missing=False)
             else:
                 info = _bundled()
         except (ModelError, OSError) as exc:
