@@ -70,7 +70,8 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_up import vm_hwm_mb  # noqa: E402  (the same peak-RSS reading as the whole-library run)
+import bench_up  # noqa: E402  (its checkout runner and peak-RSS reading, shared)
+from bench_up import vm_hwm_mb  # noqa: E402
 
 HERE = Path(__file__).resolve().parent.parent
 GOAL_PEAK_MB = 350.0
@@ -109,27 +110,17 @@ def toml_value(text: str) -> str:
     return json.dumps(text)  # a TOML basic string is a JSON string for these values
 
 
-class Variant:
-    """One daemon set-up: a checkout and ``[embed]`` settings."""
+class Variant(bench_up.Variant):
+    """One daemon set-up: a checkout (its ``cogd`` runs as :class:`bench_up.Variant`'s) and
+    ``[embed]`` settings."""
 
     def __init__(self, spec: str):
         name, sep, rest = spec.partition("=")
         if not sep or not name:
             raise SystemExit(f"a variant is NAME=CHECKOUT[:key=value,...], got {spec!r}")
         src, _, settings = rest.partition(":")
-        self.name, self.src = name, Path(src).resolve()
-        if not (self.src / "cogd" / "__init__.py").is_file():
-            raise SystemExit(f"{self.src} is not a cogd checkout (no cogd/__init__.py)")
+        super().__init__(name, Path(src))
         self.settings = dict(s.split("=", 1) for s in settings.split(",") if s.strip())
-        self.env = {**os.environ, "PYTHONPATH": str(self.src), "PYTHONSAFEPATH": "1"}
-        self.env.pop("COGD_FAULTS", None)
-
-    def cogd(self, cwd: Path, *args: str, timeout: float = 600, check: bool = True) -> subprocess.CompletedProcess:
-        proc = subprocess.run([sys.executable, "-m", "cogd.cli", *args], cwd=cwd, env=self.env, capture_output=True,
-                              text=True, timeout=timeout)
-        if check and proc.returncode != 0:
-            raise SystemExit(f"[{self.name}] cogd {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr[-2000:]}")
-        return proc
 
 
 def cpu_s(pid: int) -> float | None:
@@ -261,7 +252,7 @@ def main() -> None:
         rate = statistics.median(rates) if rates else float("nan")
         summary[v.name] = {
             "rate_median": round(rate, 1), "x_reference": round(rate / base_rate, 2) if base_rate == base_rate and base_rate > 0 else None,
-            "full_s_median": statistics.median([r["full_s"] - r["index_s"] for r in runs if "full_s" in r]) if any(
+            "full_s_median": round(statistics.median([r["full_s"] - r["index_s"] for r in runs if "full_s" in r]), 2) if any(
                 "full_s" in r for r in runs) else None,
             "peak_mb_median": statistics.median([r["peak_mb"] for r in runs]),
             "cpu_ms_median": statistics.median([r["cpu_ms_per_entity"] for r in runs if "cpu_ms_per_entity" in r])
