@@ -4,7 +4,8 @@
 :mod:`cogd.embed.static` (a weighted mean of token rows, no onnxruntime);
 :func:`load_encoder` picks the class a :class:`ModelInfo` needs.
 
-Pipeline per batch: WordPiece tokenisation (``tokenizers``), truncated to
+Pipeline per batch: WordPiece tokenisation (``tokenizers``; one tokenizer
+object per file for the whole process, :func:`shared_tokenizer`), truncated to
 ``max_tokens`` tokens including ``[CLS]``/``[SEP]`` and padded to the longest
 text of the batch; one onnxruntime run; mean pooling of the token vectors over
 the attention mask; L2 normalisation. Texts are processed shortest first (by
