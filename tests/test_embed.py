@@ -171,12 +171,13 @@ def test_tokenizer_matches_the_model(encoder):
 
 def test_file_truncation_is_overridden(info, encoder):
     long_text = " ".join(["token"] * 1000)
-    assert len(encoder._tokenizer.encode(long_text).ids) == 256  # the file itself says 128
+    assert len(encoder.token_ids([long_text])[0]) == 256  # the file itself says 128
     short = Encoder(info, max_tokens=128, batch_size=8)
-    assert len(short._tokenizer.encode(long_text).ids) == 128
+    cut = short.token_ids([long_text])[0]
+    assert len(cut) == 128 and cut[0] == 101 and cut[-1] == 102  # [CLS] … [SEP] kept at the cap
     texts = ["decode a json document", "tiny"]
     # Padding is the encoder's, per batch after sorting by length: the tokenizer leaves texts unpadded.
-    assert len(short._tokenizer.encode_batch(texts)[1].ids) < len(short._tokenizer.encode_batch(texts)[0].ids)
+    assert len(short.token_ids(texts)[1]) < len(short.token_ids(texts)[0])
     assert np.allclose(short.encode(texts), encoder.encode(texts), atol=1e-5)  # short texts: no cut
     with pytest.raises(ValueError):
         Encoder(info, max_tokens=1000)

@@ -251,3 +251,56 @@ def test_daemon_serves_the_shipped_table_first_then_drops_it(held_repo):
     assert "standing by: a pass with 1 or more entities to embed gives every entity a static vector first" in text
     hits = json.loads(run_cogd(root, "search", QUERY, "--mode", "vector", "--json").stdout)
     assert hits[0]["id"] == f"lib/{EXPECTED}"  # now the transformer's vectors
+
+
+def test_the_first_tier_holds_the_pass_strings_and_stamps_not_copies(stdlib_index):
+    """The tier's index keeps the entity map's own id strings (the ones the transformer's index
+    and the vector store keep), interned kinds, and the exact content hash of each row as its
+    stamp; a changed hash re-embeds that entity alone, a vanished entity leaves the index."""
+    import sys
+
+    from cogd.daemon.first_tier import content_stamp
+    from cogd.index import store
+
+    _root, conn = stdlib_index
+    entities = store.entity_states(conn)
+    tier = FirstTier(EmbedConfig())
+    assert tier.sync(conn, entities) == len(entities)
+    _vector, dense = tier.pair(QUERY)
+    keys = {i: i for i in entities}
+    held = dense.live_ids()
+    assert len(held) == len(entities) and all(keys[i] is i for i in held)  # the same objects, not equal copies
+    assert all(k is sys.intern(k) for k in dense._kinds[:len(held)])
+    stamps = np.array([content_stamp(entities[i][0]) for i in held], dtype=np.uint64)
+    assert dense.changed(held, stamps) == []
+    assert content_stamp("00000000000000ff") == 255 and content_stamp("ffffffffffffffff") == 2 ** 64 - 1
+    assert content_stamp("not a hex hash!!") != content_stamp("not a hex hash!?")  # any other string: its xxh3
+    first, gone = held[0], held[1]
+    changed = dict(entities)
+    changed[first] = ("0123456789abcdef", *entities[first][1:])
+    del changed[gone]
+    assert tier.sync(conn, changed) == 1  # only the entity whose hash moved
+    assert gone not in dense.live_ids() and len(dense) == len(entities) - 1
+    assert tier.sync(conn, changed) == 1  # the row holds the index's real hash again, so it differs once more
+
+
+def test_static_and_transformer_share_one_tokenizer_and_cut_as_it_would():
+    """One tokenizer object for both encoders (same file); each cuts its own token lists exactly
+    as the tokenizer's own truncation did, so the vectors are unchanged."""
+    from tokenizers import Tokenizer
+
+    from cogd.embed.encoder import Encoder, shared_tokenizer
+
+    static = load_encoder(shipped_static())
+    transformer = Encoder(resolve_model(EmbedConfig()), 1, 256, 8, 768)
+    assert static._tokenizer is transformer._tokenizer is shared_tokenizer(shipped_static().tokenizer_path)[0]
+    entities = stdlib_entities()
+    texts = [entity_text(e.kind, e.qualname, e.signature, e.doc, e.body, e.path, max_chars=10 ** 6)
+             for e in entities] + ["", "x", " ".join(["token"] * 700)]
+    for cap, special, encoder in ((512, False, static), (256, True, transformer)):
+        reference = Tokenizer.from_file(str(shipped_static().tokenizer_path))
+        reference.no_padding()
+        reference.enable_truncation(max_length=cap)
+        expected = [e.ids for e in reference.encode_batch(texts, add_special_tokens=special)]
+        assert encoder.token_ids(texts) == expected
+        assert sum(len(ids) == cap for ids in expected) >= 2  # the cap was reached, not only short texts

@@ -9,6 +9,7 @@ would fail with "too many SQL variables".
 from __future__ import annotations
 
 import sqlite3
+import sys
 from pathlib import Path
 
 import pytest
@@ -153,6 +154,11 @@ def test_whole_index_scans(conn):
     states = store.entity_states(conn)
     assert states["pkg/use.py::main"] == ("7654140c79bc46ab", "function", "pkg/use.py")
     assert len(states) == len(paths)
+    # one path string per file and interned kinds: the embedding pass holds this map for every entity
+    by_path = {}
+    for _hash, kind, path in states.values():
+        assert by_path.setdefault(path, path) is path and kind is sys.intern(kind)
+    assert len(by_path) == len({p for _i, p in paths}) < len(states)
     rows = store.embedding_rows(conn, [*BIG_IDS, "pkg/shapes.py::Square.area"])
     assert len(rows) == BIG_COUNT + 1
     assert [r for r in rows if r[0] == "pkg/shapes.py::Square.area"] == [

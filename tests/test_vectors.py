@@ -187,3 +187,26 @@ def test_quantize_rows_exact_codes_and_a_zero_row():
     codes, factors = quantize_rows(np.array([[0.5, -0.25, 0.0], [0.0, 0.0, 0.0]], dtype=np.float32))
     assert codes.tolist() == [[127, -64, 0], [0, 0, 0]]  # -0.25 / (0.5 / 127) = -63.5, rounded to even
     assert factors.tolist() == [pytest.approx(1 / np.hypot(127, 64)), 0.0]
+
+
+def test_dense_index_stamps_name_the_rows_that_changed():
+    """A row's stamp is kept through growth and overwrite; ``changed`` lists what is missing, removed
+    or stamped otherwise, and ``live_ids`` hands back the caller's own id objects."""
+    rng = np.random.default_rng(3)
+    dense = DenseIndex(8)
+    ids = [f"pkg/mod_{k}.py::f" for k in range(1500)]  # past the first reservation of 1,024 rows
+    stamps = np.arange(1500, dtype=np.uint64) * np.uint64(2 ** 52) + np.uint64(7)  # beyond float precision
+    dense.upsert(ids, ["function"] * 1500, rng.normal(size=(1500, 8)), stamps=stamps.tolist())
+    assert dense.changed(ids, stamps) == []
+    assert all(a is b for a, b in zip(dense.live_ids(), ids))
+    probe = ids + ["new.py::g"]
+    moved = stamps.copy()
+    moved[5] += np.uint64(1)  # one content hash differs in the lowest bit
+    dense.remove([ids[9]])
+    assert dense.changed(probe, np.append(moved, np.uint64(0))) == [5, 9, 1500]
+    dense.upsert([ids[9]], ["function"], rng.normal(size=(1, 8)), stamps=[int(stamps[9])])
+    assert dense.changed(ids, stamps) == [] and len(dense.live_ids()) == 1500
+    dense.upsert([ids[0]], ["function"], rng.normal(size=(1, 8)))  # no stamps given: 0
+    assert dense.changed(ids[:2], np.array([0, stamps[1]], dtype=np.uint64)) == []
+    with pytest.raises(OverflowError):
+        dense.upsert(["x.py"], ["file"], rng.normal(size=(1, 8)), stamps=[2 ** 64])

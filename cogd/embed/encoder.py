@@ -4,7 +4,8 @@
 :mod:`cogd.embed.static` (a weighted mean of token rows, no onnxruntime);
 :func:`load_encoder` picks the class a :class:`ModelInfo` needs.
 
-Pipeline per batch: WordPiece tokenisation (``tokenizers``), truncated to
+Pipeline per batch: WordPiece tokenisation (``tokenizers``; one tokenizer
+object per file for the whole process, :func:`shared_tokenizer`), truncated to
 ``max_tokens`` tokens including ``[CLS]``/``[SEP]`` and padded to the longest
 text of the batch; one onnxruntime run; mean pooling of the token vectors over
 the attention mask; L2 normalisation. Texts are processed shortest first (by
@@ -46,7 +47,49 @@ from cogd.embed.model import ModelError, ModelInfo, read_verified
 
 MIN_TOKENS = 4  # [CLS], [SEP] and at least two tokens of text
 MAX_TOKENS = 512  # the position table of BERT-family models
-GATHER_TOKENS = 16384  # token rows a static encode gathers at once (16 MB of float32 at 256-d)
+GATHER_TOKENS = 4096  # token rows a static encode gathers at once: 4 MB of float32 at 256-d (16,384 held 16 MB of scratch and was 9% slower, same vectors)
+
+
+_TOKENIZERS: dict[tuple, tuple] = {}  # (path, size, mtime) -> (tokenizers.Tokenizer, pad id)
+_TOKENIZERS_LOCK = threading.Lock()
+
+
+def shared_tokenizer(path: Path):
+    """``(tokenizer, pad_id)``: one ``tokenizers.Tokenizer`` per tokenizer file, shared by every encoder.
+
+    The transformer and the static first tier read the same ``tokenizer.json``, and a loaded
+    tokenizer holds about 6 MB (its vocabulary's maps: measured 6.0 MB for a second copy), so
+    the process keeps one, set to neither truncate nor pad; each encoder cuts its own token
+    lists (:func:`truncated`), which a shared object could not do through its settings (they
+    are per object, and encoders run in several threads). ``pad_id`` is the file's padding id
+    (``[PAD]`` when it names none). A file replaced on disk (another size or mtime) is loaded
+    again. Raises whatever ``Tokenizer.from_file`` raises (callers wrap it in ModelError).
+    """
+    from tokenizers import Tokenizer
+
+    stat = os.stat(path)
+    key = (str(path), stat.st_size, stat.st_mtime_ns)
+    with _TOKENIZERS_LOCK:
+        found = _TOKENIZERS.get(key)
+        if found is None:
+            tokenizer = Tokenizer.from_file(str(path))
+            padding = tokenizer.padding or {}
+            pad_id = tokenizer.token_to_id(padding.get("pad_token") or "[PAD]")
+            if pad_id is None:
+                pad_id = padding.get("pad_id", 0)
+            tokenizer.no_truncation()
+            tokenizer.no_padding()
+            found = _TOKENIZERS[key] = (tokenizer, int(pad_id))
+        return found
+
+
+def truncated(ids: list[int], max_tokens: int, special: bool) -> list[int]:
+    """``ids`` cut to ``max_tokens`` as the tokenizer's own truncation would (``longest_first``,
+    a single sequence): the first tokens kept; with ``special`` (a ``[CLS] … [SEP]`` template
+    already applied) the closing special token stays last."""
+    if len(ids) <= max_tokens:
+        return ids
+    return ids[:max_tokens - 1] + ids[-1:] if special else ids[:max_tokens]
 
 
 _SHARED_ARENA: bool | None = None  # None: not tried yet; True: registered in onnxruntime's environment
@@ -126,8 +169,6 @@ class Encoder:
             raise ValueError(f"threads must be >= 0, got {threads}")
         if batch_tokens < 0:
             raise ValueError(f"batch_tokens must be >= 0, got {batch_tokens}")
-        from tokenizers import Tokenizer
-
         self.info = info
         self.dim = info.dim
         self.max_tokens = max_tokens
@@ -159,21 +200,11 @@ class Encoder:
             raise ModelError(f"{info.path}: output size {last} differs from the model's dim {info.dim}")
 
         try:
-            tokenizer = Tokenizer.from_file(str(info.tokenizer_path))
+            self._tokenizer, self._pad_id = shared_tokenizer(info.tokenizer_path)
         except Exception as exc:  # tokenizers raises a bare Exception on bad JSON
             raise ModelError(f"cannot load tokenizer {info.tokenizer_path}: {exc}") from exc
-        padding = tokenizer.padding or {}
-        pad_token = padding.get("pad_token") or "[PAD]"
-        pad_id = tokenizer.token_to_id(pad_token)
-        if pad_id is None:
-            pad_id = padding.get("pad_id", 0)
-        self._pad_id = int(pad_id)
-        # Replace whatever the file says (all-MiniLM's: truncate and pad to 128)
-        # with cogd's cap; padding is done here, per batch, after sorting by length.
-        tokenizer.no_truncation()
-        tokenizer.no_padding()
-        tokenizer.enable_truncation(max_length=max_tokens)
-        self._tokenizer = tokenizer
+        # Whatever the file says (all-MiniLM's: truncate and pad to 128) is replaced by cogd's
+        # cap (truncated(), per text) and by padding done here, per batch, after sorting by length.
 
     def _build_session(self, threads: int):
         """An onnxruntime session over the verified model bytes with ``threads`` intra-op threads."""
@@ -240,14 +271,14 @@ class Encoder:
             batches.append(current)
         return batches
 
-    def _run(self, session, encodings: list) -> np.ndarray:
-        """One inference call over tokenised texts → (len(encodings), dim) float32, unit rows."""
-        width = max(len(e.ids) for e in encodings)
+    def _run(self, session, encodings: list[list[int]]) -> np.ndarray:
+        """One inference call over tokenised texts (token id lists) → (len(encodings), dim) float32, unit rows."""
+        width = max(len(e) for e in encodings)
         ids = np.full((len(encodings), width), self._pad_id, dtype=np.int64)
         mask = np.zeros((len(encodings), width), dtype=np.int64)
         for row, enc in enumerate(encodings):
-            n = len(enc.ids)
-            ids[row, :n] = enc.ids
+            n = len(enc)
+            ids[row, :n] = enc
             mask[row, :n] = 1
         feed = {"input_ids": ids, "attention_mask": mask}
         if self._token_types:
@@ -261,6 +292,11 @@ class Encoder:
             vectors = summed / np.maximum(weights.sum(axis=1, keepdims=True), 1.0)
         norms = np.linalg.norm(vectors, axis=1, keepdims=True)
         return (vectors / np.maximum(norms, 1e-12)).astype(np.float32, copy=False)
+
+    def token_ids(self, texts: list[str]) -> list[list[int]]:
+        """The model's input ids of each text, ``[CLS] … [SEP]``, at most ``max_tokens`` (unpadded).
+        ``texts`` must be valid Unicode (``encode`` cleans lone surrogates first)."""
+        return [truncated(e.ids, self.max_tokens, True) for e in self._tokenizer.encode_batch(texts)]
 
     def encode(self, texts: list[str], *, threads: int | Callable[[], int | None] | None = None) -> np.ndarray:
         """Embed ``texts``; returns float32 of shape (len(texts), dim), row i for texts[i].
@@ -281,8 +317,8 @@ class Encoder:
         out = np.empty((len(clean), self.dim), dtype=np.float32)
         if not clean:
             return out
-        encodings = self._tokenizer.encode_batch(clean)
-        for batch in self._batches([len(e.ids) for e in encodings]):
+        encodings = self.token_ids(clean)
+        for batch in self._batches([len(e) for e in encodings]):
             wanted = threads() if callable(threads) else threads
             out[batch] = self._run(self.session_for(wanted), [encodings[i] for i in batch])
         return out
@@ -310,8 +346,6 @@ class StaticEncoder:
     """
 
     def __init__(self, info, max_tokens: int = 512, **_ignored):
-        from tokenizers import Tokenizer
-
         from cogd.embed.static_table import TableError, load_array, read_table
 
         data = read_verified(info)  # the exact bytes that passed the sha256 check
@@ -323,15 +357,12 @@ class StaticEncoder:
                 table = load_array(data)
         except (ValueError, OSError, TableError) as exc:
             raise ModelError(f"cannot read the static model {info.path}: {exc}") from exc
-        tokenizer = Tokenizer.from_file(str(info.tokenizer_path))
+        tokenizer, _pad = shared_tokenizer(info.tokenizer_path)  # the transformer's too (same file)
         if table.ndim != 2 or table.dtype != (np.int8 if scales is not None else np.float32) \
                 or table.shape[0] != tokenizer.get_vocab_size() or table.shape[1] != info.dim:
             raise ModelError(f"the static model {info.path} has shape {table.shape} ({table.dtype}), expected "
                              f"({tokenizer.get_vocab_size()}, {info.dim}) float32, or int8 with scales")
-        tokenizer.no_padding()
-        tokenizer.no_truncation()
-        tokenizer.enable_truncation(max_length=max_tokens)
-        self._tokenizer = tokenizer
+        self._tokenizer = tokenizer  # untruncated: encode() cuts each text at max_tokens
         self._table = table
         self._scales = scales
         self.info = info
@@ -343,6 +374,12 @@ class StaticEncoder:
         """No sessions here (the transformer's light mode has nothing to do); returns None."""
         return None
 
+    def token_ids(self, texts: list[str]) -> list[list[int]]:
+        """The table rows each text averages: its WordPiece ids without special tokens, at most
+        ``max_tokens``. ``texts`` must be valid Unicode (``encode`` cleans lone surrogates first)."""
+        return [truncated(e.ids, self.max_tokens, False)
+                for e in self._tokenizer.encode_batch(texts, add_special_tokens=False)]
+
     def encode(self, texts: list[str], *, threads=None) -> np.ndarray:
         """Embed ``texts``: float32 (len(texts), dim), row i for texts[i], L2 norm 1 (0 for no tokens).
 
@@ -353,8 +390,8 @@ class StaticEncoder:
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
         if not texts:
             return out
-        encodings = self._tokenizer.encode_batch([_clean(t) for t in texts], add_special_tokens=False)
-        lengths = np.array([len(e.ids) for e in encodings], dtype=np.int64)
+        encodings = self.token_ids([_clean(t) for t in texts])
+        lengths = np.array([len(e) for e in encodings], dtype=np.int64)
         ends = np.cumsum(lengths)
         first = 0
         while first < len(texts):
@@ -363,7 +400,7 @@ class StaticEncoder:
             last = max(int(np.searchsorted(ends, base + GATHER_TOKENS, side="right")), first + 1)
             part = lengths[first:last]
             if part.sum():
-                ids = np.fromiter((i for e in encodings[first:last] for i in e.ids), dtype=np.int64,
+                ids = np.fromiter((i for e in encodings[first:last] for i in e), dtype=np.int64,
                                   count=int(part.sum()))
                 rows = self._table[ids].astype(np.float32)
                 if self._scales is not None:

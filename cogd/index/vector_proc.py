@@ -52,11 +52,13 @@ class VectorProcError(RuntimeError):
     """The vector child failed: it died, answered garbage, or LanceDB raised (the message says which)."""
 
 
-def _write(fh, header: dict, payload: bytes = b"") -> None:
+def _write(fh, header: dict, payload: bytes | memoryview = b"") -> None:
+    # payload: any contiguous buffer (a vector matrix's own memory, not a bytes copy of it)
     data = json.dumps(header, separators=(",", ":")).encode("utf-8")
-    fh.write(_FRAME.pack(len(data), len(payload)))
+    size = memoryview(payload).nbytes
+    fh.write(_FRAME.pack(len(data), size))
     fh.write(data)
-    if payload:
+    if size:
         fh.write(payload)
     fh.flush()
 
@@ -109,7 +111,7 @@ class ChildVectorStore:
         self.started = 0  # children started (tests and status read it)
 
     # ---- the child ----------------------------------------------------------------
-    def _call(self, header: dict, payload: bytes = b"") -> tuple[dict, bytes]:
+    def _call(self, header: dict, payload: bytes | memoryview = b"") -> tuple[dict, bytes]:
         proc = self._ensure()
         try:
             assert proc.stdin is not None and proc.stdout is not None
@@ -210,8 +212,10 @@ class ChildVectorStore:
             return
         self.flush()
         meta = [[r["id"], r["kind"], r["path"], r["model"], r["src_hash"], r.get("status", "active")] for r in rows]
-        matrix = np.stack([np.asarray(r["vector"], dtype="<f4").reshape(self.dim) for r in rows])
-        self._call({"op": "upsert", "rows": meta}, matrix.tobytes())
+        matrix = np.empty((len(rows), self.dim), dtype="<f4")  # filled in place: no stacked copy and no bytes copy
+        for k, r in enumerate(rows):
+            matrix[k] = np.asarray(r["vector"], dtype="<f4").reshape(self.dim)
+        self._call({"op": "upsert", "rows": meta}, memoryview(matrix).cast("B"))
         if self._state is not None:
             model = self.model
             self._state.update((r["id"], r["src_hash"] if r["model"] == model else (r["model"], r["src_hash"]))
