@@ -31,6 +31,9 @@ UTILITY_WITH_HISTORY: tuple[str, ...] = ("both", "once")
 # Where history's file prior applies, [rank] history_file_prior_scope (cogd.retrieve.hybrid.select):
 # every definition of a file, only the file's first appearance in the pack, or file pointers.
 FILE_PRIOR_SCOPES: tuple[str, ...] = ("entities", "first", "pointers")
+# How that prior meets the prompt's own file evidence, [rank] history_file_prior_combine
+# (cogd.retrieve.hybrid.file_ranking): added to it, or multiplying it.
+FILE_PRIOR_COMBINES: tuple[str, ...] = ("add", "product")
 
 # The pack must stay under Claude Code's 10,000-character limit on injected
 # text: beyond it the client swaps the pack for a short preview and a file path.
@@ -199,6 +202,13 @@ class RankConfig:
     # "pointers" only: the pack's own first file stays first, the prior orders the ones after it
     # (without: the most changed file led most packs, file R@1 63.7 → 41.5 on click).
     history_file_prior_after_first: bool = True
+    # How the prior meets the prompt's file evidence (FILE_PRIOR_COMBINES): "add" gives a file
+    # with any candidate the prior's share of the best file's evidence, so a much-changed file
+    # with one weak match can lead; "product" scales the file's own evidence by (1 + share),
+    # so the prior reorders files the prompt's words already support. "product": on the click
+    # set file R@5 92.1 against 92.4, on the issue-style set 79.5 against 77.0 (81.0 with no
+    # prior); README, "The file prior on the file order alone".
+    history_file_prior_combine: str = "product"
     # Learned sources (utility, association) are shrunk towards no effect until their evidence is
     # strong: weight × n / (n + evidence_k), n = earlier sessions that gave the source evidence
     # (cogd.evidence: Bühlmann credibility). At n = evidence_k a source has half its weight; 0 = no shrinkage.
@@ -466,6 +476,9 @@ def load_config(path: Path | None) -> Config:
     if config.rank.association_combine not in ASSOCIATION_COMBINES:
         raise ConfigError(f"rank.association_combine must be one of {', '.join(ASSOCIATION_COMBINES)}, "
                           f"got {config.rank.association_combine!r}")
+    if config.rank.history_file_prior_combine not in FILE_PRIOR_COMBINES:
+        raise ConfigError(f"rank.history_file_prior_combine must be one of {', '.join(FILE_PRIOR_COMBINES)}, "
+                          f"got {config.rank.history_file_prior_combine!r}")
     if config.rank.history_file_prior_scope not in FILE_PRIOR_SCOPES:
         raise ConfigError(f"rank.history_file_prior_scope must be one of {', '.join(FILE_PRIOR_SCOPES)}, "
                           f"got {config.rank.history_file_prior_scope!r}")

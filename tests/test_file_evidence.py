@@ -323,7 +323,8 @@ def test_file_pointers_place_no_test_file_unless_the_prompt_asks_for_tests(tmp_p
     counts = {"tests/test_options.py": 60, "tool/utils.py": 40, "tool/core.py": 20, "tool/options.py": 1}
 
     def pack(prompt):
-        feedback = Feedback(RankConfig(history_file_prior=1.0), file_changes=lambda: counts,
+        # the additive prior places the most files, a weakly matched test file among them
+        feedback = Feedback(RankConfig(history_file_prior=1.0, history_file_prior_combine="add"), file_changes=lambda: counts,
                             history=lambda text, tests_unwanted=None: [], evidence={"history_association": 10_000})
         items = prompt_pack(conn, root, prompt, PackConfig(), RetrieveConfig(), mode="bm25", feedback=feedback).items
         return (list(dict.fromkeys(i.path for i in items)),
@@ -347,4 +348,35 @@ def test_the_prior_scope_is_checked(tmp_path):
     assert load_config(config).rank.history_file_prior_scope == "first"
     config.write_text('[rank]\nhistory_file_prior_scope = "files"\n')
     with pytest.raises(ConfigError, match="rank.history_file_prior_scope must be one of entities, first, pointers, got 'files'"):
+        load_config(config)
+
+
+def test_the_prior_as_a_product_reorders_only_what_the_words_support(tmp_path):
+    from cogd.retrieve.hybrid import file_ranking
+    from cogd.retrieve.lexical import Hit
+
+    def hit(path, score):
+        return Hit(f"{path}::f", "function", "", path, "f", "f", 1, 2, "", "", None, score)
+
+    hits = [hit("core.py", 1.0), hit("utils.py", 0.4), hit("options.py", 0.1)]
+    prior = {"utils.py": 1.25, "options.py": 1.25, "never_matched.py": 1.25}
+    added = file_ranking(hits, [], named_files=prior)
+    product = file_ranking(hits, [], scaled_files=prior)
+    # added, a much-changed file with a weak match overtakes the words' best file
+    assert max(added, key=added.get) == "utils.py"
+    assert added["options.py"] == pytest.approx((0.1 + 1.25) / (0.4 + 1.25))
+    # as a product it only scales each file's own evidence: 0.4 × 2.25 = 0.9 stays below 1.0
+    assert product == pytest.approx({"core.py": 1.0, "utils.py": 0.9, "options.py": 0.225})
+    assert "never_matched.py" not in added and "never_matched.py" not in product
+    assert file_ranking(hits, [], scaled_files={"utils.py": 2.0}) == pytest.approx(
+        {"core.py": 1.0 / 1.2, "utils.py": 1.0, "options.py": 0.1 / 1.2})
+
+
+def test_the_prior_combine_is_checked(tmp_path):
+    config = tmp_path / "config.toml"
+    assert RankConfig().history_file_prior_combine == "product"
+    config.write_text('[rank]\nhistory_file_prior_combine = "add"\n')
+    assert load_config(config).rank.history_file_prior_combine == "add"
+    config.write_text('[rank]\nhistory_file_prior_combine = "max"\n')
+    with pytest.raises(ConfigError, match="rank.history_file_prior_combine must be one of add, product, got 'max'"):
         load_config(config)

@@ -583,12 +583,17 @@ def _add_shares(named: dict[str, float] | None, shares: dict[str, float]) -> dic
 
 
 def file_ranking(hits: list[Hit], clue_files: list[str], agg: str = "decay",
-                 named_files: dict[str, float] | None = None) -> dict[str, float]:
+                 named_files: dict[str, float] | None = None,
+                 scaled_files: dict[str, float] | None = None) -> dict[str, float]:
     """Each file's aggregated evidence, in [0, 1]: its entities' scores as a decaying sum
     (``agg="decay"``: best + ½ second + ¼ third …, so one strong definition counts more than
     many weak ones; ``"max"`` the best alone; ``"sum"`` all), plus half the best file's evidence
     for a file a frame or path named, plus ``named_files[path]`` times the best file's for a
-    file under a directory or module the prose names; scaled by the best file's."""
+    file under a directory or module the prose names; then ``× (1 + scaled_files[path])``
+    (``{path: share ≥ 0}``, history's file prior combined as a product: P(f | q) ∝ P(q | f) ·
+    P(f), the evidence standing for the first factor and 1 + share for a smoothed second, so
+    a file the prompt gives no evidence stays without); scaled by the best file's. Only files
+    with at least one hit are ranked."""
     by_file: dict[str, list[float]] = {}
     for hit in hits:
         by_file.setdefault(hit.path, []).append(hit.score)
@@ -606,6 +611,9 @@ def file_ranking(hits: list[Hit], clue_files: list[str], agg: str = "decay",
     for path, share in (named_files or {}).items():
         if path in evidence:
             evidence[path] += share * top
+    for path, share in (scaled_files or {}).items():
+        if path in evidence:
+            evidence[path] *= 1.0 + share
     top = max(evidence.values(), default=0.0) or 1.0
     return {path: value / top for path, value in evidence.items()}
 
@@ -732,9 +740,12 @@ def _rank_files(hits: list[Hit], config: RetrieveConfig, parts: PromptParts, clu
     if changed:  # files the matching commits changed
         named = _add_shares(named, changed)
     plain = file_ranking(hits, clue_files, config.file_rank_agg, named) if first_only else {}
-    if prior:  # files changes usually go to
+    scaled = None
+    if prior and feedback.config.history_file_prior_combine == "product":  # reorders what the words found
+        scaled = prior
+    elif prior:  # files changes usually go to, wherever the words found anything of them
         named = _add_shares(named, prior)
-    ranking = file_ranking(hits, clue_files, config.file_rank_agg, named)
+    ranking = file_ranking(hits, clue_files, config.file_rank_agg, named, scaled)
     order_of = {path: n for n, path in enumerate(sorted(ranking, key=ranking.get, reverse=True), 1)}
     best = max(h.score for h in hits)
     for hit in hits:
