@@ -147,12 +147,17 @@ CANDIDATE_KEYS = {"utility_weight": "u", "association_weight": "a", "recency_wei
                   "utility_history_k": "uhk", "association_history_k": "ahk",
                   "utility_with_history": "uwh", "same_change_days": "scd",
                   "request_decay": "rd", "min_match_share": "mm", "test_changes": "tc",
-                  "name_weight": "nw", "request_order": "ro"}
+                  "name_weight": "nw", "request_order": "ro", "association_commits": "hc", "per_commit": "pc",
+                  "max_associations": "ma", "co_change_min_confidence": "ccm", "request_members": "rm",
+                  "history_file_prior": "hfp", "history_file_prior_files": "hfpf"}
 # --candidate keys that live in [history], not [rank] (how history's association list is built)
-HISTORY_CANDIDATE_KEYS = ("request_decay", "min_match_share", "test_changes", "name_weight", "request_order")
+HISTORY_CANDIDATE_KEYS = ("request_decay", "min_match_share", "test_changes", "name_weight", "request_order",
+                          "association_commits", "per_commit", "max_associations", "co_change_min_confidence",
+                          "request_members")
 # --candidate keys whose value is a word (a TOML string), not a number, and the words allowed
 WORD_KEYS = {"association_combine": ("sum", "max", "pooled", "single"), "utility_with_history": ("both", "once"),
-             "test_changes": ("always", "wanted"), "request_order": ("lines", "named")}
+             "test_changes": ("always", "wanted"), "request_order": ("lines", "named"),
+             "request_members": ("read", "all")}
 # Seconds after the session's start at which each event happens (on the injected clock).
 T_PROMPT, T_STEP, T_END, T_GAP = 3, 20, 30, 60
 STOPWORDS = set("""

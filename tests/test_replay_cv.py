@@ -125,6 +125,17 @@ def test_candidate_specs(tmp_path):
     assert written["history"] == {"name_weight": 0.5, "request_order": "named"}
     with pytest.raises(ValueError):
         replay_sessions.parse_candidate("request_order=shuffled")
+    # history's reach: the requests read, the places per request, the list's length, a pull
+    # request's members ([history]); the file prior's weight and files ([rank])
+    name, values = replay_sessions.parse_candidate(
+        "association_commits=30,per_commit=10,max_associations=40,request_members=all,history_file_prior=0.5")
+    assert name == "hc30_pc10_ma40_rmall_hfp0.5"
+    written = tomllib.loads(replay_sessions.write_config(tmp_path, name, "bm25", [], values))
+    assert written["history"] == {"association_commits": 30, "per_commit": 10, "max_associations": 40,
+                                  "request_members": "all"}
+    assert written["rank"] == {"history_file_prior": 0.5}
+    with pytest.raises(ValueError):
+        replay_sessions.parse_candidate("request_members=some")
     for bad in ("utility_weight", "bm25_weight=1", "evidence_k=-1", "evidence_k=inf", "", "association_combine=1",
                 "association_combine=product"):
         with pytest.raises(ValueError):
