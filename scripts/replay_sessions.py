@@ -94,7 +94,9 @@ The slice is reproducible: the newest ``--last`` (150) tasks, then ``--offset``
 and ``--limit``; distractors and session ids derive from ``--seed`` (0) and the
 commit. Other options: ``--arms off,on,recency``, ``--block 25``, ``--set
 section.key=value`` (repeatable, all arms), ``--embed-timeout 900`` (seconds per
-wait), ``--keep`` (keep scratch trees; daemons are stopped anyway). Run it with
+wait), ``--keep`` (keep scratch trees; daemons are stopped anyway), ``--cv-recall fn_R_entity`` (the folds
+chosen and judged on the functions' own entities, not crediting a delivered file entity with
+its functions). Run it with
 the interpreter of cogd's environment; cogd is used through its console scripts
 (and its socket client). Exit status 1 when an arm failed.
 """
