@@ -25,6 +25,7 @@ from cogd.rpc.client import DEADLINE_ENV, DEFAULT_DEADLINE_MS, parse_deadline_ms
 ASSOCIATION_COMBINES: tuple[str, ...] = ("sum", "max", "pooled", "single")
 TEST_CHANGES: tuple[str, ...] = ("always", "wanted")  # [history] test_changes
 REQUEST_ORDERS: tuple[str, ...] = ("lines", "named")  # [history] request_order
+REQUEST_MEMBERS: tuple[str, ...] = ("read", "all")  # [history] request_members
 # Whether utility's boost also applies to what the request's history list names, [rank]
 # utility_with_history (cogd.retrieve.feedback.Feedback.apply).
 UTILITY_WITH_HISTORY: tuple[str, ...] = ("both", "once")
@@ -374,6 +375,10 @@ class HistoryConfig:
     # How a request's definitions take its shares and per_commit places: "lines" (most changed
     # lines first) or "named" (those whose names share a word with the prompt first).
     request_order: str = "lines"
+    # Which commits of a matched pull request make its change: "read" (those whose rows the
+    # message search returned: matched through one member's own message, the request is that
+    # member's change) or "all" (every live mined commit it merged, however it was matched).
+    request_members: str = "read"
     # A commit whose message is the prompt itself (case and spacing aside) is not used for it: a
     # prompt quoting a commit verbatim (a replay, a cherry-pick) must not be answered by that commit.
     mask_exact_message: bool = True
@@ -486,6 +491,9 @@ def load_config(path: Path | None) -> Config:
     if config.history.test_changes not in TEST_CHANGES:
         raise ConfigError(f"history.test_changes must be one of {', '.join(TEST_CHANGES)}, "
                           f"got {config.history.test_changes!r}")
+    if config.history.request_members not in REQUEST_MEMBERS:
+        raise ConfigError(f"history.request_members must be one of {', '.join(REQUEST_MEMBERS)}, "
+                          f"got {config.history.request_members!r}")
     if config.history.request_order not in REQUEST_ORDERS:
         raise ConfigError(f"history.request_order must be one of {', '.join(REQUEST_ORDERS)}, "
                           f"got {config.history.request_order!r}")

@@ -109,6 +109,8 @@ def classify(conn, gold: str, match: str, query: str, settings, leave_out, terms
     wide = dataclasses.replace(settings, commits=10 ** 6)
     every = hs._matched_requests(hs._rows(conn, match, wide, hs.digest(query), None), wide)
     read = hs._matched_requests(hs._rows(conn, match, settings, hs.digest(query), None), settings)
+    if settings.request_members == "all":
+        hs.with_members(conn, read)
     marks = ",".join("?" * len(touched))
     mine = {request for (request,) in conn.execute(
         f"SELECT CASE WHEN r.live = 1 THEN s.request ELSE s.hash END FROM messages s LEFT JOIN commits r "
@@ -184,7 +186,8 @@ def main(argv: list[str] | None = None) -> int:  # long: one report, its steps i
                 for name, config in variants:
                     settings = hs.AssociationSettings(config.association_commits, config.per_commit,
                                                       config.half_life_days, config.request_decay,
-                                                      config.min_match_share, config.name_weight, config.request_order)
+                                                      config.min_match_share, config.name_weight, config.request_order,
+                                                      config.request_members)
                     leave_out = is_test_path if config.test_changes == "wanted" and not about_tests(query) else None
                     started = time.thread_time()
                     found = hs.associated(conn, match, settings, query if config.mask_exact_message else None,

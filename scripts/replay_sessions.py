@@ -94,7 +94,9 @@ The slice is reproducible: the newest ``--last`` (150) tasks, then ``--offset``
 and ``--limit``; distractors and session ids derive from ``--seed`` (0) and the
 commit. Other options: ``--arms off,on,recency``, ``--block 25``, ``--set
 section.key=value`` (repeatable, all arms), ``--embed-timeout 900`` (seconds per
-wait), ``--keep`` (keep scratch trees; daemons are stopped anyway). Run it with
+wait), ``--keep`` (keep scratch trees; daemons are stopped anyway), ``--cv-recall fn_R_entity`` (the folds
+chosen and judged on the functions' own entities, not crediting a delivered file entity with
+its functions). Run it with
 the interpreter of cogd's environment; cogd is used through its console scripts
 (and its socket client). Exit status 1 when an arm failed.
 """
@@ -147,12 +149,17 @@ CANDIDATE_KEYS = {"utility_weight": "u", "association_weight": "a", "recency_wei
                   "utility_history_k": "uhk", "association_history_k": "ahk",
                   "utility_with_history": "uwh", "same_change_days": "scd",
                   "request_decay": "rd", "min_match_share": "mm", "test_changes": "tc",
-                  "name_weight": "nw", "request_order": "ro"}
+                  "name_weight": "nw", "request_order": "ro", "association_commits": "hc", "per_commit": "pc",
+                  "max_associations": "ma", "co_change_min_confidence": "ccm", "request_members": "rm",
+                  "history_file_prior": "hfp", "history_file_prior_files": "hfpf"}
 # --candidate keys that live in [history], not [rank] (how history's association list is built)
-HISTORY_CANDIDATE_KEYS = ("request_decay", "min_match_share", "test_changes", "name_weight", "request_order")
+HISTORY_CANDIDATE_KEYS = ("request_decay", "min_match_share", "test_changes", "name_weight", "request_order",
+                          "association_commits", "per_commit", "max_associations", "co_change_min_confidence",
+                          "request_members")
 # --candidate keys whose value is a word (a TOML string), not a number, and the words allowed
 WORD_KEYS = {"association_combine": ("sum", "max", "pooled", "single"), "utility_with_history": ("both", "once"),
-             "test_changes": ("always", "wanted"), "request_order": ("lines", "named")}
+             "test_changes": ("always", "wanted"), "request_order": ("lines", "named"),
+             "request_members": ("read", "all")}
 # Seconds after the session's start at which each event happens (on the injected clock).
 T_PROMPT, T_STEP, T_END, T_GAP = 3, 20, 30, 60
 STOPWORDS = set("""
@@ -814,14 +821,20 @@ def parse_candidate(spec: str) -> tuple[str, dict[str, str]]:
     return name, rank
 
 
-def cv_section(results: list[dict], tasks: list[dict]) -> tuple[str, dict]:
+def cv_section(results: list[dict], tasks: list[dict], recall: str = "fn_R") -> tuple[str, dict]:
     """The cross-validation tables (:mod:`_replay_cv`) over the arms that ran; needs arm ``off``.
 
     Arms pooled from several runs (:func:`load_results`) carry ``baseline``: the name of their
-    run's off arm, against which they are chosen and judged.
+    run's off arm, against which they are chosen and judged. ``recall``: the per-session recall
+    the folds are chosen and judged on, ``fn_R`` (a delivered file entity covers its functions)
+    or ``fn_R_entity`` (the function's own entity only: a file entity placed as a heading
+    delivers no function's code); the tables still call it fn R.
     """
+    if recall not in ("fn_R", "fn_R_entity"):
+        raise ValueError(f"recall must be fn_R or fn_R_entity, got {recall!r}")
     done = [r for r in results if r["records"] and not r["error"]]
-    arms = {r["arm"]: r["records"] for r in done}
+    arms = {r["arm"]: ([dict(rec, metrics=dict(rec["metrics"], fn_R=rec["metrics"][recall])) for rec in r["records"]]
+                       if recall != "fn_R" else r["records"]) for r in done}
     if "off" not in arms:
         return "cross-validation skipped: the off arm did not complete", {}
     baselines = {r["arm"]: arms[r.get("baseline", "off")] for r in done if r.get("baseline", "off") in arms}
@@ -830,7 +843,7 @@ def cv_section(results: list[dict], tasks: list[dict]) -> tuple[str, dict]:
     # ties go to off; the other runs' off arms are baselines only, not candidates
     ordered = {"off": arms["off"], **{k: v for k, v in arms.items() if k != "off" and not k.startswith("off@")}}
     out = ["", "## Cross-validation over the tasks' folds (prequential replay; choice on 4 folds, judged on the 5th)",
-           f"candidates: {', '.join(ordered)}; objective: mean fn R + fn MRR minus the run's off, over the training "
+           f"candidates: {', '.join(ordered)}; recall: {recall}; objective: mean fn R + fn MRR minus the run's off, over the training "
            f"folds' sessions; noise: paired bootstrap ({_replay_cv.BOOTSTRAP_RESAMPLES} resamples) 95% interval of "
            "the mean Δ over the held-out fold's tasks — a fold loses when the whole interval is below 0", ""]
     summary = {}
@@ -900,6 +913,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cv", action="store_true",
                         help="cross-validate the choice among the arms over the tasks' fold field (0-4): choose on "
                              "four folds, judge against off on the fifth, per fold; needs arm off")
+    parser.add_argument("--cv-recall", default="fn_R", choices=("fn_R", "fn_R_entity"),
+                        help="the recall the cross-validation chooses and judges on: fn_R (a delivered file entity "
+                             "covers its functions; default) or fn_R_entity (the function's own entity only)")
     parser.add_argument("--cv-from", action="append", default=[], metavar="OUT.json",
                         help="do not replay: report (with --cv) over the arms of earlier --out files (repeatable)")
     args = parser.parse_args(argv)
@@ -914,7 +930,7 @@ def main(argv: list[str] | None = None) -> int:
         rows = [json.loads(line) for line in Path(args.tasks).read_text(encoding="utf-8").splitlines() if line.strip()]
         results, header = load_results(args.cv_from)
         text, summary = report(results, args.block)
-        cv_text, cv_summary = cv_section(results, rows)
+        cv_text, cv_summary = cv_section(results, rows, args.cv_recall)
         print(text + "\n" + cv_text)
         if args.out:
             Path(args.out).write_text(json.dumps({"from": args.cv_from, "summary": summary, "cv": cv_summary,
@@ -963,7 +979,7 @@ def main(argv: list[str] | None = None) -> int:
     text, summary = report(results, args.block)
     cv_summary = None
     if args.cv:
-        cv_text, cv_summary = cv_section(results, tasks)
+        cv_text, cv_summary = cv_section(results, tasks, args.cv_recall)
         text += "\n" + cv_text
     wall = time.perf_counter() - started
     text = (f"replay: {len(tasks)} sessions ({tasks[0]['commit'][:10]}..{tasks[-1]['commit'][:10]}), "

@@ -755,6 +755,76 @@ def test_named_request_order_gives_the_definition_the_prompt_names_the_first_sha
         store.close()
 
 
+def test_a_pull_request_matched_through_one_commit_is_all_its_commits_change_with_request_members_all(tmp_path):
+    root = init_repo(tmp_path / "repo")
+    subprocess.run(["git", "-C", str(root), "checkout", "-q", "-b", "feature"], check=True)
+    write(root, "shapes.py", SHAPES_V1.replace("factor", "ratio"))
+    one = commit(root, "wip")
+    write(root, "shapes.py", SHAPES_V1.replace("factor", "ratio").replace("2 * (width", "2.0 * (width"))
+    two = commit(root, "fix review comments")
+    subprocess.run(["git", "-C", str(root), "checkout", "-q", "main"], check=True)
+    env = {**os.environ, "GIT_AUTHOR_NAME": "Dev", "GIT_AUTHOR_EMAIL": "d@e", "GIT_COMMITTER_NAME": "Dev",
+           "GIT_COMMITTER_EMAIL": "d@e"}
+    subprocess.run(["git", "-C", str(root), "merge", "-q", "--no-ff", "-m",
+                    "Merge pull request #7 from dev/feature\n\nTolerance for elliptical outlines", "feature"],
+                   check=True, env=env)
+    merge = git_out(root, "rev-parse", "HEAD")
+    newest = int(git_out(root, "log", "-1", "--format=%ct", two))
+    miner, store = mine(root)
+    try:
+        from cogd.history.store import AssociationSettings
+
+        def found(members: str, view: bool) -> list[tuple]:
+            return [(a.entity_id, a.evidence, a.commits, a.times) for a in associated(
+                store.reader(), '"review"', AssociationSettings(request_members=members),
+                view=miner.view if view else None)]
+
+        assert miner.view is not None and sorted(miner.view.members[merge]) == sorted([one, two])
+        for view in (False, True):  # the SQL path and the in-memory view give one answer
+            # "read" (the default): matched through two's own message, the request is two's change
+            assert found("read", view) == [("shapes.py::perimeter", 1, [merge], [newest])]
+            # "all": the pull request's whole change, one request (evidence 1), its newest time
+            rows = found("all", view)
+            assert {r[0] for r in rows} == {"shapes.py::perimeter", "shapes.py::Circle.scale"}
+            assert all(r[1:] == (1, [merge], [newest]) for r in rows)
+            # two definitions share the request's weight (score / sqrt(2), the 2nd at 1/2): less than one
+            alone = associated(store.reader(), '"review"', AssociationSettings())[0].score
+            both = {a.entity_id: a.score for a in associated(store.reader(), '"review"',
+                                                             AssociationSettings(request_members="all"))}
+            assert max(both.values()) < alone
+        # the query layer reads [history] request_members
+        conn = indexed(root)
+        for config, expected in ((HistoryConfig(), {"shapes.py::perimeter"}),
+                                 (HistoryConfig(request_members="all"),
+                                  {"shapes.py::perimeter", "shapes.py::Circle.scale"})):
+            assert {a.entity_id for a in HistoryQueries(miner, config).associations(conn, '"review"', 10)} == expected
+        conn.close()
+        # a commit that is no pull request's: the same answer under both settings
+        subprocess.run(["git", "-C", str(root), "checkout", "-q", "--detach", two], check=True)
+        miner.sync()  # the merge is after HEAD: two is a request of its own
+        for view in (False, True):
+            assert found("all", view) == found("read", view) == [("shapes.py::perimeter", 1, [two], [newest])]
+    finally:
+        store.close()
+
+
+def test_request_members_is_validated(tmp_path):
+    from cogd.config import ConfigError, load_config
+    from cogd.history.store import AssociationSettings
+
+    assert HistoryConfig().request_members == AssociationSettings().request_members == "read"
+    path = tmp_path / "config.toml"
+    path.write_text('[history]\nrequest_members = "all"\n')
+    loaded = load_config(path).history
+    assert loaded.request_members == "all"
+    queries = HistoryQueries(HistoryMiner(tmp_path, HistoryStore(tmp_path / "history.db"), loaded), loaded)
+    assert queries.settings.request_members == "all"
+    queries.miner.store.close()
+    path.write_text('[history]\nrequest_members = "some"\n')
+    with pytest.raises(ConfigError, match="must be one of read, all"):
+        load_config(path)
+
+
 def test_name_weight_and_request_order_are_validated(tmp_path):
     from cogd.config import ConfigError, load_config
     from cogd.history.store import AssociationSettings

@@ -125,6 +125,17 @@ def test_candidate_specs(tmp_path):
     assert written["history"] == {"name_weight": 0.5, "request_order": "named"}
     with pytest.raises(ValueError):
         replay_sessions.parse_candidate("request_order=shuffled")
+    # history's reach: the requests read, the places per request, the list's length, a pull
+    # request's members ([history]); the file prior's weight and files ([rank])
+    name, values = replay_sessions.parse_candidate(
+        "association_commits=30,per_commit=10,max_associations=40,request_members=all,history_file_prior=0.5")
+    assert name == "hc30_pc10_ma40_rmall_hfp0.5"
+    written = tomllib.loads(replay_sessions.write_config(tmp_path, name, "bm25", [], values))
+    assert written["history"] == {"association_commits": 30, "per_commit": 10, "max_associations": 40,
+                                  "request_members": "all"}
+    assert written["rank"] == {"history_file_prior": 0.5}
+    with pytest.raises(ValueError):
+        replay_sessions.parse_candidate("request_members=some")
     for bad in ("utility_weight", "bm25_weight=1", "evidence_k=-1", "evidence_k=inf", "", "association_combine=1",
                 "association_combine=product"):
         with pytest.raises(ValueError):
@@ -172,3 +183,25 @@ def test_the_worst_fold_rule_passes_over_a_candidate_carried_by_one_fold(stream)
     assert cv.score(spiky, set(commits), off, folds, "worst") == pytest.approx(-0.1)
     with pytest.raises(ValueError):
         cv.score(spiky, set(commits), off, folds, "median")
+
+
+def test_the_cross_validation_can_judge_on_the_functions_own_entities(stream):
+    commits, folds = stream
+    tasks = [{"commit": c, "fold": folds[c]} for c in commits]
+
+    def arm(name: str, rule: float, entity: float) -> dict:
+        return {"arm": name, "error": None, "records": [
+            {"commit": c, "metrics": {"fn_R": rule, "fn_R_entity": entity, "fn_MRR": 0.5, "file_R@5": 0.5}}
+            for c in commits]}
+
+    # "placed" gains by the file rule only (file entities credited with their functions), "real"
+    # by the functions' own entities
+    results = [arm("off", 0.5, 0.5), arm("placed", 0.9, 0.5), arm("real", 0.6, 0.6)]
+    _text, by_rule = replay_sessions.cv_section(results, tasks)
+    _text, by_entity = replay_sessions.cv_section(results, tasks, "fn_R_entity")
+    assert by_rule["chosen_mean"]["all_folds_choice"] == "placed"
+    assert by_entity["chosen_mean"]["all_folds_choice"] == "real"
+    assert "recall: fn_R_entity" in _text
+    assert results[1]["records"][0]["metrics"]["fn_R"] == 0.9  # the records themselves are left as they were
+    with pytest.raises(ValueError):
+        replay_sessions.cv_section(results, tasks, "file_R")

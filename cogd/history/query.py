@@ -26,7 +26,7 @@ class HistoryQueries:
         self.config = config
         self.settings = AssociationSettings(config.association_commits, config.per_commit, config.half_life_days,
                                             config.request_decay, config.min_match_share, config.name_weight,
-                                            config.request_order)
+                                            config.request_order, config.request_members)
         # Old id → current id (None: gone), valid for one state of the index and of the live set.
         self._mapped: dict[str, str | None] = {}
         self._mapped_for: tuple | None = None

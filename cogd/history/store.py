@@ -84,7 +84,9 @@ class AssociationSettings:
     on the names of the definitions a row's commit changed beside the match on its text (0: the
     text alone), ``request_order`` how a request's definitions are ordered for their shares and
     places: ``"lines"`` (most changed lines first) or ``"named"`` (those whose names share a word
-    with the query first, then by lines) — see :func:`associated`."""
+    with the query first, then by lines), ``request_members`` which commits of a matched pull
+    request make its change: ``"read"`` (those whose rows the search returned) or ``"all"``
+    (every live mined commit it merged) — see :func:`associated`."""
 
     commits: int = 20
     per_commit: int = 6
@@ -93,6 +95,7 @@ class AssociationSettings:
     min_match_share: float = 0.0
     name_weight: float = 0.0
     request_order: str = "lines"
+    request_members: str = "read"
 
 
 def connect(path: Path, *, readonly: bool = False) -> sqlite3.Connection:
@@ -353,7 +356,8 @@ class LiveView:
     touched id → the path it was recorded under; ``file_changes``: :func:`file_changes` on the
     index as it was when the view was built (the miner fills it at the end of its pass when it
     can read the index; None: a reader computes it). Its size is bounded by ``[history]
-    max_commits``.
+    max_commits``. ``members``: a merge → the commits its text was stored for (its pull request's
+    commits, :meth:`HistoryStore.add_request`; live or not, the caller tests).
     """
 
     key: tuple
@@ -367,6 +371,7 @@ class LiveView:
     evidence: dict[str, int]
     paths: dict[str, str] = field(default_factory=dict)
     file_changes: dict[str, int] | None = None
+    members: dict[str, list[str]] = field(default_factory=dict)
 
     def touched_rows(self) -> list[tuple[str, str, str]]:
         """``(commit, recorded path, entity id)`` of every live mined commit's touched definitions
@@ -401,8 +406,12 @@ def live_view(conn: sqlite3.Connection, key: tuple, max_definitions: int) -> Liv
         partners.setdefault(a, []).append((b, confidence, support))
     messages = {rowid: (hash_, source, request, key_digest) for rowid, hash_, source, request, key_digest
                 in conn.execute("SELECT rowid, hash, source, request, digest FROM messages")}
+    members: dict[str, list[str]] = {}
+    for hash_, source, _request, _digest in messages.values():
+        if source != hash_:  # a merge's text stored for one of its commits
+            members.setdefault(source, []).append(hash_)
     return LiveView(key, live, mined, touched, subjects_, partners, messages, max(mined.values(), default=None),
-                    evidence(conn, max_definitions), paths)
+                    evidence(conn, max_definitions), paths, members=members)
 
 
 def touched_rows(conn: sqlite3.Connection) -> list[tuple[str, str, str]]:
@@ -479,6 +488,9 @@ def associated(conn: sqlite3.Connection, match: str, settings: AssociationSettin
     BM25 score of the names of the definitions its commit changed (the ``names`` table, each
     index read to ``4 × commits`` rows), so "use super() consistently" is found when the prompt
     names what it changed. At 0 only the text is read, as before.
+    ``settings.request_members = "all"``: a pull request matched through one of its commits' own
+    messages is the change of every live mined commit it merged (:func:`with_members`), not of
+    the matched commit alone; with ``"read"`` its change is the commits whose rows were read.
     ``settings.request_order = "named"`` with ``terms`` (the query's words, lower case): a
     request's definitions whose names share a word with ``terms`` come first (then by changed
     lines), so they take its first shares and its ``per_commit`` places: a large request's
@@ -495,6 +507,8 @@ def associated(conn: sqlite3.Connection, match: str, settings: AssociationSettin
     requests = _matched_requests(rows, settings)
     if not requests:
         return []
+    if settings.request_members == "all":
+        with_members(conn, requests, view)
     lines = _changed_lines(conn, sorted({h for item in requests.values() for h in item[2]}), view)
     half_life, leave_out = max(settings.half_life_days, 1e-6) * 86400, _memo(leave_out)
     named = _memo(_shares_word(terms)) if settings.request_order == "named" and terms else None
@@ -517,6 +531,29 @@ def associated(conn: sqlite3.Connection, match: str, settings: AssociationSettin
                 item.commits.append(key)
                 item.times.append(when)
     return sorted(found.values(), key=lambda a: (-a.score, a.entity_id))
+
+
+def with_members(conn: sqlite3.Connection, requests: dict[str, list], view: LiveView | None = None) -> None:
+    """Complete, in place, each pull request among ``requests`` (:func:`_matched_requests`'s
+    ``{key: [score, newest time, {commits}]}``) with every live mined commit it merged, its
+    newest time with theirs. A key that is a commit of its own (no merge's text stored under it)
+    is left as it is. From ``view`` when given, else by SQL (the message rows whose source is
+    the merge). Raises sqlite3.Error."""
+    if view is not None:
+        for key, item in requests.items():
+            for member in view.members.get(key, ()):
+                when = view.mined.get(member)
+                if when is not None:
+                    item[2].add(member)
+                    item[1] = max(item[1], when)
+        return
+    for chunk in chunked(sorted(requests)):
+        for source, hash_, when in conn.execute(
+                f"SELECT s.source, s.hash, m.time FROM messages s JOIN commits m ON m.hash = s.hash WHERE s.source IN "
+                f"({marks(len(chunk))}) AND s.source != s.hash AND m.live = 1 AND m.skipped IS NULL", chunk):
+            item = requests[source]
+            item[2].add(hash_)
+            item[1] = max(item[1], when)
 
 
 def _changed_lines(conn: sqlite3.Connection, members: list[str], view: LiveView | None) -> dict[str, dict[str, int]]:
