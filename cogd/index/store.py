@@ -146,7 +146,14 @@ def connect(path: Path, *, readonly: bool = False, check_same_thread: bool = Tru
 # Indexes over columns a bulk load writes in no particular order: maintained row by row they
 # cost a b-tree insert each (most of a full build's writes); built once at the end, a sort.
 SECONDARY_INDEXES = tuple(re.findall(r"CREATE INDEX IF NOT EXISTS (\w+) ON", SCHEMA))
-BULK_CACHE_KIB = 65536
+# A bulk load keeps SQLite's default page cache (2,000 KiB): its writes are appends (rowids,
+# and ids and paths in ascending order), so a larger cache holds pages nothing reads again. A
+# 64 MB cache for the writer and as much for the index build beside it were 128 MB of a daemon's
+# peak resident size on the standard library, for no measurable speed (docs/architecture.md,
+# "Memory"). The sorts of the index builds stay in memory (temp_store=MEMORY): the sorter holds
+# the keys it sorts, about 14 MB there, and never spills them into a temporary file, which
+# SQLite would create outside .cogd/ (in the system's temporary directory).
+BULK_TEMP_STORE = "MEMORY"
 _INDEX_STATEMENTS = dict(zip(SECONDARY_INDEXES, re.findall(r"CREATE INDEX IF NOT EXISTS [^;]+", SCHEMA)))
 # The indexes a bulk load can build while its references are being resolved: those over the
 # tables the resolution only reads (the edges it writes afterwards).
@@ -154,23 +161,23 @@ RESOLUTION_SAFE_INDEXES = tuple(name for name in SECONDARY_INDEXES if not name.s
 
 
 def begin_bulk(conn: sqlite3.Connection) -> None:
-    """Before filling an empty index in one refresh: drop the secondary indexes and give the
-    writer a larger page cache. :func:`end_bulk` builds them again (so does :func:`connect`,
-    should the process die first). Readers meanwhile search by id, FTS and edges' key as
-    always; lookups by name or path scan, on a table still being filled. Commits."""
+    """Before filling an empty index in one refresh: drop the secondary indexes and keep the
+    writer's sorts in memory (:data:`BULK_TEMP_STORE`; it stays so). :func:`end_bulk` builds
+    the indexes again (so does :func:`connect`, should the process die first). Readers
+    meanwhile search by id, FTS and edges' key as always; lookups by name or path scan, on a
+    table still being filled. Commits."""
     conn.commit()
+    conn.execute(f"PRAGMA temp_store={BULK_TEMP_STORE}")  # outside a transaction, as SQLite requires
     for name in SECONDARY_INDEXES:
         conn.execute(f"DROP INDEX IF EXISTS {name}")
-    conn.execute(f"PRAGMA cache_size=-{BULK_CACHE_KIB}")
     conn.commit()
 
 
 def end_bulk(conn: sqlite3.Connection) -> None:
     """After a bulk load (:func:`begin_bulk`): build the secondary indexes still missing (see
-    :func:`build_indexes`) and restore the cache size. No commit."""
+    :func:`build_indexes`). No commit."""
     for statement in _INDEX_STATEMENTS.values():
         conn.execute(statement)
-    conn.execute("PRAGMA cache_size=-2000")
 
 
 def build_indexes(path: Path, names: Sequence[str] = SECONDARY_INDEXES) -> None:
@@ -187,7 +194,7 @@ def build_indexes(path: Path, names: Sequence[str] = SECONDARY_INDEXES) -> None:
     safepath.prepare_db(path, create=False)
     conn = sqlite3.connect(path, timeout=5.0)
     try:
-        conn.execute(f"PRAGMA cache_size=-{BULK_CACHE_KIB}")
+        conn.execute(f"PRAGMA temp_store={BULK_TEMP_STORE}")  # the sort in memory, no temporary file
         for name in names:
             conn.execute(_INDEX_STATEMENTS[name])
         conn.commit()
