@@ -312,20 +312,29 @@ class ResolutionTables:
     ``{path: [(src, kind, name, qualifier, alias), ...]}`` in stored order. Exact only while
     every write appended new rows: ``valid`` turns False for good when a file was rewritten or
     deleted, and the resolution then reads the tables (:meth:`cogd.index.resolve.Resolver.preload`).
+
+    Names, kinds and qualifiers are kept as one string object per distinct value (the rows of
+    each file arrive unpickled from a parser process, each with its own copies): on the
+    standard library 220,980 references hold 17,359 distinct names and 11,141 qualifiers, and
+    the copies were a fifth of the writer's Python heap at the end of its first index.
     """
 
-    __slots__ = ("entities", "refs", "valid")
+    __slots__ = ("entities", "refs", "valid", "_strings")
 
     def __init__(self) -> None:
         self.entities: list[tuple[str, str, str, str | None, str, int]] = []
         self.refs: dict[str, list[tuple[str, str, str, str, str]]] = {}
         self.valid = True
+        self._strings: dict[str, str] = {}  # each distinct name, kind or qualifier: its one kept object
 
     def add(self, rows: FileRows) -> None:
         """Keep the rows of one file just inserted (none of it stored before)."""
-        self.entities.extend((e[0], e[1], e[3], e[12], e[4], e[6]) for e in rows.entities)
+        one = self._strings.setdefault
+        self.entities.extend((e[0], one(e[1], e[1]), e[3], e[12], one(e[4], e[4]), e[6]) for e in rows.entities)
         if rows.refs:
-            self.refs.setdefault(rows.path, []).extend(ref[:5] for ref in rows.refs)
+            self.refs.setdefault(rows.path, []).extend(
+                (src, one(kind, kind), one(name, name), one(qualifier, qualifier), alias)
+                for src, kind, name, qualifier, alias, *_rest in rows.refs)
 
 
 def write_file(
