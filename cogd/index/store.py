@@ -150,9 +150,10 @@ SECONDARY_INDEXES = tuple(re.findall(r"CREATE INDEX IF NOT EXISTS (\w+) ON", SCH
 # and ids and paths in ascending order), so a larger cache holds pages nothing reads again. A
 # 64 MB cache for the writer and as much for the index build beside it were 128 MB of a daemon's
 # peak resident size on the standard library, for no measurable speed (docs/architecture.md,
-# "The daemon's memory while it indexes"). The sorts of the index builds stay in memory (temp_store=MEMORY): the sorter holds
-# the keys it sorts (14 MB more peak there than a sort that spills) and never spills them into a temporary file, which
-# SQLite would create outside .cogd/ (in the system's temporary directory).
+# "The daemon's memory while it indexes"). The index builds' sorts stay in memory
+# (temp_store=MEMORY): the sorter holds the keys it sorts (14 MB more peak there than a sort
+# that spills) and never writes them to a temporary file, which SQLite would create outside
+# .cogd/ (in the system's temporary directory).
 BULK_TEMP_STORE = "MEMORY"
 _INDEX_STATEMENTS = dict(zip(SECONDARY_INDEXES, re.findall(r"CREATE INDEX IF NOT EXISTS [^;]+", SCHEMA)))
 # The indexes a bulk load can build while its references are being resolved: those over the
