@@ -29,7 +29,8 @@ each measurement: on a shared machine other work moves the figures.
    nothing queued); the embedding rate over that span; the daemon's peak RSS (``VmHWM`` of
    ``/proc/<pid>/status``, read at every poll; the largest value seen, and the value when the
    lexical index was done, to tell indexing's share from embedding's, and when each multiple of
-   RSS_EVERY entities had been embedded, so runs stopped early still compare). ``--timeout S``
+   RSS_EVERY entities had been embedded, so runs stopped early still compare; beside the peaks at
+   the index and at the first tier, the resident set then, ``VmRSS``: what stays of each phase). ``--timeout S``
    (default 3600) stops waiting S seconds after ``cogd start`` (the coverage reached and the
    rate then are reported); ``--no-embed-wait`` stops after the lexical index.
 
@@ -160,16 +161,22 @@ def make_stdlib(dest: Path) -> Path:
     return dest
 
 
-def vm_hwm_mb(pid: int) -> float | None:
-    """The peak resident set (``VmHWM``) of process ``pid`` in MB, or None when it is gone."""
+def vm_mb(pid: int, field: str = "VmHWM") -> float | None:
+    """``field`` of ``/proc/<pid>/status`` in MB (``VmHWM``: the peak resident set; ``VmRSS``: the
+    resident set now), or None when the process is gone."""
     try:
         with open(f"/proc/{pid}/status", encoding="ascii") as fh:
             for line in fh:
-                if line.startswith("VmHWM:"):
+                if line.startswith(field + ":"):
                     return int(line.split()[1]) / 1024
     except OSError:
         return None
     return None
+
+
+def vm_hwm_mb(pid: int) -> float | None:
+    """The peak resident set (``VmHWM``) of process ``pid`` in MB, or None when it is gone."""
+    return vm_mb(pid, "VmHWM")
 
 
 RSS_EVERY = 5000  # the peak resident size is also reported when each multiple of this many is embedded
@@ -207,7 +214,8 @@ def stdlib_run(variant: Variant, template: Path, work: Path, *, embed_wait: bool
             index, e = status["index"], status.get("embedding") or {}
             if "index_s" not in out and index.get("refreshes", 0) >= 1 and index["state"] == "idle":
                 out.update(index_s=round(at, 2), files=index["files"], entities=index["entities"],
-                           file_entities=index.get("file_entities"), peak_rss_at_index_mb=round(peak, 1))
+                           file_entities=index.get("file_entities"), peak_rss_at_index_mb=round(peak, 1),
+                           rss_at_index_mb=round(vm_mb(pid, "VmRSS") or 0.0, 1))
                 if not embed_wait:
                     break
             done = e.get("embedded_entities") or 0
@@ -217,7 +225,8 @@ def stdlib_run(variant: Variant, template: Path, work: Path, *, embed_wait: bool
             if ("first_tier_s" not in out and tier.get("active") and e.get("entities")
                     and tier.get("entities") == e["entities"]):  # every entity has a static vector
                 out.update(first_tier_s=round(at, 2), first_tier_sync_s=tier.get("seconds"),
-                           first_tier_model=tier.get("model"), peak_rss_at_first_tier_mb=round(peak, 1))
+                           first_tier_model=tier.get("model"), peak_rss_at_first_tier_mb=round(peak, 1),
+                           rss_at_first_tier_mb=round(vm_mb(pid, "VmRSS") or 0.0, 1))
             if "first_tier_s" in out and "first_tier_dropped_s" not in out and not tier.get("active"):
                 out.update(first_tier_dropped_s=round(at, 2), peak_rss_both_tiers_mb=round(peak, 1))
             front = e.get("front") or {}
@@ -333,7 +342,9 @@ def main() -> None:
                  f"{s.get('first_tier_dropped_s', '-')} s, peak RSS while both tiers were held "
                  f"{s.get('peak_rss_both_tiers_mb')} MB" if "first_tier_s" in s else "; no first tier")
               + f"; daemon peak RSS {s.get('peak_rss_mb')} MB ({s.get('peak_rss_at_index_mb')} MB when the "
-              f"lexical index was done"
+              f"lexical index was done, resident then {s.get('rss_at_index_mb')} MB"
+              + (f"; {s.get('peak_rss_at_first_tier_mb')} MB with the first tier ready, resident then "
+                 f"{s.get('rss_at_first_tier_mb')} MB" if "first_tier_s" in s else "")
               + "".join(f"; {int(k):,} embedded: {v} MB" for k, v in (s.get("peak_rss_by_embedded") or {}).items())
               + f"); model {e.get('model')}; "
               f"load {s['load_before']} → {s['load_after']}")

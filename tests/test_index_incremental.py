@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import shutil
 import sqlite3
+import threading
 from pathlib import Path
 
 import pytest
@@ -177,3 +178,82 @@ def test_a_first_build_with_its_indexes_deferred_stores_what_a_build_without_doe
     assert built_beside == [store.RESOLUTION_SAFE_INDEXES]  # the deferred build only: the kept one needs none
     assert found["deferred"] == found["kept"] == found["beside failed"]
     assert len(found["kept"]["entities"]) > 200 and found["kept"]["edges"]
+
+
+def test_a_first_build_keeps_a_small_cache_its_sorts_in_memory_and_lean_resolution_tables(tmp_path, monkeypatch):
+    # What a first build holds in the writer's process (docs/architecture.md, "Memory"): SQLite's
+    # default page cache on the writer and on the index build beside it, with their sorts in
+    # memory (temp_store=MEMORY: no temporary file outside .cogd/); the kept resolution tables
+    # with one string object per distinct name, kind and qualifier; and those tables consumed by
+    # the resolution (emptied when it ends), the edges the same as a build that reads them back.
+    from cogd.index import indexer as indexer_module, resolve, store
+
+    root = tmp_path / "repo"
+    root.mkdir()
+    for name in ("json", "collections", "email"):
+        shutil.copytree(STDLIB / name, root / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    make_repo(root)
+    kept: list[store.ResolutionTables] = []
+
+    class Kept(store.ResolutionTables):
+        __slots__ = ()
+
+        def __init__(self):
+            super().__init__()
+            kept.append(self)
+
+    seen: dict[str, object] = {}
+    real_preload = resolve.Resolver.preload
+
+    def preload(self, tables=None):
+        if tables is not None:  # what the writer kept, before the resolution consumes it
+            refs = [ref for rows in tables.refs.values() for ref in rows]
+            seen["refs"] = len(refs)
+            for field, at in (("kind", 1), ("name", 2), ("qualifier", 3)):
+                seen[field] = (len({ref[at] for ref in refs}), len({id(ref[at]) for ref in refs}))
+            names = {ref[2]: ref[2] for ref in refs}
+            seen["entity names shared"] = all(names.get(e[4], e[4]) is e[4] for e in tables.entities)
+            seen["writer pragmas"] = (self.conn.execute("PRAGMA cache_size").fetchone()[0],
+                                      self.conn.execute("PRAGMA temp_store").fetchone()[0])
+        return real_preload(self, tables)
+
+    class Recorded(sqlite3.Connection):  # the index build's connection: its settings when it closes
+        def close(self):
+            seen.setdefault("build pragmas", []).append(
+                (self.execute("PRAGMA cache_size").fetchone()[0], self.execute("PRAGMA temp_store").fetchone()[0]))
+            super().close()
+
+    class Sqlite:  # store's sqlite3 module: the index build's thread opens a Recorded connection
+        def __getattr__(self, name):
+            return getattr(sqlite3, name)
+
+        @staticmethod
+        def connect(*args, **kwargs):
+            if threading.current_thread().name == "cogd-index-build":
+                kwargs["factory"] = Recorded
+            return sqlite3.connect(*args, **kwargs)
+
+    monkeypatch.setattr(store, "ResolutionTables", Kept)
+    monkeypatch.setattr(resolve.Resolver, "preload", preload)
+    monkeypatch.setattr(store, "sqlite3", Sqlite())
+    found = {}
+    for name, threshold in (("deferred", 1), ("kept", 1 << 30)):
+        monkeypatch.setattr(indexer_module, "BULK_MIN_FILES", threshold)
+        built = Indexer(root, tmp_path / f"{name}.db")
+        try:
+            built.refresh()
+            found[name] = with_order(built)
+        finally:
+            built.close()
+    assert len(kept) == 1 and kept[0].valid
+    assert kept[0].entities == [] and kept[0].refs == {}  # consumed by the resolution
+    assert seen["refs"] > 2000
+    for field in ("kind", "name", "qualifier"):
+        distinct, objects = seen[field]
+        assert distinct == objects, field  # one object per distinct value
+    assert seen["kind"][0] == 3 and seen["name"][0] > 500
+    assert seen["entity names shared"]
+    assert seen["writer pragmas"] == (-2000, 2)  # SQLite's default cache; temp_store 2 = MEMORY
+    assert seen["build pragmas"] == [(-2000, 2)]
+    assert found["deferred"] == found["kept"]
+    assert found["kept"]["edges"]

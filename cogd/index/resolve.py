@@ -92,7 +92,10 @@ class Resolver:
         lookups would read: per name, definitions in rowid order (as the name
         index returns them); members last defined first, ties in rowid order.
         ``tables``: the same two tables as the writer kept them while writing them
-        (:class:`cogd.index.store.ResolutionTables`, used only when ``valid``): nothing read.
+        (:class:`cogd.index.store.ResolutionTables`, used only when ``valid``): nothing read,
+        and they are consumed: the entity rows are emptied once loaded here, and the references
+        are handed out by :meth:`resolve_file` file by file (a full pass's memory then shrinks
+        as its edges grow, instead of holding both).
         """
         children: dict[str, list[tuple[int, str, str]]] = defaultdict(list)
         if tables is not None and not tables.valid:
@@ -104,8 +107,10 @@ class Resolver:
         # The same definitions by name and then by file, each with its place in by_name's list
         # (see _in_files): most lookups ask for one file among a name's hundreds of definitions.
         by_file: dict[str, dict[str, list[tuple[int, str, str, str | None]]]] = {name: {} for name in referenced}
-        for entity_id, kind, path, parent, name, start_line in (
-                store.entity_table(self.conn) if tables is None else tables.entities):
+        entities = store.entity_table(self.conn) if tables is None else tables.entities
+        if tables is not None:
+            tables.entities = []  # consumed (see above): the rows are held only by this loop
+        for entity_id, kind, path, parent, name, start_line in entities:
             self._parent[entity_id] = (kind, parent)
             if kind != "file" and name in referenced:
                 listed = by_name[name]
@@ -113,6 +118,7 @@ class Resolver:
                 listed.append((entity_id, kind, path, parent))
             if parent is not None:
                 children[parent].append((start_line, entity_id, name))
+        del entities  # the kept rows go now, before the members are built
         self._by_name, self._by_file = by_name, by_file
         for parent, rows in children.items():
             rows.sort(key=lambda row: -row[0])  # stable: ties stay in rowid order
@@ -448,8 +454,12 @@ class Resolver:
                     edges.setdefault((src, target, "inherits"), how)
 
     def resolve_file(self, path: str) -> list[tuple[str, str, str, str, str]]:
-        """Edges (src, dst, kind, path, resolution) for the stored references of ``path``."""
-        refs = store.refs_of(self.conn, path) if self._refs is None else self._refs.get(path, [])
+        """Edges (src, dst, kind, path, resolution) for the stored references of ``path``.
+
+        After :meth:`preload`, the file's preloaded references are handed out once and dropped
+        here (a full pass resolves each file once): a second call for the same path finds none.
+        """
+        refs = store.refs_of(self.conn, path) if self._refs is None else self._refs.pop(path, [])
         edges: dict[tuple[str, str, str], str] = {}
         bound, external, imported_files = self._bindings(path, refs, edges)
         if self._refs is None:
