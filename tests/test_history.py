@@ -420,7 +420,9 @@ def test_a_removed_line_that_looks_like_a_file_header_is_read_as_a_line(tmp_path
         store.close()
 
 
-def test_a_merged_pull_request_is_one_change_request_found_by_its_text(tmp_path):
+def merged_pull_request(tmp_path) -> tuple:
+    """A repository whose main branch merged a two-commit feature branch as pull request #7:
+    ``(root, first commit, second commit, merge commit)``."""
     root = init_repo(tmp_path / "repo")
     subprocess.run(["git", "-C", str(root), "checkout", "-q", "-b", "feature"], check=True)
     write(root, "shapes.py", SHAPES_V1.replace("factor", "ratio"))
@@ -434,6 +436,11 @@ def test_a_merged_pull_request_is_one_change_request_found_by_its_text(tmp_path)
                     "Merge pull request #7 from dev/feature\n\nTolerance for elliptical outlines", "feature"],
                    check=True, env=env)
     merge = git_out(root, "rev-parse", "HEAD")
+    return root, one, two, merge
+
+
+def test_a_merged_pull_request_is_one_change_request_found_by_its_text(tmp_path):
+    root, one, two, merge = merged_pull_request(tmp_path)
     miner, store = mine(root)
     try:
         found = associated(store.reader(), '"elliptical"', miner_settings())
@@ -756,19 +763,7 @@ def test_named_request_order_gives_the_definition_the_prompt_names_the_first_sha
 
 
 def test_a_pull_request_matched_through_one_commit_is_all_its_commits_change_with_request_members_all(tmp_path):
-    root = init_repo(tmp_path / "repo")
-    subprocess.run(["git", "-C", str(root), "checkout", "-q", "-b", "feature"], check=True)
-    write(root, "shapes.py", SHAPES_V1.replace("factor", "ratio"))
-    one = commit(root, "wip")
-    write(root, "shapes.py", SHAPES_V1.replace("factor", "ratio").replace("2 * (width", "2.0 * (width"))
-    two = commit(root, "fix review comments")
-    subprocess.run(["git", "-C", str(root), "checkout", "-q", "main"], check=True)
-    env = {**os.environ, "GIT_AUTHOR_NAME": "Dev", "GIT_AUTHOR_EMAIL": "d@e", "GIT_COMMITTER_NAME": "Dev",
-           "GIT_COMMITTER_EMAIL": "d@e"}
-    subprocess.run(["git", "-C", str(root), "merge", "-q", "--no-ff", "-m",
-                    "Merge pull request #7 from dev/feature\n\nTolerance for elliptical outlines", "feature"],
-                   check=True, env=env)
-    merge = git_out(root, "rev-parse", "HEAD")
+    root, one, two, merge = merged_pull_request(tmp_path)
     newest = int(git_out(root, "log", "-1", "--format=%ct", two))
     miner, store = mine(root)
     try:
