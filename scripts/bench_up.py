@@ -33,6 +33,11 @@ each measurement: on a shared machine other work moves the figures.
    the index and at the first tier, the resident set then, ``VmRSS``: what stays of each phase). ``--timeout S``
    (default 3600) stops waiting S seconds after ``cogd start`` (the coverage reached and the
    rate then are reported); ``--no-embed-wait`` stops after the lexical index.
+   ``--prompt-every S`` (default 0, off) also asks the daemon for a prompt's context pack
+   (``cogd context PROMPT``, the request a prompt hook makes) every S seconds once the lexical
+   index is done, so that the memory of answering requests during the pass (the encoder's
+   one-thread session among it) is in the peak as a prompted daemon pays it; the number of
+   packs asked and their median wall time are reported.
 
 The daemon of each measurement is stopped, and the temporary directory removed at the end
 (``--keep`` keeps the directory).
@@ -186,8 +191,13 @@ def _embedding_done(e: dict) -> bool:
     return e.get("state") in ("idle", "error", "disabled") and not e.get("pending") and not e.get("queued")
 
 
+PROMPTS = ("the rotating log file handler never rolls over at midnight",
+           "json.loads gives a confusing error message when the document has a trailing comma",
+           "cookies that have expired are still being sent to the server")  # --prompt-every, in turn
+
+
 def stdlib_run(variant: Variant, template: Path, work: Path, *, embed_wait: bool, timeout: float,
-               poll: float) -> dict:
+               poll: float, prompt_every: float = 0.0) -> dict:
     """The whole-standard-library daemon run of ``variant`` (module doc, part 2)."""
     clone = work / f"stdlib-{variant.name}"
     subprocess.run(["git", "clone", "-q", str(template), str(clone)], check=True)
@@ -196,6 +206,8 @@ def stdlib_run(variant: Variant, template: Path, work: Path, *, embed_wait: bool
     out: dict = {"load_before": before}
     peak = 0.0
     e: dict = {}  # the last embedding status read
+    asked: list[float] = []  # --prompt-every: wall seconds of each context pack asked
+    next_prompt = 0.0
     try:
         variant.cogd(clone, "start", timeout=600)
         status = variant.status(clone)
@@ -218,6 +230,12 @@ def stdlib_run(variant: Variant, template: Path, work: Path, *, embed_wait: bool
                            rss_at_index_mb=round(vm_mb(pid, "VmRSS") or 0.0, 1))
                 if not embed_wait:
                     break
+            if prompt_every > 0 and "index_s" in out and at >= next_prompt:
+                t0 = time.monotonic()
+                variant.cogd(clone, "context", PROMPTS[len(asked) % len(PROMPTS)], timeout=120)
+                asked.append(time.monotonic() - t0)
+                next_prompt = at + prompt_every
+                peak = max(peak, vm_hwm_mb(pid) or 0.0)
             done = e.get("embedded_entities") or 0
             for mark in range(RSS_EVERY, done + 1, RSS_EVERY):  # resident size as the vectors grow
                 out.setdefault("peak_rss_by_embedded", {}).setdefault(str(mark), round(peak, 1))
@@ -247,6 +265,8 @@ def stdlib_run(variant: Variant, template: Path, work: Path, *, embed_wait: bool
         if "embed_s" in out and "index_s" in out and out["embed_s"] > out["index_s"]:
             out["embed_rate_per_s"] = round(e.get("embedded_entities", 0) / (out["embed_s"] - out["index_s"]), 1)
         out["peak_rss_mb"] = round(peak, 1)
+        if asked:
+            out.update(prompts=len(asked), prompt_p50_s=round(statistics.median(asked), 3))
         if "first_tier_s" in out and "first_tier_dropped_s" not in out:
             out["peak_rss_both_tiers_mb"] = out["peak_rss_mb"]  # still held when the run stopped
         out["first_tier"] = e.get("first_tier")
@@ -273,6 +293,8 @@ def main() -> None:
     parser.add_argument("--no-embed-wait", action="store_true", help="stdlib: stop after the lexical index")
     parser.add_argument("--timeout", type=float, default=3600.0, help="stdlib: seconds to wait for the full embedding")
     parser.add_argument("--poll", type=float, default=0.5, help="stdlib: seconds between status polls")
+    parser.add_argument("--prompt-every", type=float, default=0.0,
+                        help="stdlib: ask for a prompt's context pack every S seconds after the index (0: never)")
     parser.add_argument("--keep", action="store_true")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
@@ -296,7 +318,8 @@ def main() -> None:
             template = make_stdlib(work / "stdlib-template")
             for variant in variants:
                 result["stdlib"][variant.name] = stdlib_run(variant, template, work, embed_wait=not args.no_embed_wait,
-                                                            timeout=args.timeout, poll=args.poll)
+                                                            timeout=args.timeout, poll=args.poll,
+                                                            prompt_every=args.prompt_every)
                 if not args.json:
                     print(f"[{variant.name}] stdlib: {json.dumps(result['stdlib'][variant.name])}", flush=True)
     finally:
@@ -346,6 +369,7 @@ def main() -> None:
               + (f"; {s.get('peak_rss_at_first_tier_mb')} MB with the first tier ready, resident then "
                  f"{s.get('rss_at_first_tier_mb')} MB" if "first_tier_s" in s else "")
               + "".join(f"; {int(k):,} embedded: {v} MB" for k, v in (s.get("peak_rss_by_embedded") or {}).items())
+              + (f"; {s['prompts']} context packs asked during it, p50 {s['prompt_p50_s']} s" if s.get("prompts") else "")
               + f"); model {e.get('model')}; "
               f"load {s['load_before']} → {s['load_after']}")
 
