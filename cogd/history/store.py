@@ -510,8 +510,17 @@ def associated(conn: sqlite3.Connection, match: str, settings: AssociationSettin
     if settings.request_members == "all":
         with_members(conn, requests, view)
     lines = _changed_lines(conn, sorted({h for item in requests.values() for h in item[2]}), view)
-    half_life, leave_out = max(settings.half_life_days, 1e-6) * 86400, _memo(leave_out)
     named = _memo(_shares_word(terms)) if settings.request_order == "named" and terms else None
+    return _votes(requests, lines, settings, newest, _memo(leave_out), named)
+
+
+def _votes(requests: dict[str, list], lines: dict[str, dict[str, int]], settings: AssociationSettings, newest: int,
+           leave_out: Callable[[str], bool], named: Callable[[str], bool] | None) -> list[Association]:
+    """The voting step of :func:`associated`: each matched request (``{key: [score, newest time,
+    {commits}]}``, best first) splits its decayed score over its ``per_commit`` first definitions
+    (``lines``: :func:`_changed_lines`; ``named``: the request-order predicate, or None for
+    changed lines alone); the entities best first."""
+    half_life = max(settings.half_life_days, 1e-6) * 86400
     found: dict[str, Association] = {}
     for key, (score, when, parts) in requests.items():  # best request first
         changed = _request_change(parts, lines, leave_out)
