@@ -57,6 +57,7 @@ import json
 import os
 import platform
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -283,7 +284,13 @@ def _median(values: list[float]) -> float | None:
     return round(statistics.median(values), 2) if values else None
 
 
+def _stop_on_sigterm(signum, frame) -> None:
+    """SIGTERM as SystemExit, so that the ``finally`` blocks stop the daemons and remove the clones."""
+    raise SystemExit(f"stopped by signal {signum}")
+
+
 def main() -> None:
+    signal.signal(signal.SIGTERM, _stop_on_sigterm)
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--src", type=Path, default=HERE, help="the cogd checkout under test (default: this one)")
     parser.add_argument("--baseline-src", type=Path, help="another cogd checkout, measured in the same run")
