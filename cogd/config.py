@@ -425,6 +425,13 @@ def _apply(section: object, values: dict, where: str) -> None:
         setattr(section, key, value)
 
 
+def _check_choice(section: object, name: str, key: str, choices: tuple[str, ...]) -> None:
+    """Raise ConfigError unless ``section.key`` (the ``[name]`` table's setting) is one of ``choices``."""
+    value = getattr(section, key)
+    if value not in choices:
+        raise ConfigError(f"{name}.{key} must be one of {', '.join(choices)}, got {value!r}")
+
+
 def _check_finite(section: object, where: str) -> None:
     """Raise ConfigError for an infinite or NaN float (TOML allows ``inf`` and ``nan``; a weight cannot be either)."""
     for f in fields(section):  # type: ignore[arg-type]
@@ -475,28 +482,14 @@ def load_config(path: Path | None) -> Config:
     if config.rank.prior_hits <= 0 or config.rank.prior_misses <= 0:
         raise ConfigError("rank.prior_hits and rank.prior_misses must be above 0 (a Beta prior)")
     _check_finite(config.rank, "rank")
-    if config.rank.utility_with_history not in UTILITY_WITH_HISTORY:
-        raise ConfigError(f"rank.utility_with_history must be one of {', '.join(UTILITY_WITH_HISTORY)}, "
-                          f"got {config.rank.utility_with_history!r}")
-    if config.rank.association_combine not in ASSOCIATION_COMBINES:
-        raise ConfigError(f"rank.association_combine must be one of {', '.join(ASSOCIATION_COMBINES)}, "
-                          f"got {config.rank.association_combine!r}")
-    if config.rank.history_file_prior_combine not in FILE_PRIOR_COMBINES:
-        raise ConfigError(f"rank.history_file_prior_combine must be one of {', '.join(FILE_PRIOR_COMBINES)}, "
-                          f"got {config.rank.history_file_prior_combine!r}")
-    if config.rank.history_file_prior_scope not in FILE_PRIOR_SCOPES:
-        raise ConfigError(f"rank.history_file_prior_scope must be one of {', '.join(FILE_PRIOR_SCOPES)}, "
-                          f"got {config.rank.history_file_prior_scope!r}")
+    _check_choice(config.rank, "rank", "utility_with_history", UTILITY_WITH_HISTORY)
+    _check_choice(config.rank, "rank", "association_combine", ASSOCIATION_COMBINES)
+    _check_choice(config.rank, "rank", "history_file_prior_combine", FILE_PRIOR_COMBINES)
+    _check_choice(config.rank, "rank", "history_file_prior_scope", FILE_PRIOR_SCOPES)
     _check_finite(config.history, "history")
-    if config.history.test_changes not in TEST_CHANGES:
-        raise ConfigError(f"history.test_changes must be one of {', '.join(TEST_CHANGES)}, "
-                          f"got {config.history.test_changes!r}")
-    if config.history.request_members not in REQUEST_MEMBERS:
-        raise ConfigError(f"history.request_members must be one of {', '.join(REQUEST_MEMBERS)}, "
-                          f"got {config.history.request_members!r}")
-    if config.history.request_order not in REQUEST_ORDERS:
-        raise ConfigError(f"history.request_order must be one of {', '.join(REQUEST_ORDERS)}, "
-                          f"got {config.history.request_order!r}")
+    _check_choice(config.history, "history", "test_changes", TEST_CHANGES)
+    _check_choice(config.history, "history", "request_members", REQUEST_MEMBERS)
+    _check_choice(config.history, "history", "request_order", REQUEST_ORDERS)
     if config.history.min_match_share > 1:
         raise ConfigError(f"history.min_match_share is a share of the best match's score in [0, 1], "
                           f"got {config.history.min_match_share}")

@@ -342,13 +342,16 @@ def test_file_pointers_place_no_test_file_unless_the_prompt_asks_for_tests(tmp_p
         conn.close()
 
 
-def test_the_prior_scope_is_checked(tmp_path):
+def test_the_prior_defaults_and_choices_are_checked(tmp_path):
+    assert (RankConfig().history_file_prior_scope, RankConfig().history_file_prior_combine) == ("pointers", "product")
     config = tmp_path / "config.toml"
-    config.write_text('[rank]\nhistory_file_prior_scope = "first"\n')
-    assert load_config(config).rank.history_file_prior_scope == "first"
-    config.write_text('[rank]\nhistory_file_prior_scope = "files"\n')
-    with pytest.raises(ConfigError, match="rank.history_file_prior_scope must be one of entities, first, pointers, got 'files'"):
-        load_config(config)
+    for key, good, bad, choices in (("history_file_prior_scope", "first", "files", "entities, first, pointers"),
+                                    ("history_file_prior_combine", "add", "max", "add, product")):
+        config.write_text(f'[rank]\n{key} = "{good}"\n')
+        assert getattr(load_config(config).rank, key) == good
+        config.write_text(f'[rank]\n{key} = "{bad}"\n')
+        with pytest.raises(ConfigError, match=f"rank.{key} must be one of {choices}, got '{bad}'"):
+            load_config(config)
 
 
 def test_the_prior_as_a_product_reorders_only_what_the_words_support(tmp_path):
@@ -370,13 +373,3 @@ def test_the_prior_as_a_product_reorders_only_what_the_words_support(tmp_path):
     assert "never_matched.py" not in added and "never_matched.py" not in product
     assert file_ranking(hits, [], scaled_files={"utils.py": 2.0}) == pytest.approx(
         {"core.py": 1.0 / 1.2, "utils.py": 1.0, "options.py": 0.1 / 1.2})
-
-
-def test_the_prior_combine_is_checked(tmp_path):
-    config = tmp_path / "config.toml"
-    assert RankConfig().history_file_prior_combine == "product"
-    config.write_text('[rank]\nhistory_file_prior_combine = "add"\n')
-    assert load_config(config).rank.history_file_prior_combine == "add"
-    config.write_text('[rank]\nhistory_file_prior_combine = "max"\n')
-    with pytest.raises(ConfigError, match="rank.history_file_prior_combine must be one of add, product, got 'max'"):
-        load_config(config)
